@@ -1,0 +1,34 @@
+# DePIN Mesh: `make demo` runs a local grid end to end; `make test` runs the suite.
+SHELL := /bin/bash
+export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
+export SOLCX_BINARY_PATH := $(CURDIR)/.solcx
+export MESH_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+
+.PHONY: setup compile test test-contracts test-python lint demo fuzz chaos bench
+
+setup:
+	@tools/setup.sh
+
+compile: setup
+	@ape compile
+
+test: setup compile lint test-contracts test-python
+
+test-contracts:
+	ape test tests/contracts -p no:cacheprovider
+
+test-python:
+	pytest --ignore=tests/contracts -p no:cacheprovider
+
+lint:
+	ruff check orchestrator agent tests
+	mypy
+
+demo: setup compile
+	mesh demo
+
+fuzz: setup compile
+	MESH_FUZZ_EXAMPLES=2000 ape test tests/contracts -k stateful -p no:cacheprovider
+
+chaos: setup compile
+	pytest tests -m slow -p no:cacheprovider

@@ -1,0 +1,1 @@
+"""DePIN Mesh provider agent."""

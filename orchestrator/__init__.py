@@ -1,0 +1,1 @@
+"""DePIN Mesh orchestrator: scheduling, telemetry, Predictive Latency Staking, settlement."""

@@ -1,0 +1,1 @@
+"""Benchmarks behind `mesh bench ...`: each module exposes `run(...) -> dict` (JSON-ready)."""

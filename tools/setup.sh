@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: a pinned Python venv, pinned npm tools,
+# and the offline solc facade where py-solc-x looks. Each step is skipped when
+# its inputs have not changed, so a second run takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+stamps=.setup-stamps
+mkdir -p "$stamps"
+PYTHON=${PYTHON:-python3}
+
+fresh() {  # fresh NAME FILE... : true when the stamp matches the files' hash
+  local sum
+  sum=$(cat "${@:2}" | sha256sum | cut -d' ' -f1)
+  [ -f "$stamps/$1" ] && [ "$(cat "$stamps/$1")" = "$sum" ] && return 0
+  echo "$sum" > "$stamps/$1.next"
+  return 1
+}
+stamp() { mv "$stamps/$1.next" "$stamps/$1"; }
+
+if ! fresh python requirements.lock pyproject.toml; then
+  echo "setup: Python environment (.venv)"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements.lock
+  .venv/bin/python -m pip install -q --no-deps -e .
+  stamp python
+fi
+
+if ! fresh npm package.json package-lock.json; then
+  echo "setup: npm tools (solc-js, anvil, OpenZeppelin)"
+  command -v npm >/dev/null || { echo "setup: npm is required (apt-get install nodejs npm)" >&2; exit 1; }
+  npm ci --no-audit --no-fund --loglevel=error
+  stamp npm
+fi
+
+# py-solc-x and ape-solidity look for `solc-v<version>` in SOLCX_BINARY_PATH.
+# A native solc of the pinned version is used when present; otherwise the facade.
+solc_version=$(node -p "require('./node_modules/solc/package.json').version")
+solc_target=.solcx/solc-v$solc_version
+mkdir -p .solcx
+if command -v solc >/dev/null && solc --version 2>/dev/null | grep -q "Version: $solc_version"; then
+  ln -sf "$(command -v solc)" "$solc_target"
+else
+  printf '#!/bin/sh\nexec node "%s/tools/solc-facade.js" "$@"\n' "$root" > "$solc_target.tmp"
+  chmod +x "$solc_target.tmp"
+  mv "$solc_target.tmp" "$solc_target"
+fi
