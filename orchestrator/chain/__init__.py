@@ -1,0 +1,1 @@
+"""The only package that talks to the chain (web3). Other packages use its views and SDK."""
