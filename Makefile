@@ -18,7 +18,7 @@ test-contracts:
 	ape test tests/contracts -p no:cacheprovider
 
 test-python:
-	pytest --ignore=tests/contracts -p no:cacheprovider
+	pytest --ignore=tests/contracts -p no:cacheprovider -p no:ape_test
 
 lint:
 	ruff check orchestrator agent tests

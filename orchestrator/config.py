@@ -21,6 +21,28 @@ class Settings(BaseSettings):
     orchestrator_key: SecretStr | None = Field(
         None, description="Hex private key the orchestrator signs chain transactions with.")
     admin_key: SecretStr | None = Field(None, description="Bearer key for admin endpoints.")
+    orchestrator_id: str = Field(
+        "depin-mesh-orchestrator", description="Identity signed requests are bound to "
+        "(its keccak is the EIP-712 domain salt), so a signature for another orchestrator "
+        "is useless here.")
+    session_secret: SecretStr | None = Field(
+        None, description="HMAC key for session tokens; share it between replicas. "
+        "Unset: a random key per process (tokens die with the process).")
+    session_ttl_s: float = Field(900.0, description="Lifetime of a login session token.")
+    signature_max_age_s: float = Field(
+        300.0, description="Latest expiry a signed request may carry, from now.")
+    lease_ttl_s: float = Field(60.0, description="A lease lapses this long after its last renewal.")
+    reservation_ttl_s: float = Field(
+        30.0, description="A reserved slot is freed if the node does not start in this time.")
+    max_body_bytes: int = Field(65_536, description="Largest JSON body accepted (else 413).")
+    max_blob_bytes: int = Field(
+        256 * 1024 * 1024, description="Largest checkpoint/result upload accepted (else 413).")
+    heartbeat_flush_s: float = Field(
+        0.1, description="Write-behind interval for batched heartbeat writes.")
+    periodic_enabled: bool = Field(
+        True, description="Run periodic sweeps (lease expiry, failure detection) in this process.")
+    sweep_interval_s: float = Field(1.0, description="Period of the failure/lease sweep.")
+    json_logs: bool = Field(True, description="Structured JSON log lines from the service.")
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -37,3 +37,83 @@ class ProviderStake:
     def free(self) -> int:
         """Stake the provider can still lock as collateral for new work."""
         return self.bonded - self.locked
+
+
+@dataclass(frozen=True, slots=True)
+class UnbondingLock:
+    lock_id: int  # per provider, from 0
+    amount: int  # stake requested out; payout capped by what slashing left
+    withdrawable_at: int  # unix seconds from which `withdraw` pays it
+
+
+class SlashStatus(IntEnum):
+    """Same numbering as `IStakeManager.SlashStatus`."""
+
+    NONE = 0
+    PENDING = 1  # proceeds held until releasable_at
+    FROZEN = 2  # disputed, held until the arbiter rules
+    RELEASED = 3
+    REVERSED = 4
+
+
+class SlashReason(IntEnum):
+    """Same numbering as `IStakeManager.SlashReason`."""
+
+    LOW_SCORE = 0
+    ABANDONMENT = 1
+    FAILED_VERIFICATION = 2
+    OTHER = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SlashRecord:
+    slash_id: int
+    provider: str
+    releasable_at: int  # end of the dispute window
+    status: SlashStatus
+    reason: SlashReason
+    beneficiary: str  # injured customer, or the treasury
+    amount: int  # beneficiary's share
+    finder: str  # who proved the fault, or the zero address
+    finder_amount: int
+    evidence: bytes  # 32 bytes: hash of the evidence
+
+
+@dataclass(frozen=True, slots=True)
+class EscrowBalance:
+    """One account's money inside JobEscrow (`IJobEscrow.Balance`)."""
+
+    claimable: int  # can be claimed now
+    pending: int  # credited by settlement, claimable from release_at
+    release_at: int  # unix seconds
+    frozen: int  # held by an open dispute
+
+
+class DisputeKind(IntEnum):
+    """Same numbering as `IDisputes.DisputeKind`."""
+
+    SETTLEMENT = 0  # subject: the job id
+    SLASH = 1  # subject: the slash id as bytes32
+
+
+class DisputeStatus(IntEnum):
+    """Same numbering as `IDisputes.DisputeStatus`."""
+
+    NONE = 0
+    OPEN = 1
+    GRANTED = 2  # ruled for the opener
+    DISMISSED = 3  # ruled for the respondent
+    DEFAULTED = 4  # no ruling in time: status quo, bond returned
+
+
+@dataclass(frozen=True, slots=True)
+class DisputeRecord:
+    dispute_id: int
+    opener: str  # posted the bond
+    ruling_deadline: int  # unix seconds; after it anyone applies the default
+    kind: DisputeKind
+    status: DisputeStatus
+    respondent: str  # wins the bond if dismissed
+    bond: int
+    subject: bytes  # 32 bytes: job id or slash id
+    frozen_amount: int  # settlement disputes: payout frozen on the escrow

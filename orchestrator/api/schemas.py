@@ -1,0 +1,170 @@
+"""Request and response bodies. Every field is bounded: lengths, ranges, list sizes."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from eth_utils import keccak
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.domain.types import Priority
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")]
+Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Bytes32Hex = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$")]
+TokenUnits = Annotated[int, Field(ge=0, lt=2**256)]
+MAX_TASKS_PER_JOB = 10_000
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeRegistration(Strict):
+    node_id: Name
+    gpu_model: Name
+    vram_gb: int = Field(ge=1, le=4096)
+    compute_capability: float = Field(ge=0, le=100)
+    region: Name
+    price_per_gpu_hour: TokenUnits
+    slots: int = Field(ge=1, le=64)
+
+
+class NodeOut(BaseModel):
+    node_id: str
+    provider: str
+    slots: int
+    health: str
+    draining: bool
+
+
+class LoginRequest(Strict):
+    node_id: Name
+
+
+class LoginOut(BaseModel):
+    token: str
+    expires_at: float
+
+
+class HeartbeatOut(BaseModel):
+    ok: bool
+
+
+class FrameRange(Strict):
+    start: int = Field(ge=0, le=1_000_000)
+    end: int = Field(ge=0, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FrameRange:
+        if self.end < self.start:
+            raise ValueError("end before start")
+        if self.end - self.start + 1 > MAX_TASKS_PER_JOB:
+            raise ValueError(f"at most {MAX_TASKS_PER_JOB} frames per job")
+        return self
+
+
+class BlenderWorkload(Strict):
+    kind: Literal["blender"]
+    blend_sha256: Sha256Hex
+    frames: FrameRange
+    tiles: int = Field(1, ge=1, le=64)  # tiles per frame; one task per tile
+
+
+class CommandWorkload(Strict):
+    kind: Literal["command"]
+    command: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=32)
+    input_sha256: Sha256Hex | None = None
+    count: int = Field(1, ge=1, le=MAX_TASKS_PER_JOB)  # independent shards, one task each
+
+
+class JobNeeds(Strict):
+    min_vram_gb: int = Field(0, ge=0, le=4096)
+    gpu_models: list[Name] | None = Field(None, max_length=32)
+    regions: list[Name] | None = Field(None, max_length=32)
+    max_price_per_gpu_hour: TokenUnits | None = None
+    priority: Priority = Priority.NORMAL
+    expected_duration_s: float = Field(60.0, gt=0, le=7 * 86400)
+
+
+class JobSpec(Strict):
+    workload: BlenderWorkload | CommandWorkload = Field(discriminator="kind")
+    needs: JobNeeds = JobNeeds()
+    deadline: int = Field(ge=0, lt=2**40)  # unix seconds
+
+    def canonical_hash(self) -> bytes:
+        """keccak of the canonical JSON: the `specHash` the customer escrows on chain."""
+        return spec_hash(self.model_dump(mode="json"))
+
+
+def spec_hash(spec: dict[str, Any]) -> bytes:
+    return keccak(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode())
+
+
+class JobSubmission(Strict):
+    job_id: Bytes32Hex
+    spec: JobSpec
+
+
+class JobOut(BaseModel):
+    job_id: str
+    status: str
+    customer: str
+    amount: int
+    tasks: dict[str, int]
+    merkle_root: str | None
+
+
+class LeaseOut(BaseModel):
+    lease_id: int
+    task_id: int
+    job_id: str
+    slot: int
+    expires_at: float
+    payload: dict[str, Any]
+    resume_from_sha256: str | None
+    resume_progress: float
+
+
+class ProgressIn(Strict):
+    progress: float = Field(ge=0, le=1)
+
+
+class CheckpointIn(Strict):
+    sha256: Sha256Hex
+    progress: float = Field(ge=0, le=1)
+
+
+class CompleteIn(Strict):
+    result_sha256: Sha256Hex
+
+
+class FailIn(Strict):
+    reason: Literal["start_failed", "drain", "error"]
+    message: str = Field("", max_length=1000)
+
+
+class TaskOut(BaseModel):
+    task_id: int
+    status: str
+    progress: float
+
+
+class BlobOut(BaseModel):
+    sha256: str
+    size: int
+
+
+class SweepOut(BaseModel):
+    expired_leases: int
+    dead_nodes: list[str]
+    placed: int
+
+
+class OutboxOut(BaseModel):
+    id: int
+    kind: str
+    idempotency_key: str
+    status: str
+    payload: dict[str, Any]

@@ -1,0 +1,401 @@
+"""Keyword-only data access (FastAPI full-stack template style). Every status change goes
+through the domain transition table and lands in `status_history` in the same transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from sqlalchemy import delete, func, insert, or_, select, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import (
+    Blob,
+    Checkpoint,
+    IdempotencyKey,
+    Job,
+    LeaderLock,
+    Lease,
+    Node,
+    OutboxAction,
+    Provider,
+    RecoveryEvent,
+    StatusHistory,
+    Task,
+    TelemetrySample,
+    UsedNonce,
+)
+from orchestrator.domain.lifecycle import (
+    DomainError,
+    JobStatus,
+    StatusChange,
+    TaskStatus,
+    job_transition,
+    task_transition,
+)
+from orchestrator.domain.types import NodeHealth, NodeSpec, Priority, TaskNeeds, Tier
+
+
+class Conflict(DomainError):
+    """A concurrent request wrote the same row first; the client may retry."""
+
+    code = "conflict"
+    status = 409
+
+
+def commit_or_conflict(session: Session) -> None:
+    """Commit; a unique-key race with another request becomes a 409, never a 500."""
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        raise Conflict("a concurrent request changed the same record; retry") from None
+
+
+# ---------------------------------------------------------------- status history
+
+
+def record_change(session: Session, *, entity_id: str, change: StatusChange) -> None:
+    session.add(StatusHistory(entity=change.kind, entity_id=entity_id,
+                              from_status=change.from_status, to_status=change.to_status,
+                              at=change.at, reason=change.reason))
+
+
+def set_job_status(session: Session, *, job: Job, target: JobStatus, now: float,
+                   reason: str) -> None:
+    change = job_transition(JobStatus(job.status), target, at=now, reason=reason)
+    job.status = target.value
+    job.updated_at = now
+    record_change(session, entity_id=job.id, change=change)
+
+
+def set_task_status(session: Session, *, task: Task, target: TaskStatus, now: float,
+                    reason: str) -> None:
+    change = task_transition(TaskStatus(task.status), target, at=now, reason=reason)
+    task.status = target.value
+    task.updated_at = now
+    record_change(session, entity_id=str(task.id), change=change)
+
+
+def status_history(session: Session, *, entity: str, entity_id: str) -> list[StatusHistory]:
+    return list(session.scalars(
+        select(StatusHistory).where(StatusHistory.entity == entity,
+                                    StatusHistory.entity_id == entity_id)
+        .order_by(StatusHistory.id)))
+
+
+# ---------------------------------------------------------------- providers and nodes
+
+
+def register_node(session: Session, *, spec: NodeSpec, now: float) -> Node:
+    """Create the node (and its provider on first sight); re-registering updates the spec."""
+    if session.get(Provider, spec.provider) is None:
+        session.add(Provider(address=spec.provider, created_at=now))
+        session.flush()
+    node = session.get(Node, spec.node_id)
+    if node is None:
+        node = Node(id=spec.node_id, registered_at=now, draining=False,
+                    health=NodeHealth.ALIVE.value)
+        session.add(node)
+    node.provider = spec.provider
+    node.gpu_model = spec.gpu_model
+    node.vram_gb = spec.vram_gb
+    node.compute_capability = spec.compute_capability
+    node.region = spec.region
+    node.price_per_gpu_hour = spec.price_per_gpu_hour
+    node.slots = spec.slots
+    node.tier = int(spec.tier)
+    node.last_heartbeat_at = now
+    session.flush()
+    return node
+
+
+def node_spec(node: Node) -> NodeSpec:
+    return NodeSpec(node_id=node.id, provider=node.provider, gpu_model=node.gpu_model,
+                    vram_gb=node.vram_gb, compute_capability=node.compute_capability,
+                    region=node.region, price_per_gpu_hour=node.price_per_gpu_hour,
+                    slots=node.slots, tier=Tier(node.tier))
+
+
+def get_node(session: Session, *, node_id: str) -> Node | None:
+    return session.get(Node, node_id)
+
+
+def set_node_health(session: Session, *, node: Node, health: NodeHealth, now: float,
+                    reason: str) -> None:
+    if node.health == health.value:
+        return
+    record_change(session, entity_id=node.id, change=StatusChange(
+        "node", node.health, health.value, now, reason))
+    node.health = health.value
+
+
+def touch_heartbeats(session: Session, *, beats: dict[str, float], lease_ttl_s: float) -> None:
+    """Apply a batch of heartbeats: last-seen times and lease renewals in one transaction."""
+    if not beats:
+        return
+    session.execute(update(Node), [{"id": node_id, "last_heartbeat_at": at}
+                                   for node_id, at in beats.items()])
+    latest = max(beats.values())
+    # Only started leases are renewed: a reservation the node never starts must lapse even
+    # while the node keeps beating, or a failed start would hold the slot forever.
+    session.execute(update(Lease).where(Lease.node_id.in_(list(beats)),
+                                        Lease.released_at.is_(None), Lease.state == "active")
+                    .values(expires_at=latest + lease_ttl_s))
+
+
+# ---------------------------------------------------------------- jobs and tasks
+
+
+def needs_to_json(needs: TaskNeeds) -> dict[str, Any]:
+    data = asdict(needs)
+    for key in ("gpu_models", "regions"):
+        if data[key] is not None:
+            data[key] = sorted(data[key])
+    data["priority"] = needs.priority.value
+    return data
+
+
+def needs_from_json(data: dict[str, Any]) -> TaskNeeds:
+    return TaskNeeds(
+        min_vram_gb=int(data.get("min_vram_gb", 0)),
+        gpu_models=None if data.get("gpu_models") is None else frozenset(data["gpu_models"]),
+        regions=None if data.get("regions") is None else frozenset(data["regions"]),
+        max_price_per_gpu_hour=data.get("max_price_per_gpu_hour"),
+        priority=Priority(data.get("priority", Priority.NORMAL.value)),
+        expected_duration_s=float(data.get("expected_duration_s", 60.0)),
+        value=int(data.get("value", 0)),
+    )
+
+
+def create_job(session: Session, *, job_id: str, customer: str, spec: dict[str, Any],
+               spec_hash: str, amount: int, deadline: float, needs: TaskNeeds,
+               task_payloads: Sequence[dict[str, Any]], now: float,
+               status: JobStatus = JobStatus.SUBMITTED) -> Job:
+    """Insert a job and one pending task per payload; the history starts at `status`."""
+    job = Job(id=job_id, customer=customer, status=status.value, spec=spec, spec_hash=spec_hash,
+              amount=amount, deadline=deadline, priority=needs.priority.value,
+              created_at=now, updated_at=now)
+    session.add(job)
+    session.flush()
+    session.add(StatusHistory(entity="job", entity_id=job_id, from_status=None,
+                              to_status=status.value, at=now, reason="submitted"))
+    needs_json = needs_to_json(needs)
+    session.execute(insert(Task), [
+        {"job_id": job_id, "index": index, "payload": payload, "needs": needs_json,
+         "status": TaskStatus.PENDING.value, "attempts": 0, "progress": 0.0,
+         "checkpoint_progress": 0.0, "created_at": now, "updated_at": now}
+        for index, payload in enumerate(task_payloads)])
+    return job
+
+
+def get_job(session: Session, *, job_id: str) -> Job | None:
+    return session.get(Job, job_id)
+
+
+def job_tasks(session: Session, *, job_id: str) -> list[Task]:
+    return list(session.scalars(select(Task).where(Task.job_id == job_id).order_by(Task.index)))
+
+
+def task_counts(session: Session, *, job_id: str) -> dict[str, int]:
+    rows = session.execute(select(Task.status, func.count()).where(Task.job_id == job_id)
+                           .group_by(Task.status))
+    return {status: count for status, count in rows}
+
+
+def find_idempotent_job(session: Session, *, principal: str, key: str) -> IdempotencyKey | None:
+    return session.get(IdempotencyKey, (principal, key))
+
+
+def save_idempotency_key(session: Session, *, principal: str, key: str, request_hash: str,
+                         job_id: str, now: float) -> None:
+    session.add(IdempotencyKey(principal=principal, key=key, request_hash=request_hash,
+                               job_id=job_id, created_at=now))
+
+
+# ---------------------------------------------------------------- leases
+
+
+def live_leases(session: Session, *, node_id: str | None = None) -> list[Lease]:
+    query = select(Lease).where(Lease.released_at.is_(None))
+    if node_id is not None:
+        query = query.where(Lease.node_id == node_id)
+    return list(session.scalars(query.order_by(Lease.id)))
+
+
+def live_lease_for_task(session: Session, *, task_id: int) -> Lease | None:
+    return session.scalars(select(Lease).where(Lease.task_id == task_id,
+                                               Lease.released_at.is_(None))).first()
+
+
+def release_lease(session: Session, *, lease: Lease, now: float, reason: str) -> None:
+    lease.released_at = now
+    lease.state = "released"
+    lease.release_reason = reason
+
+
+def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reason: str,
+                 cause: str | None) -> None:
+    """Free the slot and put the task back in line, resuming from its last checkpoint.
+    `cause` (dead, drain, lapsed) records a recovery event with the work lost."""
+    release_lease(session, lease=lease, now=now, reason=reason)
+    was_running = task.status == TaskStatus.RUNNING.value
+    set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
+    if cause is not None and was_running:
+        session.add(RecoveryEvent(task_id=task.id, from_node=lease.node_id, cause=cause,
+                                  lost_at=now,
+                                  rework=max(task.progress - task.checkpoint_progress, 0.0)))
+    task.progress = task.checkpoint_progress
+    task.node_id = None
+
+
+def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str) -> int:
+    """Move every task off a dead or drained node; returns how many moved."""
+    moved = 0
+    for lease in live_leases(session, node_id=node_id):
+        task = session.get(Task, lease.task_id)
+        assert task is not None
+        requeue_task(session, task=task, lease=lease, now=now, reason=f"node {cause}", cause=cause)
+        moved += 1
+    return moved
+
+
+def expire_leases(session: Session, *, now: float) -> int:
+    """Release reservations never started and running leases whose renewals stopped."""
+    expired = list(session.scalars(select(Lease).where(Lease.released_at.is_(None),
+                                                       Lease.expires_at < now)
+                                   .order_by(Lease.id).with_for_update(skip_locked=True)))
+    for lease in expired:
+        task = session.get(Task, lease.task_id)
+        assert task is not None
+        requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
+                     cause="lapsed")
+    return len(expired)
+
+
+def recovery_events(session: Session, *, task_id: int) -> list[RecoveryEvent]:
+    return list(session.scalars(select(RecoveryEvent).where(RecoveryEvent.task_id == task_id)
+                                .order_by(RecoveryEvent.id)))
+
+
+def open_recovery(session: Session, *, task_id: int) -> RecoveryEvent | None:
+    return session.scalars(select(RecoveryEvent).where(RecoveryEvent.task_id == task_id,
+                                                       RecoveryEvent.resumed_at.is_(None))
+                           .order_by(RecoveryEvent.id.desc())).first()
+
+
+# ---------------------------------------------------------------- blobs and checkpoints
+
+
+def add_blob(session: Session, *, sha256: str, size: int, now: float) -> None:
+    if session.get(Blob, sha256) is None:
+        session.add(Blob(sha256=sha256, size=size, created_at=now))
+        session.flush()
+
+
+def get_blob(session: Session, *, sha256: str) -> Blob | None:
+    return session.get(Blob, sha256)
+
+
+def add_checkpoint(session: Session, *, task: Task, node_id: str, sha256: str, progress: float,
+                   is_result: bool, now: float) -> Checkpoint:
+    checkpoint = Checkpoint(task_id=task.id, node_id=node_id, sha256=sha256, progress=progress,
+                            is_result=is_result, created_at=now)
+    session.add(checkpoint)
+    if is_result:
+        task.result_sha256 = sha256
+    else:
+        task.checkpoint_sha256 = sha256
+        task.checkpoint_progress = max(task.checkpoint_progress, progress)
+    task.progress = max(task.progress, progress)
+    return checkpoint
+
+
+def job_artifact_hashes(session: Session, *, job_id: str) -> list[str]:
+    return list(session.scalars(select(Checkpoint.sha256).join(Task, Task.id == Checkpoint.task_id)
+                                .where(Task.job_id == job_id).distinct()))
+
+
+# ---------------------------------------------------------------- outbox, nonces, leaders
+
+
+def enqueue_chain_action(session: Session, *, kind: str, idempotency_key: str,
+                         payload: dict[str, Any], now: float) -> bool:
+    """Queue a chain action once; False when the key was already queued (exactly-once)."""
+    if session.scalars(select(OutboxAction.id)
+                       .where(OutboxAction.idempotency_key == idempotency_key)).first():
+        return False
+    session.add(OutboxAction(idempotency_key=idempotency_key, kind=kind, payload=payload,
+                             status="pending", attempts=0, created_at=now, updated_at=now))
+    return True
+
+
+def pending_chain_actions(session: Session, *, limit: int = 100) -> list[OutboxAction]:
+    return list(session.scalars(select(OutboxAction).where(OutboxAction.status == "pending")
+                                .order_by(OutboxAction.id).limit(limit)))
+
+
+def claim_nonce(session: Session, *, address: str, nonce: str, expires_at: float) -> bool:
+    """Remember a signed request's nonce; False when it was already used (a replay)."""
+    try:
+        with session.begin_nested():
+            session.add(UsedNonce(address=address, nonce=nonce, expires_at=expires_at))
+    except IntegrityError:
+        return False
+    return True
+
+
+def forget_expired_nonces(session: Session, *, now: float) -> int:
+    result = session.execute(delete(UsedNonce).where(UsedNonce.expires_at < now))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def try_lead(session: Session, *, name: str, holder: str, now: float, ttl_s: float) -> bool:
+    """Take or renew the named leader lease; at most one holder owns it until it lapses."""
+    result = session.execute(
+        update(LeaderLock)
+        .where(LeaderLock.name == name,
+               or_(LeaderLock.holder == holder, LeaderLock.expires_at < now))
+        .values(holder=holder, expires_at=now + ttl_s))
+    if getattr(result, "rowcount", 0):
+        return True
+    try:
+        with session.begin_nested():
+            session.add(LeaderLock(name=name, holder=holder, expires_at=now + ttl_s))
+    except IntegrityError:
+        return False
+    return True
+
+
+def add_telemetry(session: Session, *, node_id: str, samples: Iterable[tuple[str, float, float]]
+                  ) -> None:
+    rows = [{"node_id": node_id, "metric": metric, "at": at, "value": value}
+            for metric, at, value in samples]
+    if rows:
+        session.execute(insert(TelemetrySample), rows)
+
+
+def ping(session: Session) -> None:
+    session.execute(text("SELECT 1"))
+
+
+def bulk_register_nodes(session: Session, *, specs: Sequence[NodeSpec], now: float) -> None:
+    """Insert many new nodes at once (fleet import, benchmarks, simulation)."""
+    providers = sorted({s.provider for s in specs})
+    known = set(session.scalars(select(Provider.address).where(Provider.address.in_(providers))))
+    new = [{"address": p, "created_at": now} for p in providers if p not in known]
+    if new:
+        session.execute(insert(Provider), new)
+    session.execute(insert(Node), [
+        {"id": s.node_id, "provider": s.provider, "gpu_model": s.gpu_model, "vram_gb": s.vram_gb,
+         "compute_capability": s.compute_capability, "region": s.region,
+         "price_per_gpu_hour": s.price_per_gpu_hour, "slots": s.slots, "tier": int(s.tier),
+         "health": NodeHealth.ALIVE.value, "draining": False, "registered_at": now,
+         "last_heartbeat_at": now} for s in specs])
+
+
+def nodes_seen_since(session: Session, *, since: float) -> int:
+    return int(session.scalar(select(func.count()).select_from(Node)
+                              .where(Node.last_heartbeat_at >= since)) or 0)

@@ -1,0 +1,256 @@
+"""SQLAlchemy 2.0 typed models. The schema itself changes only through Alembic migrations.
+
+Times are float unix seconds (the same clock the pure domain takes as a
+parameter), so SQLite and PostgreSQL compare them identically. Token amounts
+are exact integers stored as decimal text: wei overflow BIGINT and SQLite's
+NUMERIC would round them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class TokenAmount(TypeDecorator[int]):
+    """An exact non-negative integer of token units, kept as text."""
+
+    impl = String(80)
+    cache_ok = True
+
+    def process_bind_param(self, value: int | None, dialect: Dialect) -> str | None:
+        return None if value is None else str(int(value))
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> int | None:
+        return None if value is None else int(value)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Provider(Base):
+    __tablename__ = "providers"
+
+    address: Mapped[str] = mapped_column(String(42), primary_key=True)  # checksummed wallet
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    provider: Mapped[str] = mapped_column(ForeignKey("providers.address"), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(64))
+    vram_gb: Mapped[int] = mapped_column(Integer)
+    compute_capability: Mapped[float] = mapped_column(Float)
+    region: Mapped[str] = mapped_column(String(32))
+    price_per_gpu_hour: Mapped[int] = mapped_column(TokenAmount)
+    slots: Mapped[int] = mapped_column(Integer)  # GPU slots 0..slots-1: one live lease each
+    tier: Mapped[int] = mapped_column(Integer, default=1)
+    health: Mapped[str] = mapped_column(String(16), default="alive")
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    registered_at: Mapped[float] = mapped_column(Float)
+    last_heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(66), primary_key=True)  # 0x + bytes32 escrow job id
+    customer: Mapped[str] = mapped_column(String(42), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    spec_hash: Mapped[str] = mapped_column(String(66))
+    amount: Mapped[int] = mapped_column(TokenAmount)
+    deadline: Mapped[float] = mapped_column(Float)
+    priority: Mapped[str] = mapped_column(String(8))
+    merkle_root: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("job_id", "index", name="uq_tasks_job_index"),
+        Index("ix_tasks_status_id", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    index: Mapped[int] = mapped_column(Integer)  # frame number or tile index within the job
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)  # what the agent runs
+    needs: Mapped[dict[str, Any]] = mapped_column(JSON)  # TaskNeeds, serialised
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    node_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)  # fraction done, 0..1
+    checkpoint_progress: Mapped[float] = mapped_column(Float, default=0.0)  # durable fraction
+    checkpoint_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    result_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Lease(Base):
+    """A task on one GPU slot. While `released_at` is NULL the lease is live, and the two
+    partial unique indexes make the database refuse a second live lease on the same slot
+    or for the same task, whatever any orchestrator process believes."""
+
+    __tablename__ = "leases"
+    __table_args__ = (
+        Index("uq_leases_live_slot", "node_id", "slot", unique=True,
+              sqlite_where=text("released_at IS NULL"),
+              postgresql_where=text("released_at IS NULL")),
+        Index("uq_leases_live_task", "task_id", unique=True,
+              sqlite_where=text("released_at IS NULL"),
+              postgresql_where=text("released_at IS NULL")),
+        Index("ix_leases_expires", "expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"))
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id"))
+    slot: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # reserved | active | released
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    released_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    release_reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"))
+    progress: Mapped[float] = mapped_column(Float)
+    is_result: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Blob(Base):
+    __tablename__ = "blobs"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class TelemetrySample(Base):
+    __tablename__ = "telemetry_samples"
+    __table_args__ = (Index("ix_telemetry_node_metric_at", "node_id", "metric", "at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    metric: Mapped[str] = mapped_column(String(32))
+    at: Mapped[float] = mapped_column(Float)
+    value: Mapped[float] = mapped_column(Float)
+
+
+class TelemetryWindow(Base):
+    """Rolled-up samples per node, metric and window: enough for mean, spread and max."""
+
+    __tablename__ = "telemetry_windows"
+
+    node_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(32), primary_key=True)
+    window_start: Mapped[float] = mapped_column(Float, primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+    total: Mapped[float] = mapped_column(Float)
+    total_sq: Mapped[float] = mapped_column(Float)
+    maximum: Mapped[float] = mapped_column(Float)
+
+
+class StatusHistory(Base):
+    __tablename__ = "status_history"
+    __table_args__ = (Index("ix_status_history_entity", "entity", "entity_id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    entity: Mapped[str] = mapped_column(String(8))  # job | task | node
+    entity_id: Mapped[str] = mapped_column(String(66))
+    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_status: Mapped[str] = mapped_column(String(16))
+    at: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text)
+
+
+class OutboxAction(Base):
+    """A chain action written in the same transaction as the state change that causes it;
+    one sender drains it, and the idempotency key keeps it exactly-once."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    kind: Mapped[str] = mapped_column(String(32))  # settle | commit | lock | slash ...
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    tx_hash: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_keys"
+
+    principal: Mapped[str] = mapped_column(String(42), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(66))
+    job_id: Mapped[str] = mapped_column(String(66))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class UsedNonce(Base):
+    """Signed-request nonces already seen; kept until the request would have expired anyway."""
+
+    __tablename__ = "used_nonces"
+
+    address: Mapped[str] = mapped_column(String(42), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(80), primary_key=True)
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class LeaderLock(Base):
+    """One row per periodic job; the holder with an unexpired row runs it."""
+
+    __tablename__ = "leader_locks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
+class RecoveryEvent(Base):
+    """A task moved off a dead or draining node: how long it took and how much work was lost."""
+
+    __tablename__ = "recovery_events"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    from_node: Mapped[str] = mapped_column(String(64))
+    cause: Mapped[str] = mapped_column(String(16))  # dead | drain | lapsed
+    lost_at: Mapped[float] = mapped_column(Float)
+    rework: Mapped[float] = mapped_column(Float)  # fraction of the task redone
+    resumed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    resumed_on: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -1,0 +1,158 @@
+"""The database side of placement: the DB is the arbiter of who holds which GPU slot.
+
+The scheduler decides in memory and commits a whole batch here. The partial unique
+indexes on live leases ((node, slot) and task) refuse any double booking, and the
+task update is conditional on the status the scheduler saw, so a stale view or a
+second orchestrator process can only cause a rollback and a retry, never a double lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from orchestrator.db.crud import node_spec, set_job_status
+from orchestrator.db.models import Job, Lease, Node, StatusHistory, Task
+from orchestrator.domain.lifecycle import (
+    SCHEDULABLE_TASK_STATUSES,
+    JobStatus,
+    TaskStatus,
+    task_transition,
+)
+from orchestrator.domain.types import NodeHealth, NodeSpec
+
+SCHEDULABLE = sorted(s.value for s in SCHEDULABLE_TASK_STATUSES)
+
+
+class PlacementConflict(Exception):
+    """Another placement won a slot or a task first; reload and retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """Nodes that accept work and the slots their live leases already hold."""
+
+    nodes: list[NodeSpec]
+    held: dict[str, set[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingTask:
+    task_id: int
+    job_id: str
+    status: str
+    needs: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    task_id: int
+    job_id: str
+    node_id: str
+    slot: int
+    from_status: str
+
+
+def load_slot_view(session: Session) -> SlotView:
+    nodes = [
+        node_spec(n)
+        for n in session.scalars(
+            select(Node).where(Node.health == NodeHealth.ALIVE.value, Node.draining.is_(False))
+        )
+    ]
+    held: dict[str, set[int]] = {}
+    for node_id, slot in session.execute(
+        select(Lease.node_id, Lease.slot).where(Lease.released_at.is_(None))
+    ):
+        held.setdefault(node_id, set()).add(slot)
+    return SlotView(nodes=nodes, held=held)
+
+
+def waiting_tasks(session: Session, *, limit: int, after_id: int = 0,
+                  lock: bool = True) -> list[WaitingTask]:
+    """Oldest schedulable tasks after `after_id` (a cursor, so tasks no node can take now do
+    not block the queue behind them); on PostgreSQL rows another process is placing are
+    skipped."""
+    query = (
+        select(Task.id, Task.job_id, Task.status, Task.needs)
+        .where(Task.status.in_(SCHEDULABLE), Task.id > after_id)
+        .order_by(Task.id)
+        .limit(limit)
+    )
+    if lock:
+        query = query.with_for_update(skip_locked=True)
+    return [WaitingTask(task_id, job_id, status, needs)
+            for task_id, job_id, status, needs in session.execute(query)]
+
+
+def commit_reservations(
+    session: Session, *, reservations: Sequence[Reservation], now: float, ttl_s: float
+) -> None:
+    """Write one batch of reservations or raise `PlacementConflict` (the caller rolls back)."""
+    if not reservations:
+        return
+    ordered = sorted(reservations, key=lambda r: (r.node_id, r.slot))  # one lock order: no cycles
+    ids = [r.task_id for r in ordered]
+    try:
+        result = session.execute(
+            update(Task)
+            .where(Task.id.in_(ids), Task.status.in_(SCHEDULABLE))
+            .values(status=TaskStatus.RESERVED.value, attempts=Task.attempts + 1, updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        if getattr(result, "rowcount", -1) != len(ids):
+            raise PlacementConflict("a task was taken by another placement")
+        session.execute(
+            update(Task).execution_options(synchronize_session=False),
+            [{"id": r.task_id, "node_id": r.node_id} for r in ordered],
+        )
+        session.execute(
+            insert(Lease),
+            [
+                {
+                    "task_id": r.task_id,
+                    "node_id": r.node_id,
+                    "slot": r.slot,
+                    "state": "reserved",
+                    "created_at": now,
+                    "expires_at": now + ttl_s,
+                }
+                for r in ordered
+            ],
+        )
+        history = []
+        for r in ordered:
+            change = task_transition(
+                TaskStatus(r.from_status),
+                TaskStatus.RESERVED,
+                at=now,
+                reason=f"reserved on {r.node_id} slot {r.slot}",
+            )
+            history.append(
+                {
+                    "entity": "task",
+                    "entity_id": str(r.task_id),
+                    "from_status": change.from_status,
+                    "to_status": change.to_status,
+                    "at": now,
+                    "reason": change.reason,
+                }
+            )
+        session.execute(insert(StatusHistory), history)
+        _mark_jobs_scheduled(session, job_ids={r.job_id for r in ordered}, now=now)
+        session.flush()
+    except DBAPIError as exc:  # unique violation, deadlock, serialisation, busy
+        raise PlacementConflict(str(exc.orig)) from exc
+
+
+def _mark_jobs_scheduled(session: Session, *, job_ids: set[str], now: float) -> None:
+    """A funded job becomes scheduled with its first placed task."""
+    for job in session.scalars(select(Job).where(Job.id.in_(sorted(job_ids)),
+                                                 Job.status == JobStatus.FUNDED.value)):
+        set_job_status(session, job=job, target=JobStatus.SCHEDULED, now=now,
+                       reason="first task placed")

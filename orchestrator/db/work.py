@@ -1,0 +1,307 @@
+"""What happens to tasks, leases and jobs as nodes pull, run, checkpoint, finish and vanish.
+
+Each function is one transaction's worth of change on the caller's session; every
+status move goes through the domain tables. Errors are `WorkError` with a stable code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from orchestrator.chain.views import EscrowedJob, EscrowStatus
+from orchestrator.db import crud
+from orchestrator.db.models import Job, Lease, Node, Task
+from orchestrator.db.placement import (
+    PlacementConflict,
+    Reservation,
+    WaitingTask,
+    commit_reservations,
+    waiting_tasks,
+)
+from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.domain.lifecycle import (
+    JOB_TRANSITIONS,
+    TASK_TRANSITIONS,
+    DomainError,
+    JobStatus,
+    StatusChange,
+    TaskStatus,
+)
+from orchestrator.domain.matching import eligible
+from orchestrator.domain.merkle import MerkleTree
+from orchestrator.domain.types import NodeHealth, NodeSpec
+
+MAX_ATTEMPTS = 5  # placements per task before it fails for good
+
+
+class WorkError(DomainError):
+    def __init__(self, code: str, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryRecord:
+    task_id: int
+    seconds: float  # death/drain -> running elsewhere
+    rework: float
+
+
+def pull_lease(session: Session, *, node: Node, now: float,
+               reservation_ttl_s: float) -> Lease | None:
+    """The oldest unstarted reservation of this node, else a new one on a free slot."""
+    reserved = session.scalars(select(Lease).where(
+        Lease.node_id == node.id, Lease.released_at.is_(None), Lease.state == "reserved")
+        .order_by(Lease.id)).first()
+    if reserved is not None:
+        return reserved
+    if node.draining or node.health != NodeHealth.ALIVE.value:
+        return None
+    held = {lease.slot for lease in crud.live_leases(session, node_id=node.id)}
+    free = [slot for slot in range(node.slots) if slot not in held]
+    if not free:
+        return None
+    spec = crud.node_spec(node)
+    for task in _eligible_waiting(session, spec=spec):
+        try:
+            with session.begin_nested():
+                commit_reservations(session, reservations=[Reservation(
+                    task.task_id, task.job_id, node.id, free[0], task.status)],
+                    now=now, ttl_s=reservation_ttl_s)
+        except PlacementConflict:
+            return None  # another placement won the slot or task; the agent pulls again
+        session.expire_all()
+        return crud.live_lease_for_task(session, task_id=task.task_id)
+    return None
+
+
+def _eligible_waiting(session: Session, *, spec: NodeSpec, page: int = 200,
+                      pages: int = 10) -> Iterator[WaitingTask]:
+    """Waiting tasks this node may run, oldest first, looking a bounded way down the queue."""
+    after = 0
+    for _ in range(pages):
+        batch = waiting_tasks(session, limit=page, after_id=after)
+        for task in batch:
+            if eligible(spec, crud.needs_from_json(task.needs)):
+                yield task
+        if len(batch) < page:
+            return
+        after = batch[-1].task_id
+
+
+def held_lease(session: Session, *, task_id: int, node_id: str) -> tuple[Task, Lease]:
+    task = session.get(Task, task_id)
+    if task is None:
+        raise WorkError("task_not_found", f"no task {task_id}", 404)
+    lease = crud.live_lease_for_task(session, task_id=task_id)
+    if lease is None or lease.node_id != node_id:
+        raise WorkError("lease_not_held", f"node {node_id} holds no live lease on task {task_id}")
+    return task, lease
+
+
+def report_progress(session: Session, *, task_id: int, node_id: str, progress: float,
+                    now: float, lease_ttl_s: float) -> tuple[Task, RecoveryRecord | None]:
+    """The first report starts the task (reserved -> running); every report renews the lease."""
+    task, lease = held_lease(session, task_id=task_id, node_id=node_id)
+    recovery = None
+    if task.status == TaskStatus.RESERVED.value:
+        crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
+                             reason=f"started on {node_id}")
+        lease.state = "active"
+        job = session.get(Job, task.job_id)
+        assert job is not None
+        if job.status == JobStatus.SCHEDULED.value:
+            crud.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
+                                reason="first task started")
+        event = crud.open_recovery(session, task_id=task.id)
+        if event is not None:
+            event.resumed_at = now
+            event.resumed_on = node_id
+            recovery = RecoveryRecord(task.id, now - event.lost_at, event.rework)
+    task.progress = max(task.progress, progress)
+    task.node_id = node_id
+    lease.expires_at = now + lease_ttl_s
+    return task, recovery
+
+
+def add_checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str,
+                   progress: float, now: float) -> Task:
+    task, _ = held_lease(session, task_id=task_id, node_id=node_id)
+    if task.status != TaskStatus.RUNNING.value:
+        raise WorkError("task_not_running", "checkpoints are taken while running")
+    if crud.get_blob(session, sha256=sha256) is None:
+        raise WorkError("blob_missing", "upload the checkpoint blob first", 404)
+    crud.add_checkpoint(session, task=task, node_id=node_id, sha256=sha256, progress=progress,
+                        is_result=False, now=now)
+    return task
+
+
+def complete_task(session: Session, *, task_id: int, node_id: str, result_sha256: str,
+                  now: float) -> Task:
+    task, lease = held_lease(session, task_id=task_id, node_id=node_id)
+    if crud.get_blob(session, sha256=result_sha256) is None:
+        raise WorkError("blob_missing", "upload the result blob first", 404)
+    crud.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
+                         reason=f"completed on {node_id}")
+    crud.add_checkpoint(session, task=task, node_id=node_id, sha256=result_sha256, progress=1.0,
+                        is_result=True, now=now)
+    crud.release_lease(session, lease=lease, now=now, reason="completed")
+    session.flush()
+    job = session.get(Job, task.job_id)
+    assert job is not None
+    counts = crud.task_counts(session, job_id=job.id)
+    if set(counts) == {TaskStatus.DONE.value}:
+        job.merkle_root = job_merkle_root(session, job_id=job.id)
+        crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
+                            reason="all tasks done")
+    return task
+
+
+def job_merkle_root(session: Session, *, job_id: str) -> str | None:
+    """Root over every checkpoint and result hash of the job (sha256 digests as leaves)."""
+    hashes = crud.job_artifact_hashes(session, job_id=job_id)
+    if not hashes:
+        return None
+    return "0x" + MerkleTree.build([bytes.fromhex(h) for h in hashes]).root.hex()
+
+
+def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now: float) -> Task:
+    """start_failed: the slot is freed at once; drain: the task moves (after its checkpoint);
+    error: retried elsewhere until the attempt budget is spent."""
+    task, lease = held_lease(session, task_id=task_id, node_id=node_id)
+    if reason == "error" and task.attempts >= MAX_ATTEMPTS:
+        crud.release_lease(session, lease=lease, now=now, reason="failed")
+        crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+                             reason=f"failed {task.attempts} times")
+        job = session.get(Job, task.job_id)
+        assert job is not None
+        if JobStatus.FAILED in JOB_TRANSITIONS[JobStatus(job.status)]:
+            crud.set_job_status(session, job=job, target=JobStatus.FAILED, now=now,
+                                reason=f"task {task.id} failed for good")
+        return task
+    cause = "drain" if reason == "drain" else None
+    crud.requeue_task(session, task=task, lease=lease, now=now, reason=reason, cause=cause)
+    return task
+
+
+def drain_node(session: Session, *, node: Node, now: float) -> int:
+    """No new leases; unstarted reservations go back at once. Running tasks keep their lease
+    until the agent checkpoints and reports `fail(drain)`. Returns reservations released."""
+    if not node.draining:
+        crud.record_change(session, entity_id=node.id, change=StatusChange(
+            "node", node.health, "draining", now, "graceful drain requested"))
+    node.draining = True
+    released = 0
+    for lease in crud.live_leases(session, node_id=node.id):
+        if lease.state == "reserved":
+            task = session.get(Task, lease.task_id)
+            assert task is not None
+            crud.requeue_task(session, task=task, lease=lease, now=now, reason="node draining",
+                              cause=None)
+            released += 1
+    return released
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    expired_leases: int
+    dead_nodes: list[str]
+    revoked: int
+
+
+def sweep(session: Session, *, detector: PhiAccrualDetector, now: float) -> SweepResult:
+    """One reconcile pass: sync heartbeats from the DB into the detector (any replica may have
+    received them), act on its verdicts, then release lapsed leases."""
+    nodes = list(session.scalars(select(Node)))
+    for node in nodes:
+        if node.last_heartbeat_at is not None:
+            detector.heartbeat(node.id, node.last_heartbeat_at)
+    dead: list[str] = []
+    revoked = 0
+    for node in nodes:
+        if node.id not in detector:
+            continue
+        verdict = detector.health(node.id, now)
+        if verdict is NodeHealth.DEAD and node.health != NodeHealth.DEAD.value:
+            dead.append(node.id)
+            revoked += crud.revoke_node_leases(session, node_id=node.id, now=now, cause="dead")
+        crud.set_node_health(session, node=node, health=verdict, now=now, reason="detector")
+    expired = crud.expire_leases(session, now=now)
+    expire_overdue_jobs(session, now=now)
+    return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked)
+
+
+OPEN_JOB_STATUSES = (JobStatus.SUBMITTED, JobStatus.FUNDED, JobStatus.SCHEDULED, JobStatus.RUNNING)
+
+
+def expire_overdue_jobs(session: Session, *, now: float) -> list[str]:
+    """Jobs past their deadline stop: leases are released and unfinished tasks fail, so no
+    slot stays held for work nobody will pay for (the escrow refund is the chain's side)."""
+    overdue = list(session.scalars(select(Job).where(
+        Job.status.in_([s.value for s in OPEN_JOB_STATUSES]), Job.deadline < now)))
+    for job in overdue:
+        for task in crud.job_tasks(session, job_id=job.id):
+            if TaskStatus.FAILED not in TASK_TRANSITIONS[TaskStatus(task.status)]:
+                continue
+            lease = crud.live_lease_for_task(session, task_id=task.id)
+            if lease is not None:
+                crud.release_lease(session, lease=lease, now=now, reason="job expired")
+            crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+                                 reason="job deadline passed")
+        crud.set_job_status(session, job=job, target=JobStatus.EXPIRED, now=now,
+                            reason="deadline passed")
+    return [job.id for job in overdue]
+
+
+def accept_job(session: Session, *, job: Job, now: float) -> bool:
+    """Verified: pay providers by tasks delivered, via the chain outbox, exactly once."""
+    crud.set_job_status(session, job=job, target=JobStatus.COMPLETED, now=now,
+                        reason="verification passed")
+    tasks = crud.job_tasks(session, job_id=job.id)
+    delivered: dict[str, int] = {}
+    for task in tasks:
+        crud.set_task_status(session, task=task, target=TaskStatus.VERIFIED, now=now,
+                             reason="job accepted")
+        node = session.get(Node, task.node_id) if task.node_id else None
+        if node is not None:
+            delivered[node.provider] = delivered.get(node.provider, 0) + 1
+    providers = sorted(delivered)
+    payouts = [job.amount * delivered[p] // len(tasks) for p in providers]
+    queued = crud.enqueue_chain_action(
+        session, kind="settle", idempotency_key=f"settle:{job.id}", now=now,
+        payload={"job_id": job.id, "providers": providers, "payouts": [str(p) for p in payouts],
+                 "merkle_root": job.merkle_root})
+    crud.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
+                        reason="settlement queued")
+    return queued
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementSync:
+    settled: list[tuple[str, float]]  # (job id, seconds from settlement queued to seen on chain)
+    diverged: list[str]  # jobs the chain closed some other way (e.g. reclaimed)
+
+
+def sync_settlements(session: Session, *, read_escrow: Callable[[bytes], EscrowedJob | None],
+                     now: float) -> SettlementSync:
+    """Passive sync of settling jobs against the escrow: confirm settlements the chain shows,
+    and flag any job whose chain state disagrees with ours (execution/settlement divergence)."""
+    settled: list[tuple[str, float]] = []
+    diverged: list[str] = []
+    for job in session.scalars(select(Job).where(Job.status == JobStatus.SETTLING.value)):
+        escrowed = read_escrow(bytes.fromhex(job.id[2:]))
+        if escrowed is None or escrowed.status == EscrowStatus.FUNDED:
+            continue  # the settlement transaction has not landed yet
+        if escrowed.status == EscrowStatus.SETTLED:
+            lag = now - job.updated_at
+            crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now,
+                                reason="settlement confirmed on chain")
+            settled.append((job.id, lag))
+        else:
+            diverged.append(job.id)
+    return SettlementSync(settled=settled, diverged=diverged)

@@ -1,0 +1,58 @@
+"""Which nodes may run a task (`eligible`) and in what order to try them (`rank`).
+
+The score is pluggable (`ScoreFn`, higher is better) so Predictive Latency
+Staking can replace `cheapest_first` without touching the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds, Tier
+
+ScoreFn = Callable[[NodeSpec, TaskNeeds], float]
+
+MIN_TIER_FOR_PRIORITY: dict[Priority, Tier] = {
+    Priority.LOW: Tier.BACKGROUND,  # demoted nodes may still take background work
+    Priority.NORMAL: Tier.STANDARD,
+    Priority.HIGH: Tier.HIGH,  # needs a fresh PoPW handshake
+}
+
+
+def eligible(node: NodeSpec, needs: TaskNeeds) -> bool:
+    """Hard constraints only: a node that fails one can never run the task."""
+    if node.vram_gb < needs.min_vram_gb:
+        return False
+    if needs.gpu_models is not None and node.gpu_model not in needs.gpu_models:
+        return False
+    if needs.regions is not None and node.region not in needs.regions:
+        return False
+    if needs.max_price_per_gpu_hour is not None and (
+        node.price_per_gpu_hour > needs.max_price_per_gpu_hour
+    ):
+        return False
+    return node.tier >= MIN_TIER_FOR_PRIORITY[needs.priority]
+
+
+def cheapest_first(node: NodeSpec, needs: TaskNeeds) -> float:
+    """Default score until PLS plugs in: the customer pays less on a cheaper node."""
+    return -float(node.price_per_gpu_hour)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node as the scheduler sees it right now: its spec and how many slots are free."""
+
+    spec: NodeSpec
+    free_slots: int
+
+
+def rank(
+    candidates: Iterable[Candidate], needs: TaskNeeds, score: ScoreFn = cheapest_first
+) -> list[Candidate]:
+    """Eligible candidates with a free slot, best first; ties go to the emptier node
+    (spreads load), then to the node id so the order is deterministic."""
+    usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
+    usable.sort(key=lambda c: (-score(c.spec, needs), -c.free_slots, c.spec.node_id))
+    return usable

@@ -1,0 +1,112 @@
+"""The orchestrator service: `uvicorn orchestrator.main:app` (or `mesh orchestrator serve`)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy.orm import Session
+
+from orchestrator.api.deps import AppContext, EscrowReader, escrow_provider
+from orchestrator.api.errors import install_error_handlers
+from orchestrator.api.limits import BodyLimit
+from orchestrator.api.routes import admin, blobs, health, jobs, nodes, tasks
+from orchestrator.config import Settings, get_settings
+from orchestrator.db import crud, work
+from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
+from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
+from orchestrator.storage.blobs import BlobStore
+from orchestrator.telemetry.heartbeats import HeartbeatBuffer
+from orchestrator.telemetry.logs import configure_logging
+from orchestrator.telemetry.metrics import MeshMetrics
+
+log = logging.getLogger("orchestrator")
+API_PREFIX = "/v1"
+
+
+def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
+    def sweep(session: Session, now: float) -> None:
+        result = work.sweep(session, detector=ctx.detector, now=now)
+        ctx.metrics.node_failures.inc(len(result.dead_nodes))
+        ctx.metrics.retries.labels("lapsed").inc(result.expired_leases)
+        ctx.metrics.retries.labels("dead").inc(result.revoked)
+        if result.dead_nodes:
+            log.warning("nodes declared dead: %s (%d tasks moved)", result.dead_nodes,
+                        result.revoked)
+
+    def forget_nonces(session: Session, now: float) -> None:
+        crud.forget_expired_nonces(session, now=now)
+
+    def escrow_sync(session: Session, now: float) -> None:
+        reader = escrow_provider(ctx)  # connects on first use: only when a job is settling
+        result = work.sync_settlements(
+            session, read_escrow=lambda job_id: reader().escrowed_job(job_id), now=now)
+        for _, lag in result.settled:
+            ctx.metrics.settlement_lag.observe(lag)
+        ctx.metrics.divergence.inc(len(result.diverged))
+        if result.diverged:
+            log.error("chain state diverges from ours for jobs %s", result.diverged)
+
+    return [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
+            PeriodicJob("nonce-gc", 60.0, forget_nonces),
+            PeriodicJob("escrow-sync", 5.0, escrow_sync)]
+
+
+def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader | None = None,
+               clock: Callable[[], float] = time.time) -> FastAPI:
+    """Build one app instance; everything it owns hangs off `app.state.ctx`."""
+    settings = settings or get_settings()
+    engine = make_engine(settings.sqlalchemy_url)
+    factory = make_session_factory(engine)
+    secret = (settings.session_secret.get_secret_value().encode() if settings.session_secret
+              else secrets.token_bytes(32))
+    ctx = AppContext(
+        settings=settings, factory=factory, blobs=BlobStore(settings.data_dir / "blobs"),
+        metrics=MeshMetrics(),
+        heartbeats=HeartbeatBuffer(factory, lease_ttl_s=settings.lease_ttl_s,
+                                   flush_every_s=settings.heartbeat_flush_s),
+        detector=PhiAccrualDetector(), session_secret=secret, escrow_reader=escrow_reader,
+        clock=clock)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.json_logs:
+            configure_logging()
+        upgrade_to_head(engine)
+        ctx.heartbeats.start()
+        scheduler = LeaderRunner(factory).start(_periodic_jobs(ctx)) \
+            if settings.periodic_enabled else None
+        log.info("orchestrator up (db=%s, chain=%d)", engine.url.render_as_string(),
+                 settings.chain_id)  # render_as_string hides any password
+        try:
+            yield
+        finally:
+            if scheduler is not None:
+                scheduler.shutdown(wait=False)
+            await ctx.heartbeats.stop()
+            engine.dispose()
+
+    app = FastAPI(title="DePIN Mesh orchestrator", version="0.1.0", lifespan=lifespan)
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    for module in (nodes, tasks, jobs, blobs, admin):
+        app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(health.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       stream_prefix=f"{API_PREFIX}/blobs/")
+    return app
+
+
+def __getattr__(name: str) -> FastAPI:
+    """`orchestrator.main:app` is built on first access, so importing this module (tests,
+    the CLI) does not open a database."""
+    if name == "app":
+        application = create_app()
+        globals()["app"] = application
+        return application
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""Placement of tasks on GPU slots and the periodic reconcile work around it."""

@@ -1,0 +1,1 @@
+"""Content-addressed blobs (checkpoints, results, inputs) on local disk."""

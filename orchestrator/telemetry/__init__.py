@@ -1,0 +1,1 @@
+"""Heartbeat ingest and Prometheus metrics."""

@@ -1,0 +1,95 @@
+"""Shared DB fixtures: every DB test runs on SQLite and on PostgreSQL.
+
+PostgreSQL is skipped only when MESH_TEST_POSTGRES_URL is unset AND no server
+answers on the default URL; in CI the variable is set, so an unreachable server
+fails loudly instead of silently shrinking the suite. Each test session works in
+its own throwaway PostgreSQL database so parallel runs never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, delete, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db.models import Base
+from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
+
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _postgres_base_url() -> str | None:
+    configured = os.environ.get("MESH_TEST_POSTGRES_URL")
+    url = configured or DEFAULT_POSTGRES_URL
+    try:
+        probe = create_engine(url, connect_args={"connect_timeout": 3})
+        with probe.connect():
+            pass
+        probe.dispose()
+    except Exception as exc:
+        if configured:
+            raise RuntimeError(f"MESH_TEST_POSTGRES_URL is set but unreachable: {exc}") from exc
+        return None
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh database created for this test session and dropped after it."""
+    base = _postgres_base_url()
+    if base is None:
+        pytest.skip("no PostgreSQL server (set MESH_TEST_POSTGRES_URL to require one)")
+    name = f"mesh_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(base).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path: Path = tmp_path_factory.mktemp("db") / "mesh.db"
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="session")
+def _migrated(request: pytest.FixtureRequest) -> dict[str, Engine]:
+    return {}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, _migrated: dict[str, Engine]) -> Iterator[str]:
+    """A migrated, empty database of each backend; rows are wiped after every test."""
+    backend: str = request.param
+    url: str = request.getfixturevalue(f"{backend}_url" if backend == "sqlite" else "postgres_url")
+    engine = _migrated.get(url)
+    if engine is None:
+        engine = make_engine(url)
+        upgrade_to_head(engine)
+        _migrated[url] = engine
+    yield url
+    with engine.begin() as conn:
+        for table in reversed(Base.metadata.sorted_tables):
+            conn.execute(delete(table))
+
+
+@pytest.fixture
+def engine(db_url: str, _migrated: dict[str, Engine]) -> Engine:
+    return _migrated[db_url]
+
+
+@pytest.fixture
+def factory(engine: Engine) -> sessionmaker[Session]:
+    return make_session_factory(engine)

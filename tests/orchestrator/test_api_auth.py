@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from apiclient import Wallet
+from conftest import LiveNode, VirtualClock, registration
+from fastapi.testclient import TestClient
+
+
+def test_register_node_withValidSignature_ownsTheNode(new_wallet: Callable[[], Wallet]) -> None:
+    wallet = new_wallet()
+    response = wallet.send("POST", "/v1/nodes", registration("gpu-1"))
+    assert response.status_code == 200, response.text
+    assert response.json()["provider"] == wallet.address
+
+
+def test_replayed_request_isRefused(new_wallet: Callable[[], Wallet],
+                                    client: TestClient) -> None:
+    wallet = new_wallet()
+    body = b'{"node_id":"gpu-1","gpu_model":"A","vram_gb":8,"compute_capability":8,' \
+           b'"region":"eu","price_per_gpu_hour":1,"slots":1}'
+    headers = wallet.headers("POST", "/v1/nodes", body) | {"content-type": "application/json"}
+    assert client.post("/v1/nodes", content=body, headers=headers).status_code == 200
+    again = client.post("/v1/nodes", content=body, headers=headers)
+    assert again.status_code == 401
+    assert again.json()["error"]["code"] == "nonce_replayed"
+
+
+def test_expired_signature_isRefused(new_wallet: Callable[[], Wallet],
+                                     clock: VirtualClock) -> None:
+    response = new_wallet().send("POST", "/v1/nodes", registration("gpu-1"),
+                                 expiry=int(clock()) - 1)
+    assert (response.status_code, response.json()["error"]["code"]) == (401, "signature_expired")
+
+
+def test_far_future_expiry_isRefused(new_wallet: Callable[[], Wallet],
+                                     clock: VirtualClock) -> None:
+    response = new_wallet().send("POST", "/v1/nodes", registration("gpu-1"),
+                                 expiry=int(clock()) + 10**6)
+    assert response.json()["error"]["code"] == "expiry_too_far"
+
+
+def test_wrong_chain_id_isRefused(new_wallet: Callable[[], Wallet]) -> None:
+    response = new_wallet().send("POST", "/v1/nodes", registration("gpu-1"), chain_id=1)
+    assert (response.status_code, response.json()["error"]["code"]) == (401, "wrong_chain")
+
+
+def test_signature_for_another_orchestrator_isRefused(new_wallet: Callable[[], Wallet]) -> None:
+    response = new_wallet().send("POST", "/v1/nodes", registration("gpu-1"),
+                                 orchestrator_id="someone-else")
+    assert response.json()["error"]["code"] == "signature_mismatch"
+
+
+def test_forged_signature_forAnotherAddress_isRefused(new_wallet: Callable[[], Wallet],
+                                                      client: TestClient) -> None:
+    victim, forger = new_wallet(), new_wallet()
+    body = b"{}"
+    headers = forger.headers("POST", "/v1/nodes", body)
+    headers["x-mesh-address"] = victim.address
+    response = client.post("/v1/nodes", content=body, headers=headers)
+    assert (response.status_code, response.json()["error"]["code"]) == (401, "signature_mismatch")
+
+
+def test_signature_over_another_body_isRefused(new_wallet: Callable[[], Wallet],
+                                               client: TestClient) -> None:
+    wallet = new_wallet()
+    headers = wallet.headers("POST", "/v1/nodes", b'{"node_id":"a"}')
+    response = client.post("/v1/nodes", content=b'{"node_id":"b"}', headers=headers)
+    assert response.json()["error"]["code"] == "signature_mismatch"
+
+
+def test_missing_signature_isRefused(client: TestClient) -> None:
+    response = client.post("/v1/nodes", json=registration("gpu-1"))
+    assert (response.status_code, response.json()["error"]["code"]) == (401, "signature_missing")
+
+
+def test_registering_another_providers_node_isForbidden(
+        live_node: Callable[..., LiveNode], new_wallet: Callable[[], Wallet]) -> None:
+    live_node("gpu-1")
+    response = new_wallet().send("POST", "/v1/nodes", registration("gpu-1"))
+    assert (response.status_code, response.json()["error"]["code"]) == (403, "node_not_owned")
+
+
+def test_login_for_another_providers_node_isForbidden(
+        live_node: Callable[..., LiveNode], new_wallet: Callable[[], Wallet]) -> None:
+    live_node("gpu-1")
+    response = new_wallet().send("POST", "/v1/auth/login", {"node_id": "gpu-1"})
+    assert response.status_code == 403
+
+
+def test_heartbeat_withSessionToken_isAccepted(live_node: Callable[..., LiveNode]) -> None:
+    node = live_node("gpu-1")
+    assert node.post("/v1/nodes/gpu-1/heartbeat").json() == {"ok": True}
+
+
+def test_heartbeat_withTamperedOrForeignToken_isRefused(
+        live_node: Callable[..., LiveNode], client: TestClient) -> None:
+    node = live_node("gpu-1")
+    live_node("gpu-2")
+    tampered = node.token[:-2] + ("AA" if not node.token.endswith("AA") else "BB")
+    bad = client.post("/v1/nodes/gpu-1/heartbeat", headers={"authorization": f"Bearer {tampered}"})
+    assert (bad.status_code, bad.json()["error"]["code"]) == (401, "token_invalid")
+    foreign = client.post("/v1/nodes/gpu-2/heartbeat", headers=node.auth)
+    assert (foreign.status_code, foreign.json()["error"]["code"]) == (403, "token_wrong_node")
+    assert client.post("/v1/nodes/gpu-1/heartbeat").status_code == 401
+
+
+def test_session_token_expires(live_node: Callable[..., LiveNode], clock: VirtualClock) -> None:
+    node = live_node("gpu-1")
+    clock.advance(10_000)
+    response = node.post("/v1/nodes/gpu-1/heartbeat")
+    assert (response.status_code, response.json()["error"]["code"]) == (401, "token_expired")
+
+
+def test_oversized_body_isRefusedBeforeParsing(client: TestClient) -> None:
+    response = client.post("/v1/nodes", content=b"x" * 70_000,
+                           headers={"content-type": "application/json"})
+    assert (response.status_code, response.json()["error"]["code"]) == (413, "body_too_large")
+
+
+def test_admin_routes_needTheAdminKey(client: TestClient) -> None:
+    assert client.post("/v1/admin/sweep").status_code == 403
+    wrong = client.post("/v1/admin/sweep", headers={"x-admin-key": "nope"})
+    assert wrong.json()["error"]["code"] == "admin_key_invalid"
+    assert client.post("/v1/admin/sweep", headers={"x-admin-key": "test-admin-key"}
+                       ).status_code == 200
+
+
+def test_healthz_and_metrics_answer(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert "mesh_placements_total" in client.get("/metrics").text

@@ -1,0 +1,29 @@
+"""Smoke runs of the benchmarks at toy scale: they produce the documented JSON and really
+place / ingest (the full-scale numbers come from `mesh bench schedule|ingest`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.bench import ingest, schedule
+
+
+def test_schedule_bench_places_every_placeable_task_on_sqlite() -> None:
+    result = schedule.run(nodes=40, tasks=200, backends=["sqlite"])["sqlite"]
+    assert result["placements"] + result["unplaced"] == 200
+    assert result["placements"] >= 150
+    assert result["placements_per_s"] > 0 and result["p99_ms"] >= result["p50_ms"] >= 0
+
+
+@pytest.mark.postgres
+def test_schedule_bench_runs_on_postgresql(postgres_url: str) -> None:
+    result = schedule.run(nodes=40, tasks=200, backends=["postgresql"])["postgresql"]
+    assert result["placements"] >= 150 and result["conflicts"] == 0
+
+
+@pytest.mark.slow
+def test_ingest_bench_lands_every_nodes_heartbeat_in_the_db() -> None:
+    result = ingest.run(nodes=50, seconds=1.0)
+    assert result["errors"] == 0
+    assert result["nodes_with_heartbeat_in_db"] == 50
+    assert result["heartbeats_per_s"] > 0

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import Engine, inspect, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db import crud
+from orchestrator.db.models import Base, Job, Lease
+from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
+from orchestrator.scheduling.placer import Placer
+from orchestrator.telemetry.heartbeats import HeartbeatBuffer
+
+NodeMaker = Callable[..., list[str]]
+JobMaker = Callable[..., str]
+
+
+def test_migrations_build_exactly_the_models(engine: Engine) -> None:
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == []
+    assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
+
+
+def test_sqlite_runs_in_wal_mode(engine: Engine) -> None:
+    if engine.dialect.name != "sqlite":
+        return
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_token_amounts_beyond_64_bits_round_trip_exactly(
+        factory: sessionmaker[Session], make_job: JobMaker) -> None:
+    job_id = make_job(1)
+    with factory.begin() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        job.amount = 2**255 + 12345
+    with factory() as session:
+        assert session.scalar(select(Job.amount).where(Job.id == job_id)) == 2**255 + 12345
+
+
+def test_refused_transition_changes_nothing(factory: sessionmaker[Session],
+                                            make_job: JobMaker) -> None:
+    job_id = make_job(1)
+    with factory() as session:
+        job = crud.get_job(session, job_id=job_id)
+        assert job is not None
+        try:
+            crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=1.0, reason="x")
+        except InvalidTransition:
+            session.rollback()
+    with factory() as session:
+        assert session.scalar(select(Job.status).where(Job.id == job_id)) == "funded"
+        assert [h.to_status for h in crud.status_history(session, entity="job",
+                                                         entity_id=job_id)] == ["funded"]
+
+
+def test_nonce_is_accepted_once(factory: sessionmaker[Session]) -> None:
+    with factory.begin() as session:
+        assert crud.claim_nonce(session, address="0x" + "1" * 40, nonce="7", expires_at=10)
+    with factory.begin() as session:
+        assert not crud.claim_nonce(session, address="0x" + "1" * 40, nonce="7", expires_at=10)
+        assert crud.claim_nonce(session, address="0x" + "2" * 40, nonce="7", expires_at=10)
+    with factory.begin() as session:
+        assert crud.forget_expired_nonces(session, now=11) == 2
+
+
+def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[Session]) -> None:
+    for _ in range(2):
+        with factory.begin() as session:
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key="settle:0x1",
+                                      payload={"job": "0x1"}, now=0.0)
+    with factory() as session:
+        assert len(crud.pending_chain_actions(session)) == 1
+
+
+def test_heartbeat_buffer_writes_a_batch_and_renews_started_leases_only(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    nodes = make_nodes(3, slots=1)
+    make_job(3)
+    Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all()
+    with factory.begin() as session:
+        for lease in crud.live_leases(session):
+            if lease.node_id == nodes[0]:
+                lease.state = "active"
+    buffer = HeartbeatBuffer(factory, lease_ttl_s=60, flush_every_s=0.1)
+    buffer.record(nodes[0], 100.0)
+    buffer.record(nodes[0], 105.0)
+    buffer.record(nodes[2], 104.0)  # beating, but its reservation was never started
+    assert buffer.flush() == 2
+    assert buffer.flush() == 0
+    with factory() as session:
+        node = crud.get_node(session, node_id=nodes[0])
+        assert node is not None and node.last_heartbeat_at == 105.0
+        expiry = dict(session.execute(select(Lease.node_id, Lease.expires_at)).all())
+        assert expiry == {nodes[0]: 165.0, nodes[1]: 30.0, nodes[2]: 30.0}
+
+
+def test_lapsed_running_lease_records_the_work_lost(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    make_nodes(1, slots=1)
+    make_job(1)
+    (placed,) = Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all().placed
+    with factory.begin() as session:
+        task = crud.job_tasks(session, job_id=placed.job_id)[0]
+        crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=1.0, reason="go")
+        task.progress, task.checkpoint_progress = 0.9, 0.6
+    with factory.begin() as session:
+        assert crud.expire_leases(session, now=31.0) == 1
+    with factory() as session:
+        (event,) = crud.recovery_events(session, task_id=placed.task_id)
+        assert event.cause == "lapsed" and abs(event.rework - 0.3) < 1e-9
+

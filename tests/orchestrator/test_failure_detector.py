@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchestrator.domain.failure_detector import DetectorConfig, PhiAccrualDetector
+from orchestrator.domain.types import NodeHealth
+
+CFG = DetectorConfig(grace_s=10.0)
+
+
+def steady(detector: PhiAccrualDetector, node_id: str, until: float, every: float = 1.0) -> float:
+    now = 0.0
+    while now <= until:
+        detector.heartbeat(node_id, now)
+        now += every
+    return now - every
+
+
+def test_regular_node_is_alive_between_heartbeats() -> None:
+    detector = PhiAccrualDetector(CFG)
+    last = steady(detector, "n", 60)
+    assert detector.health("n", last + 1.0) is NodeHealth.ALIVE
+
+
+def test_phi_grows_with_silence_and_passes_suspect_before_dead() -> None:
+    detector = PhiAccrualDetector(CFG)
+    last = steady(detector, "n", 60)
+    phis = [detector.phi("n", last + gap) for gap in (1, 3, 4, 5, 10)]
+    assert phis == sorted(phis) and phis[-1] > phis[0]
+    verdicts = [detector.health("n", last + gap) for gap in range(1, 30)]
+    first_suspect = verdicts.index(NodeHealth.SUSPECT)
+    first_dead = verdicts.index(NodeHealth.DEAD)
+    assert first_suspect < first_dead
+
+
+def test_jittery_node_gets_more_slack_than_a_regular_one() -> None:
+    regular, jittery = PhiAccrualDetector(CFG), PhiAccrualDetector(CFG)
+    steady(regular, "n", 100)
+    now = 0.0
+    for i in range(100):
+        jittery.heartbeat("n", now)
+        now += 0.2 if i % 2 else 1.8  # same mean (1 s), wide spread
+    last = now - 0.2
+    assert jittery.phi("n", last + 4.0) < regular.phi("n", 100.0 + 4.0)
+
+
+def test_grace_period_keeps_a_new_node_from_being_called_dead() -> None:
+    detector = PhiAccrualDetector(DetectorConfig(grace_s=60.0))
+    detector.heartbeat("n", 0.0)
+    assert detector.health("n", 30.0) is NodeHealth.SUSPECT
+    assert detector.health("n", 61.0) is NodeHealth.DEAD
+
+
+def test_node_back_from_the_dead_is_alive_with_a_fresh_history() -> None:
+    detector = PhiAccrualDetector(CFG)
+    last = steady(detector, "n", 60)
+    assert detector.health("n", last + 100) is NodeHealth.DEAD
+    detector.heartbeat("n", last + 100)
+    detector.heartbeat("n", last + 101)
+    assert detector.health("n", last + 101.5) is NodeHealth.ALIVE
+
+
+def test_draining_node_takes_no_new_work_but_stays_alive() -> None:
+    detector = PhiAccrualDetector(CFG)
+    steady(detector, "n", 10)
+    detector.drain("n")
+    assert detector.health("n", 10.5) is NodeHealth.ALIVE
+    assert not detector.accepts_work("n", 10.5)
+    detector.undrain("n")
+    assert detector.accepts_work("n", 10.5)
+
+
+def test_unknown_node_is_an_error() -> None:
+    with pytest.raises(KeyError):
+        PhiAccrualDetector().phi("ghost", 0.0)
+
+
+def test_sweep_of_ten_thousand_nodes_is_fast() -> None:
+    detector = PhiAccrualDetector(CFG)
+    for beat in range(5):
+        for i in range(10_000):
+            detector.heartbeat(f"n{i}", float(beat))
+    started = time.perf_counter()
+    verdicts = detector.sweep(200.0)
+    assert time.perf_counter() - started < 1.0
+    assert len(verdicts) == 10_000 and set(verdicts.values()) == {NodeHealth.DEAD}

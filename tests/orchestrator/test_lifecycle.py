@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from orchestrator.domain.lifecycle import (
+    JOB_TRANSITIONS,
+    TASK_TRANSITIONS,
+    InvalidTransition,
+    JobStatus,
+    TaskStatus,
+    job_transition,
+    task_transition,
+)
+
+JOB_HAPPY_PATH = ["submitted", "funded", "scheduled", "running", "verifying", "completed",
+                  "settling", "settled"]
+TASK_HAPPY_PATH = ["pending", "reserved", "running", "done", "verified"]
+
+
+def test_every_status_has_a_row_in_its_table() -> None:
+    assert set(JOB_TRANSITIONS) == set(JobStatus)
+    assert set(TASK_TRANSITIONS) == set(TaskStatus)
+
+
+def test_job_happy_path_is_allowed_edge_by_edge() -> None:
+    for current, target in itertools.pairwise(JOB_HAPPY_PATH):
+        change = job_transition(JobStatus(current), JobStatus(target), at=1.0, reason="test")
+        assert (change.from_status, change.to_status, change.at) == (current, target, 1.0)
+
+
+def test_task_happy_path_is_allowed_edge_by_edge() -> None:
+    for current, target in itertools.pairwise(TASK_HAPPY_PATH):
+        task_transition(TaskStatus(current), TaskStatus(target), at=0.0, reason="test")
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(JobStatus, JobStatus)))
+def test_job_transition_accepts_exactly_the_table(current: JobStatus, target: JobStatus) -> None:
+    if target in JOB_TRANSITIONS[current]:
+        assert job_transition(current, target, at=0.0, reason="r").to_status == target.value
+    else:
+        with pytest.raises(InvalidTransition):
+            job_transition(current, target, at=0.0, reason="r")
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(TaskStatus, TaskStatus)))
+def test_task_transition_accepts_exactly_the_table(current: TaskStatus, target: TaskStatus) -> None:
+    if target in TASK_TRANSITIONS[current]:
+        assert task_transition(current, target, at=0.0, reason="r").to_status == target.value
+    else:
+        with pytest.raises(InvalidTransition):
+            task_transition(current, target, at=0.0, reason="r")
+
+
+def test_terminal_statuses_have_no_way_out() -> None:
+    for status in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED):
+        assert not JOB_TRANSITIONS[status]
+    assert not TASK_TRANSITIONS[TaskStatus.VERIFIED]
+    assert not TASK_TRANSITIONS[TaskStatus.FAILED]
+
+
+def test_settled_job_cannot_be_settled_again() -> None:
+    with pytest.raises(InvalidTransition, match="settled"):
+        job_transition(JobStatus.SETTLED, JobStatus.SETTLING, at=0.0, reason="again")
+
+
+def test_every_status_is_reachable_from_the_start() -> None:
+    for table, start in ((JOB_TRANSITIONS, JobStatus.SUBMITTED),
+                         (TASK_TRANSITIONS, TaskStatus.PENDING)):
+        seen = {start}
+        frontier = [start]
+        while frontier:
+            for nxt in table[frontier.pop()]:  # type: ignore[index]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    frontier.append(nxt)
+        assert seen == set(table)
