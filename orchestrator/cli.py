@@ -41,7 +41,9 @@ def bench_gas(as_json: JsonFlag = False) -> None:
 def bench_schedule(
     nodes: int = 10_000,
     tasks: int = 100_000,
-    backends: Annotated[str, typer.Option(help="Comma-separated: sqlite,postgresql")] = "sqlite,postgresql",
+    backends: Annotated[
+        str, typer.Option(help="Comma-separated: sqlite,postgresql")
+    ] = "sqlite,postgresql",
     as_json: JsonFlag = False,
 ) -> None:
     """Placements committed to the DB per second, with p50/p99 decision latency."""

@@ -12,7 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MESH_", env_file=".env", extra="ignore")
 
-    data_dir: Path = Field(Path(".mesh"), description="Local state: SQLite file, blobs, deployments.")
+    data_dir: Path = Field(
+        Path(".mesh"), description="Local state: SQLite file, blobs, deployments.")
     database_url: str | None = Field(
         None, description="SQLAlchemy URL; default SQLite (WAL) under data_dir. "
         "PostgreSQL: postgresql+psycopg://user@host:5432/db")

@@ -1,0 +1,99 @@
+"""Brier, ECE, reliability diagrams and the recalibration hooks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.domain.calibration import (
+    IsotonicCalibrator,
+    OnlineRecalibrator,
+    PlattCalibrator,
+    brier_score,
+    expected_calibration_error,
+    reliability_diagram,
+)
+
+
+def test_brier_score_of_known_cases() -> None:
+    assert brier_score([1.0, 0.0], [1, 0]) == 0.0
+    assert brier_score([0.5, 0.5], [1, 0]) == 0.25
+    assert brier_score([0.0], [1]) == 1.0
+
+
+def test_ece_is_zero_when_each_bin_matches_its_frequency() -> None:
+    predicted = np.array([0.25] * 4 + [0.75] * 4)
+    observed = np.array([1, 0, 0, 0, 1, 1, 1, 0])
+    assert expected_calibration_error(predicted, observed) == pytest.approx(0.0)
+
+
+def test_ece_measures_overconfidence() -> None:
+    assert expected_calibration_error([0.9] * 10, [1] * 5 + [0] * 5) == pytest.approx(0.4)
+
+
+def test_reliability_diagram_bins_counts_and_empty_bins() -> None:
+    diagram = reliability_diagram([0.05, 0.15, 0.15, 1.0], [0, 1, 0, 1], bins=10)
+    assert diagram.count.tolist() == [1, 2, 0, 0, 0, 0, 0, 0, 0, 1]
+    assert diagram.observed_rate[1] == 0.5
+    assert np.isnan(diagram.mean_predicted[2])
+
+
+@pytest.mark.parametrize(("predicted", "observed"), [
+    ([0.5], [2]), ([1.5], [1]), ([0.5, 0.5], [1]), ([], []),
+])
+def test_bad_inputs_are_refused(predicted: list[float], observed: list[int]) -> None:
+    with pytest.raises(ValueError):
+        brier_score(predicted, observed)
+
+
+def miscalibrated_sample(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    truth = rng.random(20_000)
+    outcomes = (rng.random(truth.size) < truth).astype(float)
+    return truth**0.3, outcomes  # raw scores far too optimistic
+
+
+@pytest.mark.parametrize("calibrator", [IsotonicCalibrator, PlattCalibrator])
+def test_recalibration_repairs_a_distorted_score(calibrator: type) -> None:
+    raw, outcomes = miscalibrated_sample(1)
+    assert expected_calibration_error(raw, outcomes) > 0.1
+    fitted = calibrator.fit(raw, outcomes)
+    fresh_raw, fresh_outcomes = miscalibrated_sample(2)
+    assert expected_calibration_error(fitted(fresh_raw), fresh_outcomes) < 0.03
+
+
+def test_isotonic_map_is_monotone() -> None:
+    raw, outcomes = miscalibrated_sample(3)
+    fitted = IsotonicCalibrator.fit(raw, outcomes)
+    mapped = fitted(np.linspace(0, 1, 101))
+    assert np.all(np.diff(mapped) >= 0)
+    assert np.all((mapped >= 0) & (mapped <= 1))
+
+
+def test_online_recalibrator_is_identity_until_enough_outcomes() -> None:
+    online = OnlineRecalibrator(min_outcomes=100, refit_every=50, window=1000)
+    raw = np.array([0.2, 0.5, 0.9])
+    for i in range(99):
+        online.observe(0.5, i % 2 == 0)
+    assert online.fitted is None
+    assert np.array_equal(online(raw), raw)
+
+
+def test_online_recalibrator_learns_an_underconfident_score() -> None:
+    rng = np.random.default_rng(4)
+    online = OnlineRecalibrator(min_outcomes=500, refit_every=500, window=5000)
+    for _ in range(5000):
+        truth = rng.uniform(0.5, 1.0)
+        online.observe(truth - 0.2, bool(rng.random() < truth))  # raw says 0.2 too little
+    fresh_truth = rng.uniform(0.5, 1.0, 20_000)
+    fresh_outcomes = (rng.random(fresh_truth.size) < fresh_truth).astype(float)
+    raw = fresh_truth - 0.2
+    assert expected_calibration_error(raw, fresh_outcomes) > 0.15
+    assert expected_calibration_error(online(raw), fresh_outcomes) < 0.03
+
+
+def test_online_recalibrator_refuses_bad_input() -> None:
+    with pytest.raises(ValueError):
+        OnlineRecalibrator(min_outcomes=10, window=5)
+    with pytest.raises(ValueError):
+        OnlineRecalibrator().observe(1.2, True)

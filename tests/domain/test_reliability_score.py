@@ -1,0 +1,302 @@
+"""Reliability Score: range, monotonicity, the shape<1 uptime effect, telemetry factors,
+evidence digests and epoch commitments."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.domain.calibration import PlattCalibrator
+from orchestrator.domain.merkle import verify
+from orchestrator.domain.reliability import (
+    EpochEntry,
+    GpuSample,
+    PopulationPrior,
+    ProbeSample,
+    ReliabilityBook,
+    TaskOutcome,
+    UploadSample,
+    commit_epoch,
+    fit_population_prior,
+    score_bps,
+    telemetry_digest,
+)
+
+PRIOR = PopulationPrior.from_weibull(shape=0.4, scale_s=3 * 3600.0, strength=2.0)
+HOUR = 3600.0
+
+sessions_strategy = st.lists(
+    st.tuples(st.floats(1.0, 30 * 86_400.0), st.booleans()), max_size=12)
+
+
+def book_with(sessions: list[tuple[float, bool]], uptime: float, now: float = 1e8
+              ) -> ReliabilityBook:
+    book = ReliabilityBook(PRIOR)
+    t = 0.0
+    for length, abrupt in sessions:
+        book.session_started("n", t)
+        t += length
+        book.session_ended("n", t, abrupt)
+    book.session_started("n", now - uptime)
+    return book
+
+
+def gpu(at: float, temperature_c: float = 60.0, throttle: int = 0) -> GpuSample:
+    return GpuSample(at, temperature_c, 1800.0, 1900.0, throttle, 90.0, 8000.0, 24000.0,
+                     300.0, 350.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions_strategy, st.floats(0.0, 10 * 86_400.0), st.floats(0.0, 7 * 86_400.0))
+def test_rs_always_lies_in_unit_interval(sessions: list[tuple[float, bool]], uptime: float,
+                                         duration: float) -> None:
+    rs = book_with(sessions, uptime).score("n", 1e8, duration)
+    assert 0.0 <= rs <= 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions_strategy.filter(lambda s: any(not abrupt for _, abrupt in s)),
+       st.floats(0.0, 86_400.0), st.floats(1.0, 86_400.0))
+def test_rs_never_rises_when_a_clean_session_turns_out_a_failure(
+        sessions: list[tuple[float, bool]], uptime: float, duration: float) -> None:
+    graceful_index = next(i for i, (_, abrupt) in enumerate(sessions) if not abrupt)
+    as_failure = list(sessions)
+    as_failure[graceful_index] = (sessions[graceful_index][0], True)
+    before = book_with(sessions, uptime).score("n", 1e8, duration)
+    after = book_with(as_failure, uptime).score("n", 1e8, duration)
+    assert after <= before + 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(sessions_strategy, st.sampled_from([TaskOutcome.ABANDONED,
+                                           TaskOutcome.FAILED_VERIFICATION]))
+def test_rs_never_rises_when_a_task_failure_is_added(sessions: list[tuple[float, bool]],
+                                                     failure: TaskOutcome) -> None:
+    book = book_with(sessions, 3600.0)
+    before = book.score("n", 1e8, HOUR)
+    book.record_task_outcome("n", failure)
+    assert book.score("n", 1e8, HOUR) <= before
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions_strategy, st.floats(0.0, 5 * 86_400.0), st.floats(1.0, 5 * 86_400.0),
+       st.floats(1.0, 86_400.0))
+def test_conditional_survival_rises_with_uptime_when_shape_below_one(
+        sessions: list[tuple[float, bool]], uptime: float, extra: float, duration: float) -> None:
+    young = book_with(sessions, uptime).score("n", 1e8, duration)
+    older = book_with(sessions, uptime + extra).score("n", 1e8, duration)
+    assert older >= young - 1e-12
+
+
+def test_longer_tasks_are_less_likely_to_finish() -> None:
+    book = book_with([(HOUR, True)] * 3, uptime=HOUR)
+    scores = [book.score("n", 1e8, d) for d in (60.0, HOUR, 10 * HOUR, 100 * HOUR)]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[0] > scores[-1]
+
+
+def test_offline_node_scores_zero() -> None:
+    book = book_with([(HOUR, True)], uptime=HOUR)
+    book.session_ended("n", 1e8, abrupt=False)
+    assert book.score("n", 1e8 + 1, 60.0) == 0.0
+    assert book.uptime("n", 1e8 + 1) is None
+
+
+def test_new_node_scores_at_population_prior() -> None:
+    book = ReliabilityBook(PRIOR)
+    book.session_started("new", 0.0)
+    survival = book.components("new", 1800.0, HOUR).survival
+    k, a, b = PRIOR.shape, PRIOR.rate_a, PRIOR.rate_b
+    assert survival == pytest.approx(((b + 1800.0**k) / (b + 5400.0**k)) ** a)
+
+
+def test_many_abrupt_departures_outweigh_the_prior() -> None:
+    flaky = book_with([(600.0, True)] * 30, uptime=600.0)
+    stable = book_with([(2 * 86_400.0, True)] * 30, uptime=600.0)
+    assert flaky.score("n", 1e8, HOUR) < 0.5 < stable.score("n", 1e8, HOUR)
+
+
+def test_score_many_matches_score_and_grows_storage() -> None:
+    book = ReliabilityBook(PRIOR)
+    for i in range(1500):  # beyond the initial capacity of 1024 rows
+        book.session_started(f"n{i}", float(-i))
+    scores = book.score_many(None, 10.0, HOUR)
+    assert scores.shape == (1500,)
+    assert scores[1234] == pytest.approx(book.score("n1234", 10.0, HOUR))
+    assert np.all(np.diff(scores) >= -1e-12)  # older sessions survive better
+
+
+def test_session_misuse_is_refused_and_changes_nothing() -> None:
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 10.0)
+    with pytest.raises(ValueError, match="already has a running session"):
+        book.session_started("n", 20.0)
+    with pytest.raises(ValueError, match="before it started"):
+        book.session_ended("n", 5.0, abrupt=True)
+    assert book.sessions_observed("n") == 0
+    with pytest.raises(KeyError):
+        book.score("ghost", 0.0, 1.0)
+
+
+def test_rising_jitter_lowers_latency_stability() -> None:
+    steady, degrading = ReliabilityBook(PRIOR), ReliabilityBook(PRIOR)
+    rng = np.random.default_rng(3)
+    for book in (steady, degrading):
+        book.session_started("n", 0.0)
+    for second in range(0, 3600, 10):
+        late = second > 3300
+        steady.record_probe("n", ProbeSample(second, abs(30.0 + rng.normal(0, 2))))
+        spread = 80.0 if late else 2.0
+        degrading.record_probe("n", ProbeSample(second, abs(30.0 + rng.normal(0, spread))))
+    assert steady.components("n", 3600.0, HOUR).stability == pytest.approx(1.0)
+    assert degrading.components("n", 3600.0, HOUR).stability < 0.5
+    short = degrading.components("n", 3600.0, 60.0).stability
+    assert short > degrading.components("n", 3600.0, HOUR).stability  # trend projected ahead
+
+
+def test_probe_loss_lowers_stability() -> None:
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    for second in range(100):
+        book.record_probe("n", ProbeSample(float(second), None if second % 2 else 20.0))
+    assert book.components("n", 100.0, 60.0).stability < 0.2
+
+
+def test_gpu_near_slowdown_temperature_lowers_rs_and_cool_gpu_does_not() -> None:
+    cool, hot = ReliabilityBook(PRIOR), ReliabilityBook(PRIOR)
+    for book in (cool, hot):
+        book.session_started("n", 0.0)
+    for second in range(60):
+        cool.record_gpu("n", gpu(second, 55.0))
+        hot.record_gpu("n", gpu(second, 88.0))
+    assert cool.components("n", 60.0, HOUR).thermal == 1.0
+    assert hot.components("n", 60.0, HOUR).thermal == 0.5  # the configured floor
+    assert hot.score("n", 60.0, HOUR) < cool.score("n", 60.0, HOUR)
+
+
+def test_thermal_throttling_stretches_the_survival_horizon() -> None:
+    steady, throttled = ReliabilityBook(PRIOR), ReliabilityBook(PRIOR)
+    for book in (steady, throttled):
+        book.session_started("n", 0.0)
+    for second in range(60):
+        steady.record_gpu("n", gpu(second, 60.0))
+        clock = 950.0 if second % 2 else 1900.0
+        throttled.record_gpu("n", GpuSample(second, 60.0, clock, 1900.0,
+                                            0x20 if second % 2 else 0, 99.0, 8000.0, 24000.0,
+                                            300.0, 350.0))
+    slow = throttled.components("n", 60.0, HOUR)
+    assert slow.slowdown == pytest.approx(1 / 0.75)  # half the samples at half clock
+    assert slow.thermal == 1.0
+    assert slow.survival == pytest.approx(steady.components("n", 60.0, HOUR / 0.75).survival)
+    assert slow.survival < steady.components("n", 60.0, HOUR).survival
+
+
+def test_idle_downclocking_is_not_a_slowdown() -> None:
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    book.record_gpu("n", GpuSample(1.0, 40.0, 300.0, 1900.0, 0, 0.0, 100.0, 24000.0, 30.0, 350.0))
+    assert book.components("n", 1.0, HOUR).slowdown == 1.0
+
+
+def test_recalibrator_is_applied_to_the_raw_product() -> None:
+    book = book_with([(HOUR, True)] * 3, uptime=HOUR)
+    raw = book.score("n", 1e8, HOUR)
+    book.set_recalibrator(PlattCalibrator(slope=1.0, intercept=-1.0))
+    components = book.components("n", 1e8, HOUR)
+    assert components.raw == pytest.approx(raw)
+    assert components.calibrated == pytest.approx(1 / (1 + math.exp(-(math.log(raw / (1 - raw))
+                                                                     - 1.0))))
+
+
+def test_population_prior_fit_recovers_weibull_shape() -> None:
+    rng = np.random.default_rng(7)
+    histories = []
+    for _ in range(400):
+        lengths = 3 * HOUR * rng.weibull(0.4, size=10)
+        histories.append((lengths.tolist(), (rng.random(10) < 0.9).tolist()))
+    prior = fit_population_prior(histories)
+    assert prior.shape == pytest.approx(0.4, abs=0.05)
+
+
+def test_population_prior_needs_a_departure() -> None:
+    with pytest.raises(ValueError, match="abrupt departure"):
+        fit_population_prior([([10.0, 20.0], [False, False])])
+
+
+def test_refit_prior_uses_the_books_own_history() -> None:
+    rng = np.random.default_rng(11)
+    book = ReliabilityBook(PRIOR)
+    for i in range(200):
+        t = 0.0
+        for length in 10 * HOUR * rng.weibull(0.6, size=8):
+            book.session_started(f"n{i}", t)
+            t += float(length)
+            book.session_ended(f"n{i}", t, abrupt=True)
+    prior = book.refit_prior(now=1e9)
+    assert prior.shape == pytest.approx(0.6, abs=0.08)
+    assert book.prior == prior
+
+
+def test_telemetry_digest_is_deterministic_and_covers_every_field() -> None:
+    book = book_with([(HOUR, True)], uptime=HOUR)
+    book.record_probe("n", ProbeSample(1e8 - 10, 25.0))
+    book.record_probe("n", ProbeSample(1e8 - 5, None))
+    book.record_upload("n", UploadSample(1e8 - 5, 80.0))
+    book.record_heartbeat("n", 1e8 - 20)
+    book.record_heartbeat("n", 1e8 - 5)
+    book.record_gpu("n", gpu(1e8 - 5))
+    summary = book.summary("n", 1e8)
+    assert (summary.probes, summary.probes_lost, summary.max_heartbeat_gap_ms) == (2, 1, 15_000)
+    assert telemetry_digest(summary) == telemetry_digest(book.summary("n", 1e8))
+    book.record_task_outcome("n", TaskOutcome.COMPLETED)
+    assert telemetry_digest(book.summary("n", 1e8)) != telemetry_digest(summary)
+    assert len(telemetry_digest(summary)) == 32
+
+
+def test_epoch_commitment_proves_every_provider() -> None:
+    providers = [f"0x{i:040x}" for i in range(1, 6)]
+    entries = [EpochEntry(p, score_bps(i / 5), bytes([i]) * 32) for i, p in enumerate(providers)]
+    commitment = commit_epoch(entries)
+    for provider in providers:
+        leaf = commitment.leaf_of[provider]
+        assert verify(commitment.tree.proof(leaf), commitment.root, leaf)
+    with pytest.raises(ValueError, match="twice"):
+        commit_epoch([*entries, entries[0]])
+
+
+def test_score_bps_rounds_down_and_rejects_out_of_range() -> None:
+    assert score_bps(0.99999) == 9999
+    assert score_bps(1.0) == 10_000
+    with pytest.raises(ValueError):
+        score_bps(1.01)
+
+
+def test_node_up_longer_is_strictly_more_likely_to_stay() -> None:
+    book = ReliabilityBook(PRIOR)
+    book.session_started("fresh", 1e6)
+    book.session_started("veteran", 1e6 - 10 * HOUR)
+    assert book.score("veteran", 1e6, HOUR) > book.score("fresh", 1e6, HOUR) + 0.05
+
+
+def test_per_row_durations_match_scalar_scoring() -> None:
+    book = ReliabilityBook(PRIOR)
+    for i in range(3):
+        book.session_started(f"n{i}", -HOUR * (i + 1))
+    durations = np.array([60.0, HOUR, 10 * HOUR])
+    per_row = book.score_many(None, 0.0, durations)
+    assert per_row.tolist() == pytest.approx(
+        [book.score(f"n{i}", 0.0, float(d)) for i, d in enumerate(durations)])
+    with pytest.raises(ValueError):
+        book.score_many(None, 0.0, np.array([60.0, -1.0, 5.0]))
+
+
+def test_raw_score_is_what_the_recalibrator_maps() -> None:
+    book = book_with([(HOUR, True)] * 3, uptime=HOUR)
+    calibrator = PlattCalibrator(slope=2.0, intercept=0.5)
+    book.set_recalibrator(calibrator)
+    raw = book.raw_score_many(None, 1e8, HOUR)
+    assert book.score_many(None, 1e8, HOUR) == pytest.approx(calibrator(raw))

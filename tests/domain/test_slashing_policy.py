@@ -1,0 +1,271 @@
+"""Slashing, demotion, promotion: no false slashes, hysteresis, reasons and evidence."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.domain.popw import PopwVerdict
+from orchestrator.domain.slashing import (
+    SlashDecision,
+    SlashingConfig,
+    SlashReason,
+    StakingPolicy,
+    TierChange,
+)
+from orchestrator.domain.types import NodeHealth, Tier
+
+HOUR = 3600.0
+CONFIG = SlashingConfig()
+EVIDENCE = b"\x11" * 32
+BONDED = {f"0x{i:040x}": 10**21 for i in range(200)}
+
+
+def provider(i: int) -> str:
+    return f"0x{i:040x}"
+
+
+def policy_with(nodes: int, region: str = "eu", network: str = "AS1") -> StakingPolicy:
+    policy = StakingPolicy(CONFIG)
+    for i in range(nodes):
+        policy.register(f"n{i}", provider(i), region, network, now=0.0)
+    return policy
+
+
+def decide_after_delay(policy: StakingPolicy, at: float) -> list[SlashReason]:
+    actions = policy.decide(at + CONFIG.decision_delay_s + 1, BONDED)
+    return [s.reason for s in actions.slashes]
+
+
+def test_single_missed_heartbeat_never_slashes() -> None:
+    detector = PhiAccrualDetector()
+    policy = policy_with(1)
+    for beat in range(200):
+        if beat != 100:  # one heartbeat lost on the way
+            detector.heartbeat("n0", beat * 5.0)
+        for tick in range(5):
+            now = beat * 5.0 + tick
+            if detector.health("n0", now) is NodeHealth.DEAD:
+                policy.node_departed("n0", now)
+                policy.task_abandoned("n0", "task", 10**18, now, EVIDENCE)
+    assert detector.health("n0", 995.0) is NodeHealth.ALIVE
+    assert decide_after_delay(policy, 1000.0) == []
+
+
+def test_short_partition_never_slashes() -> None:
+    policy = policy_with(10)
+    policy.node_departed("n0", 100.0)
+    policy.task_abandoned("n0", "task", 10**18, 100.0, EVIDENCE)
+    policy.node_returned("n0", 100.0 + CONFIG.reconnect_grace_s / 2)
+    assert decide_after_delay(policy, 100.0) == []
+
+
+def test_real_departure_slashes_the_tasks_collateral_once_with_evidence() -> None:
+    policy = policy_with(10)
+    policy.node_departed("n3", 100.0)
+    policy.task_abandoned("n3", "task-7", 5 * 10**17, 100.0, EVIDENCE)
+    policy.task_abandoned("n3", "task-7", 5 * 10**17, 101.0, EVIDENCE)  # reported twice
+    assert policy.decide(100.0 + CONFIG.decision_delay_s / 2, BONDED).slashes == ()
+    decided_at = 100.0 + CONFIG.decision_delay_s + 1
+    slashes = policy.decide(decided_at, BONDED).slashes
+    assert len(slashes) == 1
+    slash = slashes[0]
+    assert (slash.reason, slash.amount, slash.task_id, slash.provider) == (
+        SlashReason.ABANDONMENT, 5 * 10**17, "task-7", provider(3))
+    assert slash.evidence == EVIDENCE
+    assert slash.dispute_until == decided_at + CONFIG.dispute_window_s
+    assert len(slash.slash_id) == 32
+    assert policy.decide(decided_at + HOUR, BONDED).slashes == ()
+
+
+@settings(max_examples=40, deadline=None)
+@given(group_size=st.integers(5, 60), share=st.floats(0.2, 1.0),
+       offsets=st.lists(st.floats(0.0, CONFIG.outage_window_s), min_size=60, max_size=60),
+       start=st.floats(0.0, 1e6))
+def test_correlated_outage_never_slashes(group_size: int, share: float, offsets: list[float],
+                                         start: float) -> None:
+    policy = policy_with(group_size, region="us-east", network="AS7")
+    policy.register("elsewhere", provider(199), "ap-south", "AS9", now=0.0)
+    down = max(3, math.ceil(share * group_size))  # at least the policy's outage threshold
+    if down > group_size:
+        return
+    times = sorted(start + offsets[i] for i in range(down))
+    # A lone departure in another region at the same time is a real abandonment.
+    policy.node_departed("elsewhere", times[0])
+    policy.task_abandoned("elsewhere", "t-else", 10**18, times[0], EVIDENCE)
+    slashes: list[SlashDecision] = []
+    for i, at in enumerate(times):
+        policy.node_departed(f"n{i}", at)
+        policy.task_abandoned(f"n{i}", f"t{i}", 10**18, at, EVIDENCE)
+        policy.observe_score(f"n{i}", 0.0, at, EVIDENCE)
+        slashes += policy.decide(at, BONDED).slashes  # the service decides every tick
+    slashes += policy.decide(times[-1] + CONFIG.decision_delay_s + 1, BONDED).slashes
+    assert [(s.node_id, s.reason) for s in slashes] == [("elsewhere", SlashReason.ABANDONMENT)]
+
+
+def test_outage_shared_by_a_network_across_regions_never_slashes() -> None:
+    policy = StakingPolicy(CONFIG)
+    for i in range(20):
+        policy.register(f"n{i}", provider(i), f"region-{i}", "AS-shared", now=0.0)
+    for i in range(5):
+        policy.node_departed(f"n{i}", 500.0 + i)
+        policy.task_abandoned(f"n{i}", f"t{i}", 10**18, 500.0 + i, EVIDENCE)
+    assert decide_after_delay(policy, 505.0) == []
+
+
+def feed_scores(policy: StakingPolicy, node: str, scores: list[float], start: float = 0.0,
+                step: float = HOUR) -> tuple[float, list[TierChange], list[SlashReason]]:
+    changes: list[TierChange] = []
+    reasons: list[SlashReason] = []
+    at = start
+    for rs in scores:
+        policy.observe_score(node, rs, at, EVIDENCE)
+        actions = policy.decide(at, BONDED)
+        changes += actions.tier_changes
+        reasons += [s.reason for s in actions.slashes]
+        at += step
+    return at, changes, reasons
+
+
+def test_sustained_low_score_demotes_and_slashes_a_share_of_stake() -> None:
+    policy = policy_with(1)
+    _, changes, reasons = feed_scores(policy, "n0", [0.3] * 10)
+    assert reasons == [SlashReason.LOW_SCORE]
+    assert [(c.old, c.new) for c in changes] == [(Tier.STANDARD, Tier.BACKGROUND)]
+    assert policy.tier("n0") is Tier.BACKGROUND
+
+
+def test_low_score_slash_amount_is_the_configured_share() -> None:
+    policy = policy_with(1)
+    for hour in range(8):
+        policy.observe_score("n0", 0.2, hour * HOUR, EVIDENCE)
+    slashes = policy.decide(9 * HOUR, BONDED).slashes
+    assert [s.amount for s in slashes] == [BONDED[provider(0)] * 1_000 // 10_000]
+    assert slashes[0].task_id is None and slashes[0].evidence == EVIDENCE
+
+
+def test_brief_low_score_dip_does_not_slash() -> None:
+    policy = policy_with(1)
+    _, changes, reasons = feed_scores(policy, "n0", [0.9, 0.3, 0.3, 0.3, 0.9] * 6)
+    assert reasons == [] and changes == []
+
+
+def test_low_scores_while_away_do_not_count() -> None:
+    policy = policy_with(1)
+    policy.node_departed("n0", 0.0)
+    for hour in range(10):
+        policy.observe_score("n0", 0.0, hour * HOUR, EVIDENCE)
+    assert decide_after_delay(policy, 10 * HOUR) == []
+
+
+def test_failed_verification_slashes_and_demotes_at_once() -> None:
+    policy = policy_with(1)
+    policy.verification_failed("n0", "t1", 7 * 10**17, 50.0, EVIDENCE)
+    actions = policy.decide(51.0, BONDED)
+    assert [(s.reason, s.amount, s.task_id) for s in actions.slashes] == [
+        (SlashReason.FAILED_VERIFICATION, 7 * 10**17, "t1")]
+    assert [c.new for c in actions.tier_changes] == [Tier.BACKGROUND]
+
+
+def verdict(node: str, tier: Tier, at: float, valid_s: float = 10 * 86_400.0) -> PopwVerdict:
+    return PopwVerdict(node, True, tier, at, at + valid_s, ())
+
+
+def test_promotion_needs_sustained_good_score_and_a_fresh_handshake() -> None:
+    policy = StakingPolicy(CONFIG)
+    policy.register("n0", provider(0), "eu", "AS1", now=0.0, tier=Tier.BACKGROUND)
+    end, changes, _ = feed_scores(policy, "n0", [0.95] * 30)
+    assert changes == [] and policy.tier("n0") is Tier.BACKGROUND  # no handshake yet
+    policy.handshake(verdict("n0", Tier.HIGH, end))
+    end, changes, _ = feed_scores(policy, "n0", [0.95] * 40, start=end)
+    assert [c.new for c in changes] == [Tier.STANDARD, Tier.HIGH]
+    assert changes[1].at - changes[0].at >= CONFIG.min_dwell_s
+
+
+def test_high_tier_lapses_when_its_handshake_expires() -> None:
+    policy = StakingPolicy(CONFIG)
+    policy.register("n0", provider(0), "eu", "AS1", now=0.0, tier=Tier.HIGH)
+    policy.handshake(verdict("n0", Tier.HIGH, 0.0, valid_s=2 * HOUR))
+    _, changes, _ = feed_scores(policy, "n0", [0.99] * 4)
+    assert [(c.old, c.new) for c in changes] == [(Tier.HIGH, Tier.STANDARD)]
+
+
+def test_failed_handshake_never_demotes_by_itself() -> None:
+    policy = policy_with(1)
+    policy.handshake(PopwVerdict("n0", False, Tier.BACKGROUND, 0.0, 86_400.0, ()))
+    _, changes, reasons = feed_scores(policy, "n0", [0.8] * 10)
+    assert changes == [] and reasons == []
+
+
+def test_score_wobbling_across_thresholds_does_not_flap() -> None:
+    policy = policy_with(1)
+    policy.handshake(verdict("n0", Tier.STANDARD, 0.0, valid_s=30 * 86_400.0))
+    _, changes, reasons = feed_scores(policy, "n0", [0.45, 0.75] * 100)
+    assert changes == [] and reasons == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=24, max_size=24 * 7))
+def test_tier_changes_are_never_closer_than_the_dwell_time(scores: list[float]) -> None:
+    policy = policy_with(1)
+    policy.handshake(verdict("n0", Tier.STANDARD, 0.0, valid_s=30 * 86_400.0))
+    _, changes, _ = feed_scores(policy, "n0", scores)
+    gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(changes)]
+    assert all(gap >= CONFIG.low_score_window_s - CONFIG.decision_delay_s for gap in gaps)
+
+
+def test_upheld_dispute_restores_the_tier_once() -> None:
+    policy = policy_with(1)
+    policy.verification_failed("n0", "t1", 10**18, 50.0, EVIDENCE)
+    slash = policy.decide(51.0, BONDED).slashes[0]
+    assert policy.tier("n0") is Tier.BACKGROUND
+    change = policy.dispute_upheld(slash, now=HOUR)
+    assert change is not None and (change.old, change.new) == (Tier.BACKGROUND, Tier.STANDARD)
+    assert policy.tier("n0") is Tier.STANDARD
+    assert policy.dispute_upheld(slash, now=2 * HOUR) is None
+
+
+
+def test_standard_handshake_never_promotes_to_high() -> None:
+    policy = policy_with(1)
+    policy.handshake(verdict("n0", Tier.STANDARD, 0.0))
+    _, changes, _ = feed_scores(policy, "n0", [0.99] * 48)
+    assert changes == [] and policy.tier("n0") is Tier.STANDARD
+
+
+def test_epoch_commits_a_sub_threshold_score_only_for_a_decided_low_score_slash() -> None:
+    policy = StakingPolicy(CONFIG)
+    policy.register("dipping", provider(1), "eu", "AS1", now=0.0)
+    policy.register("sinking", provider(2), "eu", "AS1", now=0.0)
+    policy.register("healthy", provider(3), "eu", "AS1", now=0.0)
+    for hour in range(8):
+        policy.observe_score("sinking", 0.2, hour * HOUR, EVIDENCE)
+    slashes = policy.decide(9 * HOUR, BONDED).slashes
+    assert [s.node_id for s in slashes] == ["sinking"]
+    readings = {"dipping": (0.1, b"\x01" * 32), "sinking": (0.2, b"\x02" * 32),
+                "healthy": (0.93, b"\x03" * 32)}
+    entries = {e.provider: e for e in policy.epoch_entries(readings, slashes)}
+    threshold_bps = 5_000  # StakeManager's default scoreThresholdBps
+    assert entries[provider(1)].score_bps == threshold_bps  # a dip a finder cannot slash
+    assert entries[provider(2)].score_bps == 2_000
+    assert entries[provider(2)].telemetry_digest == b"\x02" * 32
+    assert entries[provider(3)].score_bps == 9_300
+
+
+def test_provider_leaf_is_its_lowest_node() -> None:
+    policy = StakingPolicy(CONFIG)
+    policy.register("a", provider(1), "eu", "AS1", now=0.0)
+    policy.register("b", provider(1), "eu", "AS1", now=0.0)
+    entries = policy.epoch_entries({"a": (0.9, b"\x0a" * 32), "b": (0.7, b"\x0b" * 32)}, [])
+    assert [(e.score_bps, e.telemetry_digest) for e in entries] == [(7_000, b"\x0b" * 32)]
+
+
+def test_background_node_is_not_slashed_again_for_low_score() -> None:
+    policy = policy_with(1)
+    _, changes, reasons = feed_scores(policy, "n0", [0.3] * 48)
+    assert reasons == [SlashReason.LOW_SCORE]  # once, with the demotion
+    assert [c.new for c in changes] == [Tier.BACKGROUND]
