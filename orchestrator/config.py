@@ -44,6 +44,28 @@ class Settings(BaseSettings):
         True, description="Run periodic sweeps (lease expiry, failure detection) in this process.")
     sweep_interval_s: float = Field(1.0, description="Period of the failure/lease sweep.")
     json_logs: bool = Field(True, description="Structured JSON log lines from the service.")
+    pls_placement: bool = Field(
+        True, description="Gate leases on PLS: RS floor, PoPW tier for high priority, free "
+        "on-chain stake covering the risk-priced collateral (locked through the outbox). Off: "
+        "the core's plain matching, for chain-less development only.")
+    pls_min_rs: float = Field(
+        0.5, ge=0, le=1, description="Lowest RS(node, task duration) a node may take work at.")
+    pls_epoch_s: float = Field(3600.0, gt=0, description="Length of a score epoch.")
+    pls_decide_interval_s: float = Field(
+        300.0, gt=0, description="Period of the staking decision (RS observation, slashing, "
+        "demotion) job.")
+    pls_stake_ttl_s: float = Field(
+        15.0, ge=0, description="How long a provider's free stake read from chain is reused.")
+    outbox_interval_s: float = Field(
+        1.0, description="Period of the chain outbox sender (needs orchestrator_key).")
+    outbox_confirmations: int = Field(
+        0, description="Blocks mined on top of a transaction before its outbox row counts "
+        "as confirmed (0 on anvil; more where blocks can reorg).")
+    outbox_settle_batch: int = Field(
+        50, description="Most jobs settled by one settleBatch transaction.")
+    slasher_key: SecretStr | None = Field(
+        None, description="Hex private key holding SLASHER_ROLE, for `slash` outbox actions; "
+        "unset: they are signed with orchestrator_key.")
 
     @property
     def sqlalchemy_url(self) -> str:

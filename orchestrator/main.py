@@ -14,16 +14,18 @@ from sqlalchemy.orm import Session
 from orchestrator.api.deps import AppContext, EscrowReader, escrow_provider
 from orchestrator.api.errors import install_error_handlers
 from orchestrator.api.limits import BodyLimit
-from orchestrator.api.routes import admin, blobs, health, jobs, nodes, tasks
+from orchestrator.api.routes import admin, blobs, health, jobs, nodes, pls, tasks
 from orchestrator.config import Settings, get_settings
 from orchestrator.db import crud, work
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.scheduling import pls_jobs
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 from orchestrator.telemetry.logs import configure_logging
 from orchestrator.telemetry.metrics import MeshMetrics
+from orchestrator.telemetry.pls_service import PlsConfig, PlsService, StakeReader
 
 log = logging.getLogger("orchestrator")
 API_PREFIX = "/v1"
@@ -32,6 +34,7 @@ API_PREFIX = "/v1"
 def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     def sweep(session: Session, now: float) -> None:
         result = work.sweep(session, detector=ctx.detector, now=now)
+        pls_jobs.after_sweep(ctx.pls, session, result, now)
         ctx.metrics.node_failures.inc(len(result.dead_nodes))
         ctx.metrics.retries.labels("lapsed").inc(result.expired_leases)
         ctx.metrics.retries.labels("dead").inc(result.revoked)
@@ -52,32 +55,74 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
         if result.diverged:
             log.error("chain state diverges from ours for jobs %s", result.diverged)
 
-    return [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
+    def pls_decide(session: Session, now: float) -> None:
+        pls_jobs.decide(ctx.pls, session, now)
+
+    def pls_epoch(session: Session, now: float) -> None:
+        pls_jobs.close_last_epoch(ctx.pls, session, now)
+
+    jobs = [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
             PeriodicJob("nonce-gc", 60.0, forget_nonces),
-            PeriodicJob("escrow-sync", 5.0, escrow_sync)]
+            PeriodicJob("escrow-sync", 5.0, escrow_sync),
+            PeriodicJob("pls-decide", ctx.settings.pls_decide_interval_s, pls_decide),
+            PeriodicJob("pls-epoch", min(ctx.settings.pls_epoch_s / 4, 60.0), pls_epoch)]
+    if ctx.settings.orchestrator_key is not None:  # no key: this process sends nothing
+        from orchestrator.chain.outbox_sender import LEASE_NAME, build_sender
+
+        jobs.append(PeriodicJob(LEASE_NAME, ctx.settings.outbox_interval_s,
+                                build_sender(ctx.settings, ctx.metrics)))
+    return jobs
+
+
+def _chain_stake(settings: Settings) -> Callable[[], StakeReader]:
+    """The SDK's stake reader for this deployment, connected on first use."""
+    connected: list[StakeReader] = []
+
+    def reader() -> StakeReader:
+        if not connected:
+            from orchestrator.chain.deployment import Deployment
+            from orchestrator.chain.sdk import MeshChain
+
+            connected.append(MeshChain.connect(settings.rpc_url,
+                                               Deployment.load(settings.data_dir)))
+        return connected[0]
+
+    return reader
 
 
 def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader | None = None,
-               clock: Callable[[], float] = time.time) -> FastAPI:
-    """Build one app instance; everything it owns hangs off `app.state.ctx`."""
+               clock: Callable[[], float] = time.time, stake_reader: StakeReader | None = None,
+               pls_config: PlsConfig | None = None) -> FastAPI:
+    """Build one app instance; everything it owns hangs off `app.state.ctx`. `stake_reader`
+    (default: the chain SDK) answers free-stake reads; `pls_config` overrides the PLS knobs
+    taken from settings (tests shrink the PoPW kernel and the slashing windows)."""
     settings = settings or get_settings()
     engine = make_engine(settings.sqlalchemy_url)
     factory = make_session_factory(engine)
     secret = (settings.session_secret.get_secret_value().encode() if settings.session_secret
               else secrets.token_bytes(32))
+    metrics = MeshMetrics()
+    pls_service = PlsService(
+        pls_config or PlsConfig(min_rs=settings.pls_min_rs, epoch_s=settings.pls_epoch_s,
+                                stake_ttl_s=settings.pls_stake_ttl_s),
+        stake_reader=(lambda: stake_reader) if stake_reader is not None
+        else _chain_stake(settings), metrics=metrics)
     ctx = AppContext(
         settings=settings, factory=factory, blobs=BlobStore(settings.data_dir / "blobs"),
-        metrics=MeshMetrics(),
+        metrics=metrics,
         heartbeats=HeartbeatBuffer(factory, lease_ttl_s=settings.lease_ttl_s,
-                                   flush_every_s=settings.heartbeat_flush_s),
+                                   flush_every_s=settings.heartbeat_flush_s,
+                                   on_flush=pls_service.on_heartbeats),
         detector=PhiAccrualDetector(), session_secret=secret, escrow_reader=escrow_reader,
-        clock=clock)
+        clock=clock, pls=pls_service)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if settings.json_logs:
             configure_logging()
         upgrade_to_head(engine)
+        with factory() as session:
+            ctx.pls.rebuild(session, now=ctx.now())
         ctx.heartbeats.start()
         scheduler = LeaderRunner(factory).start(_periodic_jobs(ctx)) \
             if settings.periodic_enabled else None
@@ -94,7 +139,7 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
     app = FastAPI(title="DePIN Mesh orchestrator", version="0.1.0", lifespan=lifespan)
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (nodes, tasks, jobs, blobs, admin):
+    for module in (nodes, pls, tasks, jobs, blobs, admin):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(health.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,

@@ -14,6 +14,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Chain fixtures (anvil, deployment, funded role accounts) for tests/chain and every package
+# that checks the service against a real chain. Imported, not listed in `pytest_plugins`:
+# ape's pytest plugin has fixtures of the same names (`chain`, ...), and only conftest
+# fixtures take precedence over a plugin's.
+from chain_fixtures import (  # noqa: F401
+    admin,
+    anvil,
+    arbiter,
+    chain,
+    customer,
+    deployment,
+    orchestrator,
+    other_provider,
+    provider,
+    session_chain,
+    slasher,
+    stranger,
+)
 from sqlalchemy import Engine, create_engine, delete, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -46,16 +65,16 @@ def postgres_url() -> Iterator[str]:
     if base is None:
         pytest.skip("no PostgreSQL server (set MESH_TEST_POSTGRES_URL to require one)")
     name = f"mesh_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
+    server = create_engine(base, isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(base).set(database=name).render_as_string(hide_password=False)
     try:
         yield url
     finally:
-        with admin.connect() as conn:
+        with server.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        server.dispose()
 
 
 @pytest.fixture(scope="session")

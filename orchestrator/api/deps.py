@@ -19,6 +19,7 @@ from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 from orchestrator.telemetry.metrics import MeshMetrics
+from orchestrator.telemetry.pls_service import PlsService
 
 
 class EscrowReader(Protocol):
@@ -38,6 +39,7 @@ class AppContext:
     session_secret: bytes
     escrow_reader: EscrowReader | None
     clock: Callable[[], float]  # wall time in service; tests may pass a virtual clock
+    pls: PlsService  # the one reliability book, staking policy and PoPW state
 
     def now(self) -> float:
         return self.clock()

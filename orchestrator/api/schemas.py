@@ -125,6 +125,7 @@ class LeaseOut(BaseModel):
     payload: dict[str, Any]
     resume_from_sha256: str | None
     resume_progress: float
+    checkpoint_interval_s: float  # adaptive (Young/Daly from the node's predicted MTBF)
 
 
 class ProgressIn(Strict):
@@ -134,6 +135,7 @@ class ProgressIn(Strict):
 class CheckpointIn(Strict):
     sha256: Sha256Hex
     progress: float = Field(ge=0, le=1)
+    cost_s: float | None = Field(None, gt=0, le=3600)  # measured time to write it (interval)
 
 
 class CompleteIn(Strict):
@@ -168,3 +170,88 @@ class OutboxOut(BaseModel):
     idempotency_key: str
     status: str
     payload: dict[str, Any]
+
+
+# ---------------------------------------------------------------- Predictive Latency Staking
+
+Hex32 = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$")]
+MAX_GPU_SAMPLES = 120
+
+
+class GpuSampleIn(Strict):
+    """One pynvml reading (mirrors `domain.reliability.GpuSample`). Self-reported: RS lets it
+    only lower a score, so the bounds are about sanity, not trust."""
+
+    at: float = Field(ge=0, lt=2**40)  # unix seconds; refused if older than 10 min
+    temperature_c: float = Field(ge=-50, le=150)
+    sm_clock_mhz: float = Field(ge=0, le=10_000)
+    max_sm_clock_mhz: float = Field(gt=0, le=10_000)
+    throttle_reasons: int = Field(ge=0, lt=2**32)  # NVML clocks-throttle-reason bitmask
+    utilization_pct: float = Field(ge=0, le=100)
+    memory_used_mb: float = Field(ge=0, le=4_194_304)
+    memory_total_mb: float = Field(ge=0, le=4_194_304)
+    power_w: float = Field(ge=0, le=10_000)
+    power_limit_w: float = Field(ge=0, le=10_000)
+
+
+class GpuSamplesIn(Strict):
+    samples: list[GpuSampleIn] = Field(min_length=1, max_length=MAX_GPU_SAMPLES)
+
+
+class AcceptedOut(BaseModel):
+    accepted: int
+
+
+class ProbeOut(BaseModel):
+    nonce: str  # 0x + 16 bytes: echo it back
+    sent_at: float
+
+
+class ProbeEchoIn(Strict):
+    nonce: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{32}$")]
+
+
+class ProbeEchoOut(BaseModel):
+    rtt_ms: float
+
+
+class ChallengeIn(Strict):
+    gpu_class: Name  # the GPU class the node claims (`popw.DEFAULT_GPU_CLASSES`)
+
+
+class ChallengeOut(BaseModel):
+    nonce: str
+    gpu_class: str
+    size: int
+    rounds: int
+    ping_rounds: int  # probes to answer (POST .../probe, then echo) before the answer
+    issued_at: float
+    deadline: float
+
+
+class AnswerIn(Strict):
+    nonce: Hex32
+    answer: Hex32  # `popw.kernel_answer(nonce, size, rounds)`
+    gpu_under_load: list[GpuSampleIn] = Field(default_factory=list, max_length=MAX_GPU_SAMPLES)
+
+
+class VerdictOut(BaseModel):
+    node_id: str
+    passed: bool
+    tier: int
+    decided_at: float
+    expires_at: float
+    reasons: list[str]
+
+
+class ScoreProofOut(BaseModel):
+    epoch: int
+    root: str
+    provider: str
+    score_bps: int
+    telemetry_digest: str
+    proof: list[str]
+
+
+class VerificationFailedIn(Strict):
+    node_id: Name

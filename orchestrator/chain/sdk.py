@@ -23,7 +23,7 @@ from web3.logs import DISCARD
 from orchestrator.chain.artifacts import Artifacts, load_artifacts
 from orchestrator.chain.deployment import Deployment
 from orchestrator.chain.errors import ChainError, ErrorDecoder, snake_case
-from orchestrator.chain.tx import Receipt, TransactionSender, connect, revert_data
+from orchestrator.chain.tx import Receipt, SignedTx, TransactionSender, connect, revert_data
 from orchestrator.chain.views import (
     DisputeKind,
     DisputeRecord,
@@ -218,6 +218,11 @@ class MeshAccount:
 
     def _send(self, contract: Contract, function: str, *args: Any) -> Receipt:
         return self.sender.transact(contract.address, contract.encode_abi(function, args))
+
+    def build_signed(self, contract: Contract, function: str, *args: Any) -> SignedTx:
+        """Estimate and sign `function(*args)` without sending, so an outbox can persist the
+        exact bytes before broadcasting them; a revert raises the decoded error here."""
+        return self.sender.sign(contract.address, contract.encode_abi(function, args))
 
     def _event_arg(self, contract: Contract, receipt: Receipt, event: str, arg: str) -> Any:
         logs = contract.events[event]().process_receipt(receipt.raw, errors=DISCARD)

@@ -52,6 +52,19 @@ class Receipt:
     raw: TxReceipt = field(repr=False, compare=False)
 
 
+@dataclass(frozen=True, slots=True)
+class SignedTx:
+    """A transaction signed but not yet sent: persist it first, then `broadcast` the bytes.
+
+    Sending the same bytes again can never land twice (same nonce), which is what lets an
+    outbox resend after a crash without knowing whether the first send reached the node.
+    """
+
+    raw: bytes
+    tx_hash: str
+    nonce: int
+
+
 def revert_data(error: ContractLogicError) -> bytes:
     """The raw revert bytes web3 attached to the error (empty for a bare `revert()`)."""
     data = error.data
@@ -127,10 +140,33 @@ class TransactionSender:
             raw=raw,
         )
 
-    def _sign_and_send(self, request: dict[str, Any], gas_estimate: int) -> HexBytes:
-        """Sign with the next local nonce and submit; the caller holds the lock."""
-        nonce = self._next_nonce()
-        transaction = {
+    def sign(self, to: str, data: str, value: int = 0) -> SignedTx:
+        """Estimate and sign with the next local nonce WITHOUT sending (outbox: persist first).
+
+        A revert raises the decoded error here, before any nonce is used. The nonce counts as
+        used from now on: if the bytes are never sent, call `resync_nonce`.
+        """
+        request: dict[str, Any] = {"from": self.address, "to": to, "data": data, "value": value}
+        gas_estimate = self._estimate_gas(request)
+        with self._lock:
+            nonce = self._next_nonce()
+            signed = self._account.sign_transaction(
+                self._transaction(request, gas_estimate, nonce))
+            self._nonce = nonce + 1
+        return SignedTx(raw=bytes(signed.raw_transaction),
+                        tx_hash="0x" + bytes(signed.hash).hex(), nonce=nonce)
+
+    def broadcast(self, raw: bytes) -> None:
+        """Submit signed bytes; a node that already holds them counts as accepted."""
+        try:
+            self._w3.eth.send_raw_transaction(raw)
+        except Web3RPCError as exc:
+            if "already" not in str(exc).lower():  # anvil/geth: "already imported"/"known"
+                raise
+
+    def _transaction(self, request: dict[str, Any], gas_estimate: int,
+                     nonce: int) -> dict[str, Any]:
+        return {
             **{key: value for key, value in request.items() if key != "from"},
             "chainId": self._chain_id,
             "nonce": nonce,
@@ -139,7 +175,11 @@ class TransactionSender:
             "maxFeePerGas": 2 * self._base_fee() + self._priority_fee_wei,
             "type": 2,
         }
-        signed = self._account.sign_transaction(transaction)
+
+    def _sign_and_send(self, request: dict[str, Any], gas_estimate: int) -> HexBytes:
+        """Sign with the next local nonce and submit; the caller holds the lock."""
+        nonce = self._next_nonce()
+        signed = self._account.sign_transaction(self._transaction(request, gas_estimate, nonce))
         try:
             tx_hash = self._w3.eth.send_raw_transaction(signed.raw_transaction)
         except Exception:

@@ -96,8 +96,9 @@ def register_node(session: Session, *, spec: NodeSpec, now: float) -> Node:
         session.flush()
     node = session.get(Node, spec.node_id)
     if node is None:
+        # The tier is set once: re-registering must not undo a demotion.
         node = Node(id=spec.node_id, registered_at=now, draining=False,
-                    health=NodeHealth.ALIVE.value)
+                    health=NodeHealth.ALIVE.value, tier=int(spec.tier))
         session.add(node)
     node.provider = spec.provider
     node.gpu_model = spec.gpu_model
@@ -106,7 +107,6 @@ def register_node(session: Session, *, spec: NodeSpec, now: float) -> Node:
     node.region = spec.region
     node.price_per_gpu_hour = spec.price_per_gpu_hour
     node.slots = spec.slots
-    node.tier = int(spec.tier)
     node.last_heartbeat_at = now
     session.flush()
     return node

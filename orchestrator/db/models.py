@@ -209,6 +209,12 @@ class OutboxAction(Base):
     tx_hash: Mapped[str | None] = mapped_column(String(66), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    # Signed bytes (hex) persisted BEFORE broadcast, so a crash resends the same transaction;
+    # a batch keeps them on its first row only.
+    raw_tx: Mapped[str | None] = mapped_column(Text, nullable=True)
+    nonce: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    next_attempt_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # backoff
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)  # decoded error / why confirmed
 
 
 class IdempotencyKey(Base):
@@ -254,3 +260,113 @@ class RecoveryEvent(Base):
     rework: Mapped[float] = mapped_column(Float)  # fraction of the task redone
     resumed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     resumed_on: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+# ---------------------------------------------------------------- Predictive Latency Staking
+# Enough to rebuild the service's ReliabilityBook and StakingPolicy after a restart, and to
+# prove every slash and score against the epoch roots committed on chain.
+
+
+class NodeSession(Base):
+    """One online interval of a node: `abrupt` = the failure detector called it dead (not a
+    graceful drain); an open session has `ended_at` NULL."""
+
+    __tablename__ = "node_sessions"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    abrupt: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+
+
+class TaskOutcomeRecord(Base):
+    __tablename__ = "task_outcomes"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    task_id: Mapped[int] = mapped_column(BigInteger)
+    outcome: Mapped[str] = mapped_column(String(32))  # reliability.TaskOutcome
+    at: Mapped[float] = mapped_column(Float)
+
+
+class PopwChallengeRecord(Base):
+    """An issued PoPW challenge; `consumed_at` makes its nonce single-use across restarts
+    and replicas."""
+
+    __tablename__ = "popw_challenges"
+
+    nonce: Mapped[str] = mapped_column(String(66), primary_key=True)  # 0x + 32 bytes
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    gpu_class: Mapped[str] = mapped_column(String(32))
+    issued_at: Mapped[float] = mapped_column(Float)
+    deadline: Mapped[float] = mapped_column(Float)
+    consumed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class PopwVerdictRecord(Base):
+    __tablename__ = "popw_verdicts"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    nonce: Mapped[str] = mapped_column(String(66))
+    passed: Mapped[bool] = mapped_column(Boolean)
+    tier: Mapped[int] = mapped_column(Integer)
+    decided_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    reasons: Mapped[list[Any]] = mapped_column(JSON)
+
+
+class CollateralLock(Base):
+    """Collateral locked (through the outbox) for one placement of one task."""
+
+    __tablename__ = "collateral_locks"
+    __table_args__ = (UniqueConstraint("task_id", "attempt", name="uq_collateral_task_attempt"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[str] = mapped_column(String(66))
+    node_id: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str] = mapped_column(String(42))
+    amount: Mapped[int] = mapped_column(TokenAmount)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class SlashRecord(Base):
+    """A slash the staking policy decided; LOW_SCORE ones are tied to the epoch whose root
+    carries the sub-threshold score (anyone then proves it on chain)."""
+
+    __tablename__ = "pls_slashes"
+
+    slash_id: Mapped[str] = mapped_column(String(66), primary_key=True)
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    provider: Mapped[str] = mapped_column(String(42))
+    reason: Mapped[int] = mapped_column(Integer)  # slashing.SlashReason
+    amount: Mapped[int] = mapped_column(TokenAmount)
+    evidence: Mapped[str] = mapped_column(String(66))
+    task_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    decided_at: Mapped[float] = mapped_column(Float)
+    epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
+    detail: Mapped[str] = mapped_column(Text)
+
+
+class ScoreEpoch(Base):
+    __tablename__ = "score_epochs"
+
+    epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    root: Mapped[str] = mapped_column(String(66))
+    closed_at: Mapped[float] = mapped_column(Float)
+
+
+class ScoreLeaf(Base):
+    """One provider's committed (score, telemetry digest) in an epoch; proofs are rebuilt
+    from the epoch's leaves."""
+
+    __tablename__ = "score_leaves"
+
+    epoch: Mapped[int] = mapped_column(ForeignKey("score_epochs.epoch"), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(42), primary_key=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    score_bps: Mapped[int] = mapped_column(Integer)
+    telemetry_digest: Mapped[str] = mapped_column(String(66))

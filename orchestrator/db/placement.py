@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import DBAPIError
@@ -24,13 +24,39 @@ from orchestrator.domain.lifecycle import (
     TaskStatus,
     task_transition,
 )
-from orchestrator.domain.types import NodeHealth, NodeSpec
+from orchestrator.domain.types import NodeHealth, NodeSpec, TaskNeeds
 
 SCHEDULABLE = sorted(s.value for s in SCHEDULABLE_TASK_STATUSES)
 
 
 class PlacementConflict(Exception):
     """Another placement won a slot or a task first; reload and retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A placement the gate allows: the node's RS for the task and the collateral to lock."""
+
+    rs: float
+    collateral: int
+
+
+class PlacementGate(Protocol):
+    """Predictive Latency Staking admission, applied by the placer and the lease pull alike
+    (implemented by `telemetry.pls_service.PlsService`)."""
+
+    def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
+        """The node with the tier work may use now."""
+        ...
+
+    def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
+        """None refuses this node for this task."""
+        ...
+
+    def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
+                 provider: str, admission: Admission, now: float) -> None:
+        """Called in the placement's transaction (locks the collateral)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

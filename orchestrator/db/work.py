@@ -7,7 +7,7 @@ status move goes through the domain tables. Errors are `WorkError` with a stable
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -17,6 +17,7 @@ from orchestrator.db import crud
 from orchestrator.db.models import Job, Lease, Node, Task
 from orchestrator.db.placement import (
     PlacementConflict,
+    PlacementGate,
     Reservation,
     WaitingTask,
     commit_reservations,
@@ -52,9 +53,10 @@ class RecoveryRecord:
     rework: float
 
 
-def pull_lease(session: Session, *, node: Node, now: float,
-               reservation_ttl_s: float) -> Lease | None:
-    """The oldest unstarted reservation of this node, else a new one on a free slot."""
+def pull_lease(session: Session, *, node: Node, now: float, reservation_ttl_s: float,
+               gate: PlacementGate | None = None) -> Lease | None:
+    """The oldest unstarted reservation of this node, else a new one on a free slot for the
+    oldest waiting task it may run (and that `gate`, when given, admits)."""
     reserved = session.scalars(select(Lease).where(
         Lease.node_id == node.id, Lease.released_at.is_(None), Lease.state == "reserved")
         .order_by(Lease.id)).first()
@@ -67,12 +69,23 @@ def pull_lease(session: Session, *, node: Node, now: float,
     if not free:
         return None
     spec = crud.node_spec(node)
+    if gate is not None:
+        spec = gate.effective_spec(spec, now)
     for task in _eligible_waiting(session, spec=spec):
+        admission = None
+        if gate is not None:
+            admission = gate.admit(spec, crud.needs_from_json(task.needs), now)
+            if admission is None:
+                continue
         try:
             with session.begin_nested():
                 commit_reservations(session, reservations=[Reservation(
                     task.task_id, task.job_id, node.id, free[0], task.status)],
                     now=now, ttl_s=reservation_ttl_s)
+                if gate is not None and admission is not None:
+                    gate.reserved(session, task_id=task.task_id, job_id=task.job_id,
+                                  node_id=node.id, provider=node.provider,
+                                  admission=admission, now=now)
         except PlacementConflict:
             return None  # another placement won the slot or task; the agent pulls again
         session.expire_all()
@@ -212,6 +225,9 @@ class SweepResult:
     expired_leases: int
     dead_nodes: list[str]
     revoked: int
+    draining_dead: set[str] = field(default_factory=set)  # of dead_nodes: a graceful end
+    abandoned: list[tuple[str, int]] = field(default_factory=list)  # (node, started task) lost
+    returned: list[str] = field(default_factory=list)  # dead nodes heard from again
 
 
 def sweep(session: Session, *, detector: PhiAccrualDetector, now: float) -> SweepResult:
@@ -223,17 +239,27 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, now: float) -> Swee
             detector.heartbeat(node.id, node.last_heartbeat_at)
     dead: list[str] = []
     revoked = 0
+    abandoned: list[tuple[str, int]] = []
+    returned: list[str] = []
     for node in nodes:
         if node.id not in detector:
             continue
         verdict = detector.health(node.id, now)
         if verdict is NodeHealth.DEAD and node.health != NodeHealth.DEAD.value:
             dead.append(node.id)
+            abandoned.extend((node.id, lease.task_id)
+                             for lease in crud.live_leases(session, node_id=node.id)
+                             if lease.state == "active")
             revoked += crud.revoke_node_leases(session, node_id=node.id, now=now, cause="dead")
+        elif verdict is not NodeHealth.DEAD and node.health == NodeHealth.DEAD.value:
+            returned.append(node.id)
         crud.set_node_health(session, node=node, health=verdict, now=now, reason="detector")
     expired = crud.expire_leases(session, now=now)
     expire_overdue_jobs(session, now=now)
-    return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked)
+    draining = {node.id for node in nodes if node.draining}
+    return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked,
+                       draining_dead=draining & set(dead), abandoned=abandoned,
+                       returned=returned)
 
 
 OPEN_JOB_STATUSES = (JobStatus.SUBMITTED, JobStatus.FUNDED, JobStatus.SCHEDULED, JobStatus.RUNNING)

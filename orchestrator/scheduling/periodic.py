@@ -22,6 +22,8 @@ from orchestrator.db import crud
 
 log = logging.getLogger("orchestrator.periodic")
 
+# A work function may return a callable to run once its transaction has committed (the
+# outbox sender broadcasts there: only what is durably recorded may reach the chain).
 Work = Callable[[Session, float], object]
 
 
@@ -45,7 +47,9 @@ class LeaderRunner:
             now = self.clock()
             if not crud.try_lead(session, name=name, holder=self.holder, now=now, ttl_s=ttl_s):
                 return False
-            work(session, now)
+            after_commit = work(session, now)
+        if callable(after_commit):
+            after_commit()
         return True
 
     def start(self, jobs: list[PeriodicJob]) -> BackgroundScheduler:

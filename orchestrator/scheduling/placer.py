@@ -18,7 +18,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.crud import needs_from_json
 from orchestrator.db.placement import (
+    Admission,
     PlacementConflict,
+    PlacementGate,
     Reservation,
     commit_reservations,
     load_slot_view,
@@ -50,10 +52,15 @@ class Placer:
 
     def __init__(self, factory: sessionmaker[Session], *, score: ScoreFn = cheapest_first,
                  score_at: Callable[[float], ScoreFn] | None = None, lease_ttl_s: float = 60.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 gate: PlacementGate | None = None) -> None:
         """`score_at(now)`, when given, supplies a fresh score at every reload (PLS scores
-        depend on the time: uptime, recent telemetry); otherwise `score` is used as is."""
+        depend on the time: uptime, recent telemetry); otherwise `score` is used as is.
+        `gate` (PLS) sets each node's usable tier at reload, admits each placement (RS
+        floor, collateral covered by free stake) and locks collateral in the batch's
+        transaction."""
         self.factory = factory
+        self.gate = gate
         self.score = score
         self.score_at = score_at
         self.lease_ttl_s = lease_ttl_s
@@ -64,11 +71,13 @@ class Placer:
         self._cursor = 0  # last task id looked at; wraps to 0 at the end of the queue
 
     def reload(self) -> None:
+        now = self.clock()
         if self.score_at is not None:
-            self.score = self.score_at(self.clock())
+            self.score = self.score_at(now)
         with self.factory() as session:
             view = load_slot_view(session)
-        self._nodes = {n.node_id: n for n in view.nodes}
+        gate = self.gate
+        self._nodes = {n.node_id: gate.effective_spec(n, now) if gate else n for n in view.nodes}
         self._free = {n.node_id: sorted(set(range(n.slots)) - view.held.get(n.node_id, set()),
                                         reverse=True) for n in view.nodes}
         self._rankings.clear()
@@ -84,14 +93,25 @@ class Placer:
             self._rankings[key] = ranking
         return ranking
 
-    def _take_slot(self, needs_json: dict[str, Any]) -> tuple[str, int] | None:
+    def _take_slot(self, needs_json: dict[str, Any]
+                   ) -> tuple[str, int, Admission | None] | None:
         ranking = self._ranking(needs_json)
-        while ranking.cursor < len(ranking.node_ids):
-            node_id = ranking.node_ids[ranking.cursor]
+        position = ranking.cursor
+        while position < len(ranking.node_ids):
+            node_id = ranking.node_ids[position]
             free = self._free[node_id]
-            if free:
-                return node_id, free.pop()
-            ranking.cursor += 1
+            if not free:
+                if position == ranking.cursor:
+                    ranking.cursor += 1  # full for every later task of this kind too
+                position += 1
+                continue
+            if self.gate is None:
+                return node_id, free.pop(), None
+            admission = self.gate.admit(self._nodes[node_id], needs_from_json(needs_json),
+                                        self.clock())
+            if admission is not None:
+                return node_id, free.pop(), admission
+            position += 1  # this node may not take this task; a cheaper one may fit
         return None
 
     def place_batch(self, *, batch_size: int = 500, max_retries: int = 20) -> BatchResult:
@@ -106,6 +126,7 @@ class Placer:
                 with session.begin():
                     waiting = waiting_tasks(session, limit=batch_size, after_id=self._cursor)
                     reservations: list[Reservation] = []
+                    admissions: list[Admission | None] = []
                     decisions: list[float] = []
                     for task in waiting:
                         started = time.perf_counter()
@@ -116,8 +137,17 @@ class Placer:
                             continue
                         reservations.append(Reservation(task.task_id, task.job_id, choice[0],
                                                         choice[1], task.status))
-                    commit_reservations(session, reservations=reservations, now=self.clock(),
+                        admissions.append(choice[2])
+                    now = self.clock()
+                    commit_reservations(session, reservations=reservations, now=now,
                                         ttl_s=self.lease_ttl_s)
+                    for reservation, admission in zip(reservations, admissions, strict=True):
+                        if self.gate is not None and admission is not None:
+                            self.gate.reserved(
+                                session, task_id=reservation.task_id,
+                                job_id=reservation.job_id, node_id=reservation.node_id,
+                                provider=self._nodes[reservation.node_id].provider,
+                                admission=admission, now=now)
                 result.placed = reservations
                 result.decision_s = decisions
                 result.wrapped = len(waiting) < batch_size

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Callable, Mapping
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -15,10 +16,15 @@ from orchestrator.db import crud
 log = logging.getLogger("orchestrator.heartbeats")
 
 
+OnFlush = Callable[[Session, Mapping[str, float]], None]
+
+
 class HeartbeatBuffer:
     def __init__(self, factory: sessionmaker[Session], *, lease_ttl_s: float,
-                 flush_every_s: float) -> None:
+                 flush_every_s: float, on_flush: OnFlush | None = None) -> None:
+        """`on_flush(session, beats)` runs in each flush's transaction (PLS heartbeat gaps)."""
         self.factory = factory
+        self.on_flush = on_flush
         self.lease_ttl_s = lease_ttl_s
         self.flush_every_s = flush_every_s
         self._pending: dict[str, float] = {}
@@ -38,6 +44,8 @@ class HeartbeatBuffer:
         try:
             with self.factory.begin() as session:
                 crud.touch_heartbeats(session, beats=beats, lease_ttl_s=self.lease_ttl_s)
+                if self.on_flush is not None:
+                    self.on_flush(session, beats)
         except Exception:
             log.exception("heartbeat flush failed; retrying next tick")
             with self._lock:

@@ -36,3 +36,10 @@ class MeshMetrics:
         self.heartbeats = Counter("mesh_heartbeats_total", "Heartbeats accepted", registry=r)
         self.auth_failures = Counter("mesh_auth_failures_total", "Refused signatures/tokens",
                                      ["code"], registry=r)
+        self.reliability_score = Histogram(
+            "mesh_reliability_score", "RS of online nodes, observed at every staking decision",
+            buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0), registry=r)
+        self.handshakes = Counter("mesh_popw_handshakes_total", "PoPW answers judged",
+                                  ["result", "reason"], registry=r)
+        self.slashes = Counter("mesh_slashes_total", "Slashes the staking policy decided",
+                               ["reason"], registry=r)

@@ -7,8 +7,11 @@ from fastapi import APIRouter
 from orchestrator.api.deps import AdminDep, CtxDep, SessionDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.routes.jobs import job_out
-from orchestrator.api.schemas import JobOut, OutboxOut, SweepOut
+from orchestrator.api.schemas import JobOut, OutboxOut, SweepOut, TaskOut, VerificationFailedIn
 from orchestrator.db import crud, work
+from orchestrator.db.models import Task
+from orchestrator.domain.reliability import TaskOutcome
+from orchestrator.scheduling import pls_jobs
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
 
@@ -17,6 +20,7 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
              summary="Run the failure/lease sweep now (it also runs periodically)")
 def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
     result = work.sweep(session, detector=ctx.detector, now=ctx.now())
+    pls_jobs.after_sweep(ctx.pls, session, result, ctx.now())
     session.commit()
     ctx.metrics.node_failures.inc(len(result.dead_nodes))
     ctx.metrics.retries.labels("lapsed").inc(result.expired_leases)
@@ -31,9 +35,27 @@ def accept(job_id: str, session: SessionDep, ctx: CtxDep) -> JobOut:
     job = crud.get_job(session, job_id=job_id.lower())
     if job is None:
         raise ApiError(404, "job_not_found", f"no job {job_id}")
-    work.accept_job(session, job=job, now=ctx.now())
+    now = ctx.now()
+    work.accept_job(session, job=job, now=now)
+    for task in crud.job_tasks(session, job_id=job.id):
+        if task.node_id is not None:
+            ctx.pls.task_outcome(session, node_id=task.node_id, task_id=task.id,
+                                 outcome=TaskOutcome.COMPLETED, now=now)
     session.commit()
     return job_out(session, job)
+
+
+@router.post("/tasks/{task_id}/verification-failed", response_model=TaskOut,
+             summary="A spot check found the task's result wrong: slash its collateral, demote")
+def verification_failed(task_id: int, body: VerificationFailedIn, session: SessionDep,
+                        ctx: CtxDep) -> TaskOut:
+    task = session.get(Task, task_id)
+    if task is None:
+        raise ApiError(404, "task_not_found", f"no task {task_id}")
+    ctx.pls.task_outcome(session, node_id=body.node_id, task_id=task_id,
+                         outcome=TaskOutcome.FAILED_VERIFICATION, now=ctx.now())
+    session.commit()
+    return TaskOut(task_id=task.id, status=task.status, progress=task.progress)
 
 
 @router.get("/outbox", response_model=list[OutboxOut], summary="Chain actions not yet sent")

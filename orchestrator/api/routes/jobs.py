@@ -52,18 +52,20 @@ def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: Ctx
     if escrowed.amount <= 0:
         raise ApiError(402, "escrow_empty", "the escrow holds no funds")
     needs_in = body.spec.needs
+    payloads = split_tasks(body.spec.model_dump(mode="json")["workload"])
     needs = TaskNeeds(
         min_vram_gb=needs_in.min_vram_gb,
         gpu_models=None if needs_in.gpu_models is None else frozenset(needs_in.gpu_models),
         regions=None if needs_in.regions is None else frozenset(needs_in.regions),
         max_price_per_gpu_hour=needs_in.max_price_per_gpu_hour, priority=needs_in.priority,
-        expected_duration_s=needs_in.expected_duration_s)
+        expected_duration_s=needs_in.expected_duration_s,
+        value=escrowed.amount // len(payloads))  # what a task is worth: prices collateral
     now = ctx.now()
     spec = body.spec.model_dump(mode="json")
     job = crud.create_job(session, job_id=job_id, customer=signed.address, spec=spec,
                           spec_hash="0x" + spec_hash.hex(), amount=escrowed.amount,
                           deadline=float(body.spec.deadline), needs=needs,
-                          task_payloads=split_tasks(spec["workload"]), now=now)
+                          task_payloads=payloads, now=now)
     crud.set_job_status(session, job=job, target=JobStatus.FUNDED, now=now,
                         reason=f"escrow of {escrowed.amount} seen on chain")
     crud.save_idempotency_key(session, principal=signed.address, key=idempotency_key,

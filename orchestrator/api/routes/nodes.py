@@ -46,6 +46,7 @@ def register(body: NodeRegistration, signed: SignedDep, session: SessionDep,
         node_id=body.node_id, provider=signed.address, gpu_model=body.gpu_model,
         vram_gb=body.vram_gb, compute_capability=body.compute_capability, region=body.region,
         price_per_gpu_hour=body.price_per_gpu_hour, slots=body.slots), now=ctx.now())
+    ctx.pls.node_registered(session, node=node, now=ctx.now())
     crud.commit_or_conflict(session)
     ctx.detector.heartbeat(node.id, ctx.now())
     return node_out(node)
@@ -88,7 +89,8 @@ def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
     node = owned_node(session, node_id=node_id, address=claims.address)
     now = ctx.now()
     lease = work.pull_lease(session, node=node, now=now,
-                            reservation_ttl_s=ctx.settings.reservation_ttl_s)
+                            reservation_ttl_s=ctx.settings.reservation_ttl_s,
+                            gate=ctx.pls if ctx.settings.pls_placement else None)
     if lease is None:
         session.commit()
         return Response(status_code=204)
@@ -97,7 +99,9 @@ def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
     out = LeaseOut(lease_id=lease.id, task_id=task.id, job_id=task.job_id, slot=lease.slot,
                    expires_at=lease.expires_at, payload=task.payload,
                    resume_from_sha256=task.checkpoint_sha256,
-                   resume_progress=task.checkpoint_progress)
+                   resume_progress=task.checkpoint_progress,
+                   checkpoint_interval_s=ctx.pls.checkpoint_interval_s(
+                       node_id, now, crud.needs_from_json(task.needs).expected_duration_s))
     fresh = lease.created_at == now
     created_at = task.created_at
     session.commit()

@@ -1,4 +1,6 @@
-"""One anvil and one deployment per session; every test runs inside an evm snapshot."""
+"""Chain fixtures shared by every test package (loaded through `pytest_plugins` in
+tests/conftest.py): one anvil and one deployment per session; every test runs inside an
+evm snapshot."""
 
 from __future__ import annotations
 

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.28;
+
+/// @title IJobEscrow
+/// @notice Customer payments for DePIN Mesh jobs: escrow, collateral locks, exactly-once
+/// settlement with pull payments, deadline refunds.
+/// @dev Settlement credits each provider's `pending` balance, which becomes `claimable` once the
+/// settlement dispute window has passed (lazily, on the next credit or claim). One storage slot per
+/// account holds claimable, pending and the pending release time. The customer's refund stays in
+/// the job's own slot (settlement writes no customer storage) and is paid by `claimRefund` after
+/// the window. Disputes freeze part of a provider's pending balance or of a job's refund until the
+/// arbiter rules. Pausing stops new jobs and new collateral locks only: settle,
+/// claim, reclaim and collateral release always work.
+interface IJobEscrow {
+    /// @notice Life of a job's escrow; same numbering as `orchestrator.chain.views.EscrowStatus`.
+    enum JobStatus {
+        None, // no such job
+        Funded, // payment escrowed, not yet settled
+        Settled, // paid out once; no further settlement
+        Reclaimed // refunded to the customer after deadline + grace
+    }
+
+    /// @notice One job's escrow.
+    struct Job {
+        address customer; // who paid and receives refunds
+        uint40 deadline; // unix time the work is due; reclaimable after deadline + grace
+        uint40 settledAt; // unix time of settlement (0 until settled); disputes open until + window
+        JobStatus status; // see JobStatus
+        uint256 amount; // token units escrowed
+        uint256 refund; // settled: part of `amount` owed back to the customer, until claimed
+        bytes32 specHash; // keccak of the canonical job spec
+    }
+
+    /// @notice One job's settlement for `settleBatch`.
+    struct Settlement {
+        bytes32 jobId; // job to settle
+        address[] providers; // payees; every provider with collateral for the job should be listed
+        uint256[] payouts; // token units per provider (may be 0 to only release collateral)
+        bytes32 resultRoot; // Merkle root of the job's results/checkpoints, emitted for disputes
+    }
+
+    /// @notice An account's balances in escrow.
+    struct Balance {
+        uint256 claimable; // can be claimed now
+        uint256 pending; // credited by settlement, claimable from `releaseAt`
+        uint256 releaseAt; // unix time `pending` becomes claimable
+        uint256 frozen; // held by an open dispute
+    }
+
+    // ------------------------------------------------------------------ errors
+
+    /// @notice Job `jobId` already exists.
+    error JobEscrowJobExists(bytes32 jobId);
+    /// @notice A zero amount was given.
+    error JobEscrowZeroAmount();
+    /// @notice The deadline `deadline` is not after the current time `nowTs`.
+    error JobEscrowDeadlineInPast(uint256 deadline, uint256 nowTs);
+    /// @notice The token delivered `received` for a transfer of `expected` (fee-on-transfer token).
+    error JobEscrowFeeOnTransferToken(uint256 expected, uint256 received);
+    /// @notice Job `jobId` is not funded (status `status`).
+    error JobEscrowJobNotFunded(bytes32 jobId, JobStatus status);
+    /// @notice Job `jobId` was already settled.
+    error JobEscrowAlreadySettled(bytes32 jobId);
+    /// @notice Payouts of `total` exceed job `jobId`'s escrow of `amount`.
+    error JobEscrowPayoutExceedsEscrow(bytes32 jobId, uint256 total, uint256 amount);
+    /// @notice Arrays that must pair up have lengths `a` and `b`.
+    error JobEscrowLengthMismatch(uint256 a, uint256 b);
+    /// @notice Only the customer `customer` of job `jobId` may do this.
+    error JobEscrowNotCustomer(bytes32 jobId, address customer);
+    /// @notice Job `jobId` cannot be reclaimed before `reclaimableAt`.
+    error JobEscrowNotReclaimableYet(bytes32 jobId, uint256 reclaimableAt);
+    /// @notice Job `jobId` is still funded, so its collateral cannot be released by anyone yet.
+    error JobEscrowJobStillOpen(bytes32 jobId);
+    /// @notice `account` has nothing to claim.
+    error JobEscrowNothingToClaim(address account);
+    /// @notice Job `jobId`'s refund is claimable from `claimableAt`.
+    error JobEscrowRefundNotClaimableYet(bytes32 jobId, uint256 claimableAt);
+    /// @notice Job `jobId` has no refund to claim.
+    error JobEscrowNoRefund(bytes32 jobId);
+    /// @notice Job `jobId`'s settlement dispute window closed at `closedAt`.
+    error JobEscrowDisputeWindowClosed(bytes32 jobId, uint256 closedAt);
+    /// @notice `account` holds `available` pending, less than the `requested` to freeze.
+    error JobEscrowInsufficientPending(address account, uint256 requested, uint256 available);
+    /// @notice `account` holds `available` frozen, less than the `requested` to unfreeze.
+    error JobEscrowInsufficientFrozen(address account, uint256 requested, uint256 available);
+    /// @notice An amount does not fit the packed storage (`amount` > `max`).
+    error JobEscrowAmountTooLarge(uint256 amount, uint256 max);
+
+    // ------------------------------------------------------------------ events
+
+    /// @notice `customer` escrowed `amount` for job `jobId`.
+    event JobCreated(bytes32 indexed jobId, address indexed customer, uint256 amount, uint256 deadline, bytes32 specHash);
+    /// @notice Job `jobId` settled by `settle`: `refund` owed to the customer, the rest (job amount -
+    /// refund) paid to providers (pending), and the listed providers' collateral released.
+    /// @dev Per-provider payouts are not logged, to keep settlement cheap: they are in the settling
+    /// transaction's input, and in `balanceOf`.
+    event JobSettled(bytes32 indexed jobId, uint256 refund, bytes32 resultRoot);
+    /// @notice Jobs `jobIds` settled by one `settleBatch`, each as JobSettled describes.
+    /// @dev One log per batch instead of one per job saves ~1.4k gas a job; each job's refund is in
+    /// `jobOf`, its result root and payouts in the transaction's input.
+    event JobsSettled(bytes32[] jobIds);
+    /// @notice The customer took back `amount` of job `jobId` after deadline + grace.
+    event JobReclaimed(bytes32 indexed jobId, address indexed customer, uint256 amount);
+    /// @notice `account` claimed `amount`.
+    event Claimed(address indexed account, uint256 amount);
+    /// @notice The customer of job `jobId` was paid its refund of `amount`.
+    event RefundClaimed(bytes32 indexed jobId, address indexed customer, uint256 amount);
+    /// @notice `amount` of `account`'s pending balance was frozen by a dispute over job `jobId`.
+    event PayoutFrozen(bytes32 indexed jobId, address indexed account, uint256 amount);
+    /// @notice `amount` frozen from `from` became claimable by `to`.
+    event PayoutUnfrozen(address indexed from, address indexed to, uint256 amount);
+    /// @notice The reclaim grace period is now `grace` seconds.
+    event GracePeriodSet(uint256 grace);
+    /// @notice The settlement dispute window is now `window` seconds.
+    event DisputeWindowSet(uint256 window);
+
+    // ------------------------------------------------------------------ customer
+
+    /// @notice Escrows `amount` for job `jobId`, pulled from the caller (the customer).
+    /// @dev Reverts on a duplicate id, zero amount, deadline not in the future, when paused, and for
+    /// fee-on-transfer tokens.
+    function createJob(bytes32 jobId, uint256 amount, uint64 deadline, bytes32 specHash) external;
+
+    /// @notice Customer takes back the whole escrow of a job not settled by deadline + grace.
+    /// @dev Works while paused. Collateral is then freed with `releaseCollateral`.
+    function reclaim(bytes32 jobId) external;
+
+    /// @notice Pays the caller everything claimable (including pending whose window has passed).
+    /// @return amount Token units paid.
+    function claim() external returns (uint256 amount);
+
+    /// @notice Pays a settled job's refund to its customer once the dispute window has passed.
+    /// Anyone may call; the refund always goes to the customer.
+    /// @return amount Token units paid.
+    function claimRefund(bytes32 jobId) external returns (uint256 amount);
+
+    /// @notice Frees collateral locked for a job that is settled or reclaimed. Anyone may call.
+    function releaseCollateral(bytes32 jobId, address[] calldata providers) external;
+
+    // ------------------------------------------------------------------ orchestrator role
+
+    /// @notice Locks providers' stake as collateral for funded job `jobId` on the StakeManager.
+    /// @dev ORCHESTRATOR_ROLE only; not while paused.
+    function lockCollateral(bytes32 jobId, address[] calldata providers, uint256[] calldata amounts) external;
+
+    /// @notice Settles job `jobId` exactly once: pays providers (pending, pull), releases their
+    /// collateral, and credits the rest of the escrow to the customer. All-or-nothing.
+    /// @dev ORCHESTRATOR_ROLE only.
+    function settle(bytes32 jobId, address[] calldata providers, uint256[] calldata payouts, bytes32 resultRoot)
+        external;
+
+    /// @notice Settles many jobs in one transaction; all-or-nothing.
+    /// @dev ORCHESTRATOR_ROLE only.
+    function settleBatch(Settlement[] calldata settlements) external;
+
+    // ------------------------------------------------------------------ disputes role
+
+    /// @notice Freezes `amount` of `account`'s pending balance (or, when `account` is the job's
+    /// customer, of the job's refund) for a dispute over settled job `jobId`.
+    /// @dev DISPUTES_ROLE only; inside the job's dispute window; `amount` <= the job's amount.
+    function freezePayout(bytes32 jobId, address account, uint256 amount) external;
+
+    /// @notice Makes `amount` frozen from `from` claimable by `to` (`to == from` to give it back).
+    /// @dev DISPUTES_ROLE only.
+    function unfreezePayout(address from, address to, uint256 amount) external;
+
+    // ------------------------------------------------------------------ admin
+
+    /// @notice Stops new jobs and collateral locks. DEFAULT_ADMIN_ROLE only.
+    function pause() external;
+    /// @notice Resumes new jobs and collateral locks. DEFAULT_ADMIN_ROLE only.
+    function unpause() external;
+    /// @notice Sets the reclaim grace period. DEFAULT_ADMIN_ROLE only.
+    function setGracePeriod(uint64 grace) external;
+    /// @notice Sets the settlement dispute window. DEFAULT_ADMIN_ROLE only.
+    function setDisputeWindow(uint64 window) external;
+
+    // ------------------------------------------------------------------ views
+
+    /// @notice Role that may lock collateral and settle.
+    function ORCHESTRATOR_ROLE() external view returns (bytes32);
+    /// @notice Role of the Disputes contract: freeze and unfreeze payouts.
+    function DISPUTES_ROLE() external view returns (bytes32);
+    /// @notice The payment token.
+    function token() external view returns (address);
+    /// @notice The StakeManager collateral is locked on.
+    function stakeManager() external view returns (address);
+    /// @notice Job `jobId`'s escrow.
+    function jobOf(bytes32 jobId) external view returns (Job memory);
+    /// @notice `account`'s balances, as of now (pending past its release time shows as claimable).
+    function balanceOf(address account) external view returns (Balance memory);
+    /// @notice Seconds after the deadline before a customer may reclaim.
+    function gracePeriod() external view returns (uint64);
+    /// @notice Seconds after settlement during which disputes may open and payouts stay pending.
+    function disputeWindow() external view returns (uint64);
+}

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.28;
+
+/// @title IStakeManager
+/// @notice Provider stake for DePIN Mesh: bonding, unbonding locks, per-job collateral locks,
+/// tiers, epoch score commitments and disputable slashing.
+/// @dev Accounting per provider: `bonded` backs work and includes `locked` (collateral held for
+/// unsettled jobs); `unbonding` is stake on its way out, still slashable until withdrawn. Slash
+/// proceeds are not paid at once: each slash is a record that stays `Pending` for the slash dispute
+/// window, during which the provider may dispute it (see IDisputes) and an arbiter may reverse it.
+interface IStakeManager {
+    /// @notice Provider tier; same numbering as `orchestrator.domain.types.Tier`.
+    enum Tier {
+        Background, // demoted or unproven: low-priority work only
+        Standard, // a staked node in good standing
+        High // fresh PoPW handshake and sustained reliability
+    }
+
+    /// @notice Why a provider was slashed.
+    enum SlashReason {
+        LowScore, // committed epoch score under the threshold (slashForScore)
+        Abandonment, // left a task it held collateral for
+        FailedVerification, // output failed spot-check or redundancy verification
+        Other // anything else, e.g. an arbiter's ruling on a settlement dispute
+    }
+
+    /// @notice Life of a slash record.
+    enum SlashStatus {
+        None, // no such slash
+        Pending, // proceeds held; releasable once `releasableAt` has passed
+        Frozen, // disputed: held until the arbiter rules
+        Released, // proceeds paid to beneficiary and finder
+        Reversed // returned to the provider's bonded stake by an arbiter
+    }
+
+    /// @notice What a client needs to know of one provider's stake.
+    struct StakeInfo {
+        uint256 bonded; // stake that backs work, including `locked`
+        uint256 locked; // part of `bonded` locked as collateral for unsettled jobs
+        uint256 unbonding; // requested for withdrawal, still slashable until withdrawn
+        Tier tier; // current tier
+    }
+
+    /// @notice One request to unbond (Livepeer's UnbondingLock).
+    struct UnbondingLock {
+        uint128 amount; // stake requested out; the payout is capped by what slashing left in `unbonding`
+        uint64 withdrawableAt; // unix time from which `withdraw` pays it out
+    }
+
+    /// @notice One slash, held as pending proceeds until its dispute window has passed.
+    struct Slash {
+        address provider; // who was slashed
+        uint40 releasableAt; // end of the dispute window: proceeds can be released from then on
+        SlashStatus status; // see SlashStatus
+        SlashReason reason; // why
+        address beneficiary; // the injured customer, or the treasury
+        uint96 amount; // beneficiary's share of the slashed stake
+        address finder; // who proved the fault (slashForScore caller), or zero
+        uint96 finderAmount; // finder's share of the slashed stake
+        bytes32 evidence; // hash of the evidence (telemetry digest, verification report ...)
+    }
+
+    // ------------------------------------------------------------------ errors
+
+    /// @notice An amount of zero was given where stake must move.
+    error StakeManagerZeroAmount();
+    /// @notice `provider` asked for `requested` but only `free` is neither locked nor unbonding.
+    error StakeManagerInsufficientFreeStake(address provider, uint256 requested, uint256 free);
+    /// @notice `provider` has no open unbonding lock `lockId`.
+    error StakeManagerUnknownUnbondingLock(address provider, uint256 lockId);
+    /// @notice Unbonding lock `lockId` cannot be withdrawn before `withdrawableAt`.
+    error StakeManagerUnbondingNotEnded(uint256 lockId, uint256 withdrawableAt);
+    /// @notice Arrays that must pair up have lengths `a` and `b`.
+    error StakeManagerLengthMismatch(uint256 a, uint256 b);
+    /// @notice The token delivered `received` for a transfer of `expected` (fee-on-transfer token).
+    error StakeManagerFeeOnTransferToken(uint256 expected, uint256 received);
+    /// @notice Epoch `epoch` already has a committed score root.
+    error StakeManagerEpochAlreadyCommitted(uint64 epoch);
+    /// @notice Epoch `epoch` has no committed score root.
+    error StakeManagerEpochNotCommitted(uint64 epoch);
+    /// @notice A zero score root was given.
+    error StakeManagerZeroRoot();
+    /// @notice The proof does not place (provider, score, digest) under the epoch root.
+    error StakeManagerInvalidScoreProof(address provider, uint64 epoch);
+    /// @notice `scoreBps` is not under the slashing threshold `thresholdBps`.
+    error StakeManagerScoreAboveThreshold(uint256 scoreBps, uint256 thresholdBps);
+    /// @notice `provider` was already slashed for its score in `epoch`.
+    error StakeManagerAlreadySlashedForEpoch(address provider, uint64 epoch);
+    /// @notice `provider` has nothing slashable for this slash.
+    error StakeManagerNothingToSlash(address provider);
+    /// @notice No slash `slashId` exists or it is not in the status the call needs.
+    error StakeManagerSlashNotInStatus(uint256 slashId, SlashStatus status);
+    /// @notice Slash `slashId` is still in its dispute window, which ends at `releasableAt`.
+    error StakeManagerSlashStillDisputable(uint256 slashId, uint256 releasableAt);
+    /// @notice Slash `slashId`'s dispute window ended at `releasableAt`.
+    error StakeManagerSlashWindowClosed(uint256 slashId, uint256 releasableAt);
+    /// @notice A basis-point parameter `bps` exceeds 10_000.
+    error StakeManagerInvalidBps(uint256 bps);
+    /// @notice The zero address was given where one is needed.
+    error StakeManagerZeroAddress();
+    /// @notice The job escrow is already set to `escrow`.
+    error StakeManagerEscrowAlreadySet(address escrow);
+    /// @notice No job escrow is set, so a job's customer cannot be found.
+    error StakeManagerEscrowNotSet();
+
+    // ------------------------------------------------------------------ events
+
+    /// @notice `provider` bonded `amount` more stake.
+    event Staked(address indexed provider, uint256 amount);
+    /// @notice `provider` moved `amount` into unbonding lock `lockId`, withdrawable at `withdrawableAt`.
+    event UnbondRequested(address indexed provider, uint256 indexed lockId, uint256 amount, uint256 withdrawableAt);
+    /// @notice `provider` cancelled lock `lockId`; `amount` went back to bonded.
+    event UnbondCancelled(address indexed provider, uint256 indexed lockId, uint256 amount);
+    /// @notice `provider` withdrew `amount` from lock `lockId`.
+    event Withdrawn(address indexed provider, uint256 indexed lockId, uint256 amount);
+    /// @notice `amount` of `provider`'s stake now backs job `jobId`.
+    event CollateralLocked(bytes32 indexed jobId, address indexed provider, uint256 amount);
+    /// @notice `provider`'s tier changed from `oldTier` to `newTier`.
+    event TierChanged(address indexed provider, Tier oldTier, Tier newTier);
+    /// @notice The score root of `epoch` was committed.
+    event EpochCommitted(uint64 indexed epoch, bytes32 scoreRoot);
+    /// @notice Slash `slashId` took `amount + finderAmount` from `provider`; proceeds are pending
+    /// until `releasableAt`. `jobId` is zero for slashes not tied to a job.
+    event Slashed(
+        uint256 indexed slashId,
+        address indexed provider,
+        bytes32 indexed jobId,
+        SlashReason reason,
+        bytes32 evidence,
+        address beneficiary,
+        uint256 amount,
+        address finder,
+        uint256 finderAmount,
+        uint256 releasableAt
+    );
+    /// @notice Slash `slashId` was disputed and is frozen until ruled.
+    event SlashFrozen(uint256 indexed slashId);
+    /// @notice Slash `slashId` was upheld after a dispute: it can be released.
+    event SlashUpheld(uint256 indexed slashId);
+    /// @notice Slash `slashId` was reversed: `amount` went back to the provider's bonded stake.
+    event SlashReversed(uint256 indexed slashId, address indexed provider, uint256 amount);
+    /// @notice Slash `slashId`'s proceeds were paid out.
+    event SlashReleased(uint256 indexed slashId, address beneficiary, uint256 amount, address finder, uint256 finderAmount);
+    /// @notice The unbonding period is now `period` seconds.
+    event UnbondingPeriodSet(uint256 period);
+    /// @notice Slashes stay disputable for `window` seconds.
+    event SlashDisputeWindowSet(uint256 window);
+    /// @notice Score slashing: under `thresholdBps`, slash `slashBps` of stake, `finderBps` of it to the finder.
+    event ScoreSlashingSet(uint256 thresholdBps, uint256 slashBps, uint256 finderBps);
+    /// @notice Slash proceeds without an injured customer go to `treasury`.
+    event TreasurySet(address treasury);
+    /// @notice `escrow` is the JobEscrow whose jobs collateral is locked for.
+    event JobEscrowSet(address escrow);
+
+    // ------------------------------------------------------------------ provider
+
+    /// @notice Bonds `amount` of the stake token, pulled from the caller.
+    /// @dev Rejects fee-on-transfer tokens by checking the balance delta.
+    /// @param amount Token units to bond.
+    function stake(uint256 amount) external;
+
+    /// @notice Moves `amount` of free bonded stake into a new unbonding lock.
+    /// @dev Only free stake (bonded minus locked collateral) can unbond. The lock stays slashable.
+    /// @param amount Token units to unbond.
+    /// @return lockId Id of the new lock, per provider, from 0.
+    function requestUnbond(uint256 amount) external returns (uint256 lockId);
+
+    /// @notice Pays out unbonding lock `lockId` once its unbonding period has ended.
+    /// @dev Pays min(lock amount, what slashing left of the unbonding stake).
+    /// @param lockId The caller's lock.
+    function withdraw(uint256 lockId) external;
+
+    /// @notice Returns unbonding lock `lockId` to the caller's bonded stake.
+    /// @param lockId The caller's lock.
+    function cancelUnbond(uint256 lockId) external;
+
+    // ------------------------------------------------------------------ escrow role
+
+    /// @notice Locks `amounts[i]` of `providers[i]`'s free stake as collateral for `jobId`.
+    /// @dev ESCROW_ROLE only. All-or-nothing. A provider may appear in several calls for one job;
+    /// amounts add up.
+    /// @param jobId The job the collateral backs.
+    /// @param providers Providers to lock for.
+    /// @param amounts Token units per provider, non-zero.
+    function lockCollateral(bytes32 jobId, address[] calldata providers, uint256[] calldata amounts) external;
+
+    /// @notice Releases all collateral `providers[i]` holds for `jobIds[i]`.
+    /// @dev ESCROW_ROLE only. Pairs without a lock are skipped, so releasing twice is harmless.
+    /// Emits no event per pair (it runs inside batch settlement, where each log costs ~1.8k gas):
+    /// the escrow's JobSettled / JobReclaimed mark the release; `lockedFor` and `stakeOf` show it.
+    /// @param jobIds Job of each pair.
+    /// @param providers Provider of each pair.
+    function releaseCollateral(bytes32[] calldata jobIds, address[] calldata providers) external;
+
+    // ------------------------------------------------------------------ orchestrator role
+
+    /// @notice Sets `provider`'s tier; emits TierChanged when it changes.
+    /// @dev ORCHESTRATOR_ROLE only.
+    function setTier(address provider, Tier tier) external;
+
+    /// @notice Commits the Merkle root of epoch `epoch`'s scores, once.
+    /// @dev ORCHESTRATOR_ROLE only. Leaf: keccak256(bytes.concat(keccak256(abi.encode(
+    /// address provider, uint256 scoreBps, bytes32 telemetryDigest)))), sorted-pair tree.
+    function commitEpoch(uint64 epoch, bytes32 scoreRoot) external;
+
+    // ------------------------------------------------------------------ slashing
+
+    /// @notice Slashes `provider`'s stake not tied to a job (free bonded first, then unbonding);
+    /// proceeds go to the treasury after the dispute window.
+    /// @dev SLASHER_ROLE only. Capped at what is slashable; reverts if nothing is.
+    /// @return slashId Id of the pending slash.
+    function slash(address provider, uint256 amount, SlashReason reason, bytes32 evidence)
+        external
+        returns (uint256 slashId);
+
+    /// @notice Slashes collateral `provider` locked for `jobId`; proceeds go to the job's customer
+    /// after the dispute window.
+    /// @dev SLASHER_ROLE only. Capped at the collateral still locked; reverts if none is.
+    /// @return slashId Id of the pending slash.
+    function slashCollateral(bytes32 jobId, address provider, uint256 amount, SlashReason reason, bytes32 evidence)
+        external
+        returns (uint256 slashId);
+
+    /// @notice Anyone holding a proof that `provider` scored under the threshold in `epoch`
+    /// slashes the configured share of its stake (caller gets the finder's share) and demotes it to
+    /// Background. Once per (provider, epoch).
+    /// @return slashId Id of the pending slash, or 0 when nothing was slashable (demotion only).
+    function slashForScore(
+        address provider,
+        uint64 epoch,
+        uint256 scoreBps,
+        bytes32 telemetryDigest,
+        bytes32[] calldata proof
+    ) external returns (uint256 slashId);
+
+    /// @notice Pays out a pending slash whose dispute window has passed. Anyone may call.
+    function releaseSlash(uint256 slashId) external;
+
+    /// @notice Freezes a pending slash inside its dispute window.
+    /// @dev DISPUTES_ROLE only.
+    function freezeSlash(uint256 slashId) external;
+
+    /// @notice Ends the dispute of a frozen slash: reverse returns the stake to the provider's
+    /// bonded stake; otherwise the slash becomes releasable.
+    /// @dev DISPUTES_ROLE only.
+    function resolveSlash(uint256 slashId, bool reverse) external;
+
+    // ------------------------------------------------------------------ admin
+
+    /// @notice Sets the unbonding period for new locks. DEFAULT_ADMIN_ROLE only.
+    function setUnbondingPeriod(uint64 period) external;
+
+    /// @notice Sets how long new slashes stay disputable. DEFAULT_ADMIN_ROLE only.
+    function setSlashDisputeWindow(uint64 window) external;
+
+    /// @notice Sets score slashing parameters, all in basis points. DEFAULT_ADMIN_ROLE only.
+    function setScoreSlashing(uint16 thresholdBps, uint16 slashBps, uint16 finderBps) external;
+
+    /// @notice Sets where slash proceeds without a customer go. DEFAULT_ADMIN_ROLE only.
+    function setTreasury(address treasury) external;
+
+    /// @notice Sets, once, the JobEscrow (customer look-ups) and grants it ESCROW_ROLE.
+    /// DEFAULT_ADMIN_ROLE only.
+    function setJobEscrow(address escrow) external;
+
+    // ------------------------------------------------------------------ views
+
+    /// @notice Role that may set tiers and commit epochs.
+    function ORCHESTRATOR_ROLE() external view returns (bytes32);
+    /// @notice Role that may slash.
+    function SLASHER_ROLE() external view returns (bytes32);
+    /// @notice Role of the JobEscrow: lock and release collateral.
+    function ESCROW_ROLE() external view returns (bytes32);
+    /// @notice Role of the Disputes contract: freeze and resolve slashes.
+    function DISPUTES_ROLE() external view returns (bytes32);
+
+    /// @notice The stake and payment token.
+    function token() external view returns (address);
+    /// @notice `provider`'s bonded, locked, unbonding stake and tier.
+    function stakeOf(address provider) external view returns (StakeInfo memory);
+    /// @notice `provider`'s unbonding lock `lockId` (zero amount: none).
+    function unbondingLock(address provider, uint256 lockId) external view returns (UnbondingLock memory);
+    /// @notice Collateral `provider` has locked for `jobId`.
+    function lockedFor(bytes32 jobId, address provider) external view returns (uint256);
+    /// @notice Score root of `epoch` (zero: not committed).
+    function epochRoot(uint64 epoch) external view returns (bytes32);
+    /// @notice Whether `provider` was already slashed for its score in `epoch`.
+    function scoreSlashed(address provider, uint64 epoch) external view returns (bool);
+    /// @notice Slash record `slashId`.
+    function slashOf(uint256 slashId) external view returns (Slash memory);
+    /// @notice Number of slashes so far; ids run from 1 to this.
+    function slashCount() external view returns (uint256);
+    /// @notice Unbonding period for new locks, seconds.
+    function unbondingPeriod() external view returns (uint64);
+    /// @notice Dispute window of new slashes, seconds.
+    function slashDisputeWindow() external view returns (uint64);
+    /// @notice (thresholdBps, slashBps, finderBps) of score slashing.
+    function scoreSlashing() external view returns (uint16 thresholdBps, uint16 slashBps, uint16 finderBps);
+    /// @notice Receiver of slash proceeds without an injured customer.
+    function treasury() external view returns (address);
+    /// @notice The JobEscrow whose jobs collateral is locked for.
+    function jobEscrow() external view returns (address);
+}

@@ -1,0 +1,170 @@
+"""Predictive Latency Staking routes: agent GPU telemetry, orchestrator-timed ping-pong
+probes, the PoPW handshake, and epoch score proofs anyone can take on chain."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from eth_utils import is_hex_address, to_checksum_address
+from fastapi import APIRouter, Depends, Query, Request
+
+from orchestrator.api.auth import SignedRequest, verify_request
+from orchestrator.api.deps import CtxDep, NodeDep, SessionDep, SignedDep
+from orchestrator.api.errors import ApiError
+from orchestrator.api.routes.nodes import owned_node
+from orchestrator.api.schemas import (
+    AcceptedOut,
+    AnswerIn,
+    ChallengeIn,
+    ChallengeOut,
+    GpuSampleIn,
+    GpuSamplesIn,
+    ProbeEchoIn,
+    ProbeEchoOut,
+    ProbeOut,
+    ScoreProofOut,
+    VerdictOut,
+)
+from orchestrator.db import crud
+from orchestrator.db import pls as store
+from orchestrator.domain.popw import PopwReason, PopwVerdict
+from orchestrator.domain.reliability import GpuSample
+
+router = APIRouter(tags=["pls"])
+
+REFUSAL_STATUS = {PopwReason.UNKNOWN_CHALLENGE: 404, PopwReason.REPLAYED: 409,
+                  PopwReason.FORGED: 403, PopwReason.WRONG_NODE: 403}
+
+
+def gpu_samples(samples: list[GpuSampleIn]) -> list[GpuSample]:
+    return [GpuSample(**sample.model_dump()) for sample in samples]
+
+
+@router.post("/nodes/{node_id}/telemetry/gpu", response_model=AcceptedOut,
+             summary="Agent-reported GPU samples (session token), up to 120 per batch")
+def report_gpu(node_id: str, body: GpuSamplesIn, claims: NodeDep, session: SessionDep,
+               ctx: CtxDep) -> AcceptedOut:
+    try:
+        ctx.pls.record_gpu(session, node_id=claims.node_id, samples=gpu_samples(body.samples),
+                           now=ctx.now())
+    except ValueError as exc:
+        raise ApiError(422, "sample_out_of_range", str(exc)) from None
+    session.commit()
+    return AcceptedOut(accepted=len(body.samples))
+
+
+@router.post("/nodes/{node_id}/probe", response_model=ProbeOut,
+             summary="Start a ping-pong probe: echo the nonce back at once (RTT is timed here)")
+def start_probe(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> ProbeOut:
+    now = ctx.now()
+    nonce = ctx.pls.issue_probe(session, node_id=claims.node_id, now=now)
+    session.commit()
+    return ProbeOut(nonce="0x" + nonce.hex(), sent_at=now)
+
+
+@router.post("/nodes/{node_id}/probe/echo", response_model=ProbeEchoOut,
+             summary="Echo a probe nonce; unanswered probes count as lost")
+def echo_probe(node_id: str, body: ProbeEchoIn, claims: NodeDep, session: SessionDep,
+               ctx: CtxDep) -> ProbeEchoOut:
+    try:
+        rtt = ctx.pls.echo_probe(session, node_id=claims.node_id,
+                                 nonce=store.unhex(body.nonce), now=ctx.now())
+    except KeyError:
+        session.commit()  # probes found overdue meanwhile are recorded as lost
+        raise ApiError(404, "probe_unknown", "no such probe pending (expired or never sent)"
+                       ) from None
+    session.commit()
+    return ProbeEchoOut(rtt_ms=rtt)
+
+
+@router.post("/nodes/{node_id}/popw/challenge", response_model=ChallengeOut,
+             summary="Ask for a PoPW challenge (signed by the node's provider)")
+def challenge(node_id: str, body: ChallengeIn, signed: SignedDep, session: SessionDep,
+              ctx: CtxDep) -> ChallengeOut:
+    owned_node(session, node_id=node_id, address=signed.address)
+    try:
+        issued = ctx.pls.issue_challenge(session, node_id=node_id, gpu_class=body.gpu_class,
+                                         now=ctx.now())
+    except ValueError as exc:
+        raise ApiError(422, "popw_unknown_gpu_class", str(exc)) from None
+    session.commit()
+    return ChallengeOut(nonce="0x" + issued.nonce.hex(), gpu_class=issued.gpu_class,
+                        size=issued.size, rounds=issued.rounds, ping_rounds=issued.ping_rounds,
+                        issued_at=issued.issued_at, deadline=issued.deadline)
+
+
+async def answer_signature(request: Request, ctx: CtxDep) -> SignedRequest | None:
+    """The answer's signer, or None when the signature is missing or does not verify: the
+    handshake then states `forged` instead of a generic 401. A valid request's nonce is burnt
+    like any signed request's."""
+    body = await request.body()
+    try:
+        signed = verify_request(
+            request.headers, method=request.method, path=request.url.path, body=body,
+            now=ctx.now(), chain_id=ctx.settings.chain_id,
+            orchestrator_id=ctx.settings.orchestrator_id,
+            max_age_s=ctx.settings.signature_max_age_s)
+    except ApiError:
+        return None
+    with ctx.factory.begin() as session:
+        fresh = crud.claim_nonce(session, address=signed.address, nonce=str(signed.nonce),
+                                 expires_at=float(signed.expiry))
+    if not fresh:
+        ctx.metrics.handshakes.labels("failed", PopwReason.REPLAYED.value).inc()
+        raise ApiError(409, "popw_replayed", "this signed answer was already sent")
+    return signed
+
+
+AnswerSignature = Annotated[SignedRequest | None, Depends(answer_signature)]
+
+
+def verdict_out(verdict: PopwVerdict) -> VerdictOut:
+    return VerdictOut(node_id=verdict.node_id, passed=verdict.passed, tier=int(verdict.tier),
+                      decided_at=verdict.decided_at, expires_at=verdict.expires_at,
+                      reasons=[r.value for r in verdict.reasons])
+
+
+@router.post("/nodes/{node_id}/popw/answer", response_model=VerdictOut,
+             summary="Answer a PoPW challenge (signed); a failure states its reason code")
+def answer(node_id: str, body: AnswerIn, signed: AnswerSignature, session: SessionDep,
+           ctx: CtxDep) -> VerdictOut:
+    node = crud.get_node(session, node_id=node_id)
+    if node is None:
+        raise ApiError(404, "node_not_found", f"no node {node_id}")
+    verdict = ctx.pls.judge_answer(
+        session, node_id=node_id, nonce=store.unhex(body.nonce), answer=store.unhex(body.answer),
+        signature_valid=signed is not None and signed.address == node.provider,
+        gpu_under_load=gpu_samples(body.gpu_under_load), now=ctx.now())
+    session.commit()
+    if not verdict.passed:
+        reason = verdict.reasons[0]
+        raise ApiError(REFUSAL_STATUS.get(reason, 422), f"popw_{reason.value}",
+                       f"handshake failed: {reason.value}")
+    return verdict_out(verdict)
+
+
+@router.get("/nodes/{node_id}/popw", response_model=VerdictOut,
+            summary="The node's latest PoPW verdict")
+def latest_verdict(node_id: str, session: SessionDep) -> VerdictOut:
+    record = store.latest_verdict(session, node_id=node_id)
+    if record is None:
+        raise ApiError(404, "popw_none", f"node {node_id} has no handshake verdict")
+    return VerdictOut(node_id=record.node_id, passed=record.passed, tier=record.tier,
+                      decided_at=record.decided_at, expires_at=record.expires_at,
+                      reasons=list(record.reasons))
+
+
+@router.get("/nodes/{address}/score-proof", response_model=ScoreProofOut,
+            summary="A provider's committed epoch score and its Merkle proof (public)")
+def score_proof(address: str, session: SessionDep, ctx: CtxDep,
+                epoch: Annotated[int, Query(ge=0, lt=2**64)]) -> ScoreProofOut:
+    if not is_hex_address(address):
+        raise ApiError(422, "invalid_address", "not a hex address")
+    proof = ctx.pls.score_proof(session, provider=to_checksum_address(address), epoch=epoch)
+    if proof is None:
+        raise ApiError(404, "score_not_committed",
+                       f"no committed score for {address} in epoch {epoch}")
+    return ScoreProofOut(epoch=proof.epoch, root="0x" + proof.root.hex(),
+                         provider=proof.provider, score_bps=proof.score_bps,
+                         telemetry_digest="0x" + proof.telemetry_digest.hex(),
+                         proof=["0x" + p.hex() for p in proof.proof])

@@ -1,0 +1,587 @@
+"""The outbox sender: every chain action the orchestrator queued lands on chain exactly once.
+
+One pass (`OutboxSender.work`) runs under the leader lease `outbox-sender`
+(`scheduling.periodic.LeaderRunner`), so two orchestrator processes never both send, and
+does all its bookkeeping in that lease's transaction:
+
+1. Resolve `sent` rows by the receipt of their stored hash. Success with `confirmations`
+   blocks on top -> `confirmed`. No receipt -> broadcast the SAME signed bytes again (same
+   nonce, so it can land at most once); if the node says that nonce is spent and there is
+   still no receipt, those bytes can never land and the rows are signed afresh. A mined
+   revert is decoded by replaying the call and handled as in 3.
+2. Sign `pending` rows in queue order: a contiguous run of `settle` rows becomes ONE
+   `settleBatch` (at most `settle_batch_size` jobs); any other kind is one transaction. The
+   signed bytes, hash and nonce are written to the rows (status `sent`), and broadcast only
+   after the transaction commits: what reaches the chain is always on disk first. New rows
+   are signed only when every in-flight transaction is accounted for, so nonces never clash.
+3. Reverts (at gas estimation or when mined): an error that proves the action already took
+   effect -> `confirmed` with a note (`JobEscrowAlreadySettled` while the escrow shows the
+   job Settled; `StakeManagerEpochAlreadyCommitted` when the stored root is the same). Any
+   other revert -> `failed` with the decoded error, counted in `mesh_outbox_failed_total`,
+   never resent. Before a settle batch is signed each job's escrow is read: jobs already
+   settled are confirmed and left out, and jobs that would revert alone are failed and left
+   out, so one bad job cannot block the others.
+   A revert seen while a transaction ahead in the queue is still unmined is no verdict (a
+   slash estimated before its lock landed): the pass stops and the next one re-checks.
+4. Transient RPC errors undo that unit's changes, count an attempt and back off
+   exponentially; rows behind it wait, so actions reach the chain in the order queued.
+
+Payloads (JSON; bytes32 as 0x-hex, token amounts as decimal strings or integers):
+- settle {"job_id", "providers": [address], "payouts": [amount], "merkle_root": bytes32|null}
+         -> JobEscrow.settleBatch; when confirmed, the job moves settling -> settled.
+- commit {"epoch": int, "root": bytes32} -> StakeManager.commitEpoch
+- lock   {"job_id", "providers": [address], "amounts": [amount]} -> JobEscrow.lockCollateral
+- tier   {"provider": address, "tier": int} -> StakeManager.setTier
+- slash  {"job_id", "provider": address, "amount", "reason": int, "evidence": bytes32}
+         -> StakeManager.slashCollateral, signed by the `slasher` account when one is given
+         (SLASHER_ROLE is a separate role), else by the orchestrator's key
+Other keys in a payload are ignored (callers keep context there, e.g. a task id).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from eth_utils import is_address, to_checksum_address
+from hexbytes import HexBytes
+from prometheus_client import Counter
+from web3.contract import Contract
+from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception, Web3RPCError
+from web3.types import TxParams, TxReceipt
+
+from orchestrator.chain.errors import ChainError, ContractError, RevertError
+from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement
+from orchestrator.chain.tx import SignedTx, revert_data
+from orchestrator.chain.views import EscrowStatus
+from orchestrator.config import Settings
+from orchestrator.db import outbox as outbox_db
+from orchestrator.db.outbox import OutboxEntry, OutboxStatus
+from orchestrator.telemetry.metrics import MeshMetrics
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+log = logging.getLogger("orchestrator.outbox")
+
+LEASE_NAME = "outbox-sender"
+# Worth retrying: connection refused/reset, timeouts, a node refusing a request for now.
+TRANSIENT_ERRORS = (OSError, Web3Exception)
+Revert = ContractError | RevertError
+
+
+class PayloadError(ValueError):
+    """A queued payload that no transaction can be built from (a bug upstream, not the chain)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SenderConfig:
+    confirmations: int = 0  # blocks mined on top of the receipt's block before `confirmed`
+    settle_batch_size: int = 50  # jobs per settleBatch (gas grows ~15k per job)
+    max_rows: int = 500  # rows looked at per phase and pass
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 300.0
+
+
+def _nothing(_: SignedTx) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultHooks:
+    """Crash points for tests, called around each broadcast once the pass has committed."""
+
+    before_broadcast: Callable[[SignedTx], None] = _nothing
+    after_broadcast: Callable[[SignedTx], None] = _nothing
+
+
+class OutboxMetrics:
+    """Sender counters, registered in the app's registry beside its other metrics."""
+
+    def __init__(self, metrics: MeshMetrics) -> None:
+        registry = metrics.registry
+        self.settlement_lag = metrics.settlement_lag
+        self.sent = Counter("mesh_outbox_transactions_total", "Transactions signed and persisted",
+                            ["kind"], registry=registry)
+        self.confirmed = Counter("mesh_outbox_confirmed_total", "Outbox actions confirmed",
+                                 ["kind"], registry=registry)
+        self.failed = Counter("mesh_outbox_failed_total",
+                              "Outbox actions that reverted for good (never resent)",
+                              ["kind", "error"], registry=registry)
+        self.transient = Counter("mesh_outbox_transient_errors_total",
+                                 "RPC failures the sender backed off from", registry=registry)
+
+
+@dataclass
+class _Tally:
+    """What one unit of a pass did; counted in metrics only once its writes are kept."""
+
+    signed: list[tuple[str, SignedTx]] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    settlement_lags: list[float] = field(default_factory=list)
+    transient: int = 0
+    blocked: bool = False  # an in-flight transaction is unaccounted for: sign nothing new
+    # A transaction ahead in the queue is not mined yet, so a revert seen now may only mean
+    # "its effect is missing" (a slash estimated before its lock landed): not a verdict.
+    unmined_ahead: bool = False
+
+    def merge(self, other: _Tally) -> None:
+        self.signed += other.signed
+        self.confirmed += other.confirmed
+        self.failed += other.failed
+        self.settlement_lags += other.settlement_lags
+        self.transient += other.transient
+        self.blocked = self.blocked or other.blocked
+        self.unmined_ahead = self.unmined_ahead or other.unmined_ahead
+
+
+class _WaitForChain(Exception):
+    """A revert seen while earlier transactions are unmined: judge it once they have landed."""
+
+
+class OutboxSender:
+    """Drains the outbox with one signing key; run `work` under the `outbox-sender` lease."""
+
+    def __init__(self, chain: MeshChain, account: MeshAccount, metrics: MeshMetrics, *,
+                 slasher: MeshAccount | None = None, config: SenderConfig | None = None,
+                 hooks: FaultHooks | None = None) -> None:
+        self.chain = chain
+        self.account = account
+        self.slasher = slasher or account
+        self.metrics = OutboxMetrics(metrics)
+        self.config = config or SenderConfig()
+        self.hooks = hooks or FaultHooks()
+
+    # ------------------------------------------------------------------ pass
+
+    def work(self, session: Session, now: float) -> Callable[[], None]:
+        """Resolve in-flight transactions and sign new ones in `session`'s transaction;
+        returns what to run after it commits (count, then broadcast what was signed)."""
+        # The chain's pending count is the truth: everything signed earlier is either mined,
+        # in the pool, or persisted and about to be resent before anything new is signed.
+        self._resync_nonces()
+        tally = _Tally()
+        try:
+            if self._resolve_in_flight(session, now, tally):
+                self._sign_pending(session, now, tally)
+        except BaseException:
+            self._resync_nonces()
+            raise
+        return partial(self._after_commit, tally)
+
+    def _resync_nonces(self) -> None:
+        self.account.sender.resync_nonce()
+        self.slasher.sender.resync_nonce()
+
+    def _after_commit(self, tally: _Tally) -> None:
+        for kind in tally.confirmed:
+            self.metrics.confirmed.labels(kind).inc()
+        for kind, error in tally.failed:
+            self.metrics.failed.labels(kind, error).inc()
+        for lag in tally.settlement_lags:
+            self.metrics.settlement_lag.observe(lag)
+        self.metrics.transient.inc(tally.transient)
+        for kind, _ in tally.signed:
+            self.metrics.sent.labels(kind).inc()
+        for _, signed in tally.signed:
+            self.hooks.before_broadcast(signed)
+            try:
+                self.account.sender.broadcast(signed.raw)
+            except TRANSIENT_ERRORS as exc:
+                # Persisted already: the next pass finds no receipt and sends the same bytes.
+                log.warning("broadcast of %s failed (%s); resent next pass", signed.tx_hash,
+                            type(exc).__name__)
+                self.metrics.transient.inc()
+                return
+            self.hooks.after_broadcast(signed)
+
+    def _unit(self, session: Session, now: float, tally: _Tally, rows: Sequence[OutboxEntry],
+              expected: OutboxStatus, action: Callable[[_Tally], object]) -> bool:
+        """Run one unit (an in-flight transaction, a batch, an action) in a savepoint.
+
+        A transient RPC error undoes the unit's writes, backs its rows off and returns False:
+        the pass stops there, so later rows never overtake earlier ones.
+        """
+        unit = _Tally(unmined_ahead=tally.unmined_ahead)
+        try:
+            with session.begin_nested():
+                action(unit)
+        except _WaitForChain:
+            self._resync_nonces()
+            return False
+        except TRANSIENT_ERRORS as exc:
+            self._resync_nonces()
+            attempts = max(row.attempts for row in rows) + 1
+            delay = min(self.config.backoff_base_s * 2 ** (attempts - 1),
+                        self.config.backoff_max_s)
+            # Only the error's type: RPC messages may carry the endpoint URL and its API key.
+            outbox_db.defer(session, action_ids=[row.id for row in rows], expected=expected,
+                            now=now, retry_at=now + delay,
+                            note=f"transient {type(exc).__name__}; attempt {attempts}")
+            log.warning("outbox rows %s: %s, retrying in %.0f s", [row.id for row in rows],
+                        type(exc).__name__, delay)
+            tally.transient += 1
+            return False
+        tally.merge(unit)
+        return True
+
+    # ------------------------------------------------------------------ phase 1: in flight
+
+    def _resolve_in_flight(self, session: Session, now: float, tally: _Tally) -> bool:
+        """Settle the fate of every signed transaction; True when new ones may be signed."""
+        by_hash: dict[str, list[OutboxEntry]] = {}
+        for entry in outbox_db.in_flight_actions(session):  # ids ascending: queue order
+            by_hash.setdefault(entry.tx_hash or "", []).append(entry)
+        latest_block: list[int] = []  # read once per pass, only if a receipt needs it
+        for tx_hash, rows in by_hash.items():
+            if any(row.next_attempt_at is not None and row.next_attempt_at > now
+                   for row in rows):
+                tally.blocked = True
+                continue
+            if not self._unit(session, now, tally, rows, OutboxStatus.SENT,
+                              partial(self._resolve, session, now, tx_hash, rows, latest_block)):
+                return False
+        return not tally.blocked
+
+    def _resolve(self, session: Session, now: float, tx_hash: str, rows: list[OutboxEntry],
+                 latest_block: list[int], tally: _Tally) -> None:
+        """One signed transaction: confirm, judge its revert, resend it, or re-sign its rows."""
+        ids = [row.id for row in rows]
+        receipt = self._receipt(tx_hash)
+        if receipt is None:
+            raw = next((row.raw_tx for row in rows if row.raw_tx), None)
+            if raw is None:
+                log.error("outbox rows %s: signed bytes of %s are missing", ids, tx_hash)
+                tally.blocked = True
+                return
+            try:
+                self.account.sender.broadcast(bytes(HexBytes(raw)))
+                tally.unmined_ahead = True
+                return  # in the node's pool again (or still): its nonce is accounted for
+            except Web3RPCError as exc:
+                if "nonce too low" not in str(exc).lower():
+                    raise
+            receipt = self._receipt(tx_hash)
+            if receipt is None:
+                outbox_db.return_to_pending(
+                    session, action_ids=ids, now=now,
+                    note=f"nonce {rows[0].nonce} was spent by another transaction; re-signed")
+                return
+        if receipt["status"] != 1:
+            self._mined_revert(session, now, rows, self._replay(tx_hash, receipt), tally)
+            return
+        if self.config.confirmations:
+            if not latest_block:
+                latest_block.append(int(self.chain.w3.eth.block_number))
+            if latest_block[0] - int(receipt["blockNumber"]) < self.config.confirmations:
+                return  # mined; its nonce is spent, so new transactions may follow
+        self._confirm(session, now, rows, OutboxStatus.SENT, None, tally)
+
+    def _receipt(self, tx_hash: str) -> TxReceipt | None:
+        try:
+            return self.chain.w3.eth.get_transaction_receipt(HexBytes(tx_hash))
+        except TransactionNotFound:
+            return None
+
+    def _replay(self, tx_hash: str, receipt: TxReceipt) -> Revert:
+        """Why a mined transaction reverted: the same call on the state before its block."""
+        tx = self.chain.w3.eth.get_transaction(HexBytes(tx_hash))
+        request: TxParams = {"from": tx["from"], "to": tx["to"], "data": tx["input"],
+                             "value": tx["value"], "gas": tx["gas"]}
+        try:
+            self.chain.w3.eth.call(request, int(receipt["blockNumber"]) - 1)
+        except ContractLogicError as exc:
+            error = self.chain.decoder.decode(revert_data(exc))
+            if isinstance(error, ContractError | RevertError):
+                return error
+        return RevertError(f"{tx_hash} reverted when mined (out of gas or state changed)")
+
+    def _mined_revert(self, session: Session, now: float, rows: list[OutboxEntry],
+                      error: Revert, tally: _Tally) -> None:
+        """Blame the job a batch's error names; the rest were never applied and are signed
+        again after a fresh escrow check. An error naming no job fails the whole batch."""
+        culprit = rows[0] if len(rows) == 1 else self._named_job(rows, error)
+        if culprit is None:
+            for row in rows:
+                self._judge(session, now, row, OutboxStatus.SENT, error, tally)
+            return
+        innocent = [row.id for row in rows if row.id != culprit.id]
+        if innocent:
+            outbox_db.return_to_pending(session, action_ids=innocent, now=now,
+                                        note=f"batch reverted on row {culprit.id}; re-signed")
+        self._judge(session, now, culprit, OutboxStatus.SENT, error, tally)
+
+    @staticmethod
+    def _named_job(rows: list[OutboxEntry], error: Revert) -> OutboxEntry | None:
+        job_id = error.arguments.get("job_id") if isinstance(error, ContractError) else None
+        if not isinstance(job_id, bytes):
+            return None
+        # Every row here was signed, so its payload parsed: `_bytes32` cannot fail.
+        return next((row for row in rows if _bytes32(row.payload, "job_id") == job_id), None)
+
+    # ------------------------------------------------------------------ phase 2: sign
+
+    def _sign_pending(self, session: Session, now: float, tally: _Tally) -> None:
+        entries = outbox_db.pending_actions(session, limit=self.config.max_rows)
+        index = 0
+        while index < len(entries):
+            run = self._next_run(entries, index, now)
+            if not run:
+                return  # the oldest row is backing off: nothing may overtake it
+            index += len(run)
+            action: Callable[[_Tally], object]
+            if run[0].kind == "settle":
+                action = partial(self._sign_settles, session, now, run)
+            else:
+                action = partial(self._sign_one, session, now, run[0])
+            if not self._unit(session, now, tally, run, OutboxStatus.PENDING, action):
+                return
+
+    def _next_run(self, entries: list[OutboxEntry], start: int,
+                  now: float) -> list[OutboxEntry]:
+        """The due rows from `start` that go into one transaction: a run of settles or one."""
+        run: list[OutboxEntry] = []
+        for entry in entries[start:]:
+            if entry.next_attempt_at is not None and entry.next_attempt_at > now:
+                break
+            if run and (entry.kind != "settle" or run[0].kind != "settle"
+                        or len(run) >= self.config.settle_batch_size):
+                break
+            run.append(entry)
+        return run
+
+    def _sign_settles(self, session: Session, now: float, run: list[OutboxEntry],
+                      tally: _Tally) -> None:
+        parsed: list[tuple[OutboxEntry, Settlement]] = []
+        for entry in run:
+            try:
+                parsed.append((entry, parse_settlement(entry.payload)))
+            except PayloadError as exc:
+                self._fail(session, now, entry, OutboxStatus.PENDING, "InvalidPayload",
+                           f"invalid payload: {exc}", tally)
+        live: list[tuple[OutboxEntry, Settlement]] = []
+        batched: set[bytes] = set()
+        for entry, settlement in parsed:
+            escrow = self.chain.escrowed_job(settlement.job_id)
+            status = escrow.status if escrow is not None else EscrowStatus.NONE
+            if status is EscrowStatus.SETTLED:
+                self._confirm(session, now, [entry], OutboxStatus.PENDING,
+                              "already settled on chain", tally)
+            elif status is not EscrowStatus.FUNDED:
+                self._fail(session, now, entry, OutboxStatus.PENDING, "EscrowNotFunded",
+                           f"escrow job is {status.name}", tally)
+            elif settlement.job_id not in batched:  # a duplicate waits for the first to land
+                batched.add(settlement.job_id)
+                live.append((entry, settlement))
+        while live:
+            try:
+                signed = self.account.build_signed(
+                    self.chain.job_escrow, "settleBatch", [_encode(s) for _, s in live])
+            except (ContractError, RevertError) as error:
+                live = self._without_reverting(session, now, live, error, tally)
+                continue
+            self._persist(session, now, [entry for entry, _ in live], "settle", signed, tally)
+            return
+
+    def _without_reverting(self, session: Session, now: float,
+                           live: list[tuple[OutboxEntry, Settlement]], batch_error: Revert,
+                           tally: _Tally) -> list[tuple[OutboxEntry, Settlement]]:
+        """Judge the jobs that revert on their own; the others go on in the batch."""
+        if tally.unmined_ahead:
+            raise _WaitForChain
+        if len(live) == 1:
+            self._judge(session, now, live[0][0], OutboxStatus.PENDING, batch_error, tally)
+            return []
+        errors = [(entry, self._simulate_settle(settlement)) for entry, settlement in live]
+        reverting = [(entry, error) for entry, error in errors if error is not None]
+        if not reverting:  # only the batch as a whole fails (gas?): no row can be blamed
+            reverting = [(entry, batch_error) for entry, _ in live]
+        for entry, error in reverting:
+            self._judge(session, now, entry, OutboxStatus.PENDING, error, tally)
+        judged = {entry.id for entry, _ in reverting}
+        return [(entry, settlement) for entry, settlement in live if entry.id not in judged]
+
+    def _simulate_settle(self, settlement: Settlement) -> Revert | None:
+        try:
+            self.chain.job_escrow.functions.settleBatch([_encode(settlement)]).call(
+                {"from": self.account.address})
+        except ContractLogicError as exc:
+            error = self.chain.decoder.decode(revert_data(exc))
+            return error if isinstance(error, ContractError | RevertError) else RevertError(
+                str(error))
+        return None
+
+    def _sign_one(self, session: Session, now: float, entry: OutboxEntry, tally: _Tally) -> None:
+        try:
+            contract, function, args = self._call_for(entry)
+        except PayloadError as exc:
+            self._fail(session, now, entry, OutboxStatus.PENDING, "InvalidPayload",
+                       f"invalid payload: {exc}", tally)
+            return
+        signer = self.slasher if entry.kind == "slash" else self.account
+        try:
+            signed = signer.build_signed(contract, function, *args)
+        except (ContractError, RevertError) as error:
+            if tally.unmined_ahead:
+                raise _WaitForChain from error
+            self._judge(session, now, entry, OutboxStatus.PENDING, error, tally)
+            return
+        self._persist(session, now, [entry], entry.kind, signed, tally)
+
+    def _call_for(self, entry: OutboxEntry) -> tuple[Contract, str, tuple[Any, ...]]:
+        payload = entry.payload
+        if entry.kind == "commit":
+            epoch, root = parse_commit(payload)
+            return self.chain.stake_manager, "commitEpoch", (epoch, root)
+        if entry.kind == "lock":
+            providers = [_address(p, "providers") for p in _list(payload, "providers")]
+            amounts = [_uint(a, "amounts") for a in _list(payload, "amounts")]
+            return self.chain.job_escrow, "lockCollateral", (
+                _bytes32(payload, "job_id"), providers, amounts)
+        if entry.kind == "tier":
+            return self.chain.stake_manager, "setTier", (
+                _address(payload.get("provider"), "provider"), _uint(payload.get("tier"), "tier"))
+        if entry.kind == "slash":
+            return self.chain.stake_manager, "slashCollateral", (
+                _bytes32(payload, "job_id"), _address(payload.get("provider"), "provider"),
+                _uint(payload.get("amount"), "amount"), _uint(payload.get("reason"), "reason"),
+                _bytes32(payload, "evidence"))
+        raise PayloadError(f"unknown outbox kind {entry.kind!r}")
+
+    def _persist(self, session: Session, now: float, rows: list[OutboxEntry], kind: str,
+                 signed: SignedTx, tally: _Tally) -> None:
+        outbox_db.record_signed(session, action_ids=[row.id for row in rows],
+                                tx_hash=signed.tx_hash, nonce=signed.nonce,
+                                raw_tx="0x" + signed.raw.hex(), now=now)
+        tally.signed.append((kind, signed))
+        tally.unmined_ahead = True
+
+    # ------------------------------------------------------------------ verdicts
+
+    def _judge(self, session: Session, now: float, entry: OutboxEntry, expected: OutboxStatus,
+               error: Revert, tally: _Tally) -> None:
+        """A revert: confirmed if it proves the action already took effect, else failed."""
+        note = self._already_done(entry, error)
+        if note is not None:
+            self._confirm(session, now, [entry], expected, note, tally)
+        else:
+            name = error.name if isinstance(error, ContractError) else "Revert"
+            self._fail(session, now, entry, expected, name, str(error), tally)
+
+    def _already_done(self, entry: OutboxEntry, error: Revert) -> str | None:
+        if not isinstance(error, ContractError):
+            return None
+        if entry.kind == "settle" and error.name == "JobEscrowAlreadySettled":
+            escrow = self.chain.escrowed_job(_bytes32(entry.payload, "job_id"))
+            if escrow is not None and escrow.status is EscrowStatus.SETTLED:
+                return "already settled on chain"
+        if entry.kind == "commit" and error.name == "StakeManagerEpochAlreadyCommitted":
+            epoch, root = parse_commit(entry.payload)
+            if self.chain.epoch_root(epoch) == root:
+                return f"epoch {epoch} was already committed with this root"
+        return None
+
+    def _confirm(self, session: Session, now: float, rows: list[OutboxEntry],
+                 expected: OutboxStatus, note: str | None, tally: _Tally) -> None:
+        outbox_db.record_confirmed(session, action_ids=[row.id for row in rows],
+                                   expected=expected, now=now, note=note)
+        for row in rows:
+            tally.confirmed.append(row.kind)
+            if row.kind != "settle":
+                continue
+            lag = outbox_db.finish_settlement(
+                session, job_id="0x" + _bytes32(row.payload, "job_id").hex(), now=now,
+                reason=f"settlement confirmed on chain ({note or row.tx_hash})")
+            if lag is not None:
+                tally.settlement_lags.append(lag)
+
+    def _fail(self, session: Session, now: float, entry: OutboxEntry, expected: OutboxStatus,
+              error_name: str, note: str, tally: _Tally) -> None:
+        outbox_db.record_failed(session, action_ids=[entry.id], expected=expected, now=now,
+                                note=note)
+        tally.failed.append((entry.kind, error_name))
+        log.error("outbox row %d (%s) failed: %s", entry.id, entry.kind, note)
+
+
+def build_sender(settings: Settings, metrics: MeshMetrics) -> Callable[[Session, float], object]:
+    """The periodic work for `settings`: connects to the chain on its first run, so a service
+    whose node is not up yet still starts (and retries every tick)."""
+    if settings.orchestrator_key is None:
+        raise ChainError("the outbox sender needs MESH_ORCHESTRATOR_KEY")
+    key, slasher_key = settings.orchestrator_key, settings.slasher_key
+    config = SenderConfig(confirmations=settings.outbox_confirmations,
+                          settle_batch_size=settings.outbox_settle_batch)
+    senders: list[OutboxSender] = []
+
+    def work(session: Session, now: float) -> object:
+        if not senders:
+            chain = MeshChain.from_settings(settings)
+            slasher = (chain.account(slasher_key.get_secret_value())
+                       if slasher_key is not None else None)
+            senders.append(OutboxSender(chain, chain.account(key.get_secret_value()), metrics,
+                                        slasher=slasher, config=config))
+        return senders[0].work(session, now)
+
+    return work
+
+
+# ---------------------------------------------------------------------- payloads
+
+
+def parse_settlement(payload: dict[str, Any]) -> Settlement:
+    providers = tuple(_address(p, "providers") for p in _list(payload, "providers"))
+    payouts = tuple(_uint(p, "payouts") for p in _list(payload, "payouts"))
+    if len(providers) != len(payouts):
+        raise PayloadError(f"{len(providers)} providers but {len(payouts)} payouts")
+    root = bytes(32) if payload.get("merkle_root") is None else _bytes32(payload, "merkle_root")
+    return Settlement(job_id=_bytes32(payload, "job_id"), providers=providers, payouts=payouts,
+                      result_root=root)
+
+
+def parse_commit(payload: dict[str, Any]) -> tuple[int, bytes]:
+    return _uint(payload.get("epoch"), "epoch"), _bytes32(payload, "root")
+
+
+def _encode(settlement: Settlement) -> tuple[bytes, list[str], list[int], bytes]:
+    return (settlement.job_id, list(settlement.providers), list(settlement.payouts),
+            settlement.result_root)
+
+
+def _list(payload: dict[str, Any], key: str) -> list[Any]:
+    value = payload.get(key)
+    if not isinstance(value, list):
+        raise PayloadError(f"{key} must be a list")
+    return value
+
+
+def _bytes32(payload: dict[str, Any], key: str) -> bytes:
+    value = payload.get(key)
+    try:
+        raw = bytes.fromhex(value.removeprefix("0x")) if isinstance(value, str) else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise PayloadError(f"{key} must be 32 bytes as 0x-hex, got {value!r}")
+    return raw
+
+
+def _address(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not is_address(value):
+        raise PayloadError(f"{key} holds {value!r}, not an address")
+    return str(to_checksum_address(value))
+
+
+def _uint(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise PayloadError(f"{key} holds {value!r}, not an unsigned integer")
+    try:
+        number = int(value)
+    except ValueError:
+        raise PayloadError(f"{key} holds {value!r}, not an unsigned integer") from None
+    if not 0 <= number < 2**256:
+        raise PayloadError(f"{key} holds {value!r}, out of uint256 range")
+    return number

@@ -1,0 +1,136 @@
+"""Outbox rows as the chain sender sees them, and every status move it makes on them.
+
+Rows go pending -> sent -> confirmed | failed; `sent` rows may return to pending when their
+transaction provably can never land (its nonce was taken by another transaction). Each move
+is a guarded UPDATE (`WHERE status = <expected>`), so a row can never be sent twice even if
+two senders raced past the leader lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from orchestrator.db import crud
+from orchestrator.db.models import Job, OutboxAction
+from orchestrator.domain.lifecycle import DomainError, JobStatus
+
+
+class OutboxStatus(StrEnum):
+    PENDING = "pending"  # queued, not signed yet (or to be signed again)
+    SENT = "sent"  # signed bytes persisted; broadcast may or may not have happened
+    CONFIRMED = "confirmed"  # took effect on chain (maybe by someone else: see `note`)
+    FAILED = "failed"  # reverted for a reason that retrying cannot fix; `note` says why
+
+
+class OutboxConflict(DomainError):
+    """Another sender moved the row first; this pass must roll back and not broadcast."""
+
+    code = "outbox_conflict"
+    status = 409
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    tx_hash: str | None
+    raw_tx: str | None  # hex; only on the first row of a batch
+    nonce: int | None
+    next_attempt_at: float | None
+    created_at: float
+
+
+def _entry(row: OutboxAction) -> OutboxEntry:
+    return OutboxEntry(id=row.id, kind=row.kind, payload=dict(row.payload), attempts=row.attempts,
+                       tx_hash=row.tx_hash, raw_tx=row.raw_tx, nonce=row.nonce,
+                       next_attempt_at=row.next_attempt_at, created_at=row.created_at)
+
+
+def _rows(session: Session, status: OutboxStatus, limit: int | None) -> list[OutboxEntry]:
+    return [_entry(row) for row in session.scalars(
+        select(OutboxAction).where(OutboxAction.status == status.value)
+        .order_by(OutboxAction.id).limit(limit).with_for_update(skip_locked=True))]
+
+
+def pending_actions(session: Session, *, limit: int) -> list[OutboxEntry]:
+    """Rows still to be signed, oldest first (the order they were queued in)."""
+    return _rows(session, OutboxStatus.PENDING, limit)
+
+
+def in_flight_actions(session: Session) -> list[OutboxEntry]:
+    """Rows whose transaction is signed and persisted but not yet resolved, oldest first.
+    All of them: a batch must be judged whole (few exist: each pass signs a bounded number)."""
+    return _rows(session, OutboxStatus.SENT, None)
+
+
+def _move(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus,
+          values: dict[str, Any]) -> None:
+    result = session.execute(
+        update(OutboxAction)
+        .where(OutboxAction.id.in_(list(action_ids)), OutboxAction.status == expected.value)
+        .values(**values).execution_options(synchronize_session=False))
+    if getattr(result, "rowcount", 0) != len(action_ids):
+        raise OutboxConflict(f"outbox rows {list(action_ids)} are no longer {expected.value}")
+
+
+def record_signed(session: Session, *, action_ids: Sequence[int], tx_hash: str, nonce: int,
+                  raw_tx: str, now: float) -> None:
+    """Persist the signed transaction BEFORE it is broadcast (the crash-safety point)."""
+    _move(session, action_ids=action_ids, expected=OutboxStatus.PENDING,
+          values={"status": OutboxStatus.SENT.value, "tx_hash": tx_hash, "nonce": nonce,
+                  "attempts": OutboxAction.attempts + 1, "next_attempt_at": None,
+                  "updated_at": now})
+    session.execute(update(OutboxAction).where(OutboxAction.id == action_ids[0])
+                    .values(raw_tx=raw_tx).execution_options(synchronize_session=False))
+
+
+def record_confirmed(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus,
+                     now: float, note: str | None = None) -> None:
+    """The action took effect; the signed bytes are no longer needed."""
+    _move(session, action_ids=action_ids, expected=expected,
+          values={"status": OutboxStatus.CONFIRMED.value, "note": note, "raw_tx": None,
+                  "next_attempt_at": None, "updated_at": now})
+
+
+def record_failed(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus,
+                  now: float, note: str) -> None:
+    """A revert (or a malformed payload) that sending again cannot fix: kept for an operator."""
+    _move(session, action_ids=action_ids, expected=expected,
+          values={"status": OutboxStatus.FAILED.value, "note": note, "raw_tx": None,
+                  "next_attempt_at": None, "updated_at": now})
+
+
+def return_to_pending(session: Session, *, action_ids: Sequence[int], now: float,
+                      note: str) -> None:
+    """Forget a transaction that can never land (its nonce is spent), so the row is signed
+    again; only safe once the chain proves the old bytes are dead."""
+    _move(session, action_ids=action_ids, expected=OutboxStatus.SENT,
+          values={"status": OutboxStatus.PENDING.value, "tx_hash": None, "raw_tx": None,
+                  "nonce": None, "note": note, "updated_at": now})
+
+
+def defer(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus, now: float,
+          retry_at: float, note: str) -> None:
+    """A transient failure (node down, timeout): count the attempt, try again at `retry_at`."""
+    _move(session, action_ids=action_ids, expected=expected,
+          values={"attempts": OutboxAction.attempts + 1, "next_attempt_at": retry_at,
+                  "note": note, "updated_at": now})
+
+
+def finish_settlement(session: Session, *, job_id: str, now: float, reason: str) -> float | None:
+    """settling -> settled once the settlement is confirmed; returns the seconds since the
+    settlement was queued, or None when the job is not ours or already moved on."""
+    job = session.get(Job, job_id, with_for_update=True, populate_existing=True)
+    if job is None or job.status != JobStatus.SETTLING.value:
+        return None
+    lag = now - job.updated_at
+    crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now, reason=reason)
+    return lag

@@ -1,0 +1,182 @@
+"""Data access for Predictive Latency Staking: the durable side of the service's reliability
+book (sessions, samples, outcomes), PoPW challenges and verdicts, collateral locks, slash
+decisions and epoch score roots. Keyword-only, one caller transaction each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from orchestrator.db.models import (
+    CollateralLock,
+    Node,
+    NodeSession,
+    PopwChallengeRecord,
+    PopwVerdictRecord,
+    ScoreEpoch,
+    ScoreLeaf,
+    SlashRecord,
+    TaskOutcomeRecord,
+    TelemetrySample,
+)
+
+
+def hex32(data: bytes) -> str:
+    return "0x" + data.hex()
+
+
+def unhex(text: str) -> bytes:
+    return bytes.fromhex(text.removeprefix("0x"))
+
+
+# ---------------------------------------------------------------- sessions and samples
+
+
+def open_session(session: Session, *, node_id: str, at: float) -> None:
+    session.add(NodeSession(node_id=node_id, started_at=at))
+
+
+def close_session(session: Session, *, node_id: str, at: float, abrupt: bool) -> bool:
+    """End the node's open session; False when it had none."""
+    result = session.execute(update(NodeSession)
+                             .where(NodeSession.node_id == node_id,
+                                    NodeSession.ended_at.is_(None))
+                             .values(ended_at=at, abrupt=abrupt))
+    return bool(getattr(result, "rowcount", 0))
+
+
+def all_sessions(session: Session) -> list[NodeSession]:
+    return list(session.scalars(select(NodeSession).order_by(NodeSession.started_at,
+                                                             NodeSession.id)))
+
+
+def add_samples(session: Session, *, rows: Sequence[tuple[str, str, float, float]]) -> None:
+    """Bulk insert (node_id, metric, at, value) telemetry rows."""
+    if rows:
+        session.execute(insert(TelemetrySample), [
+            {"node_id": node_id, "metric": metric, "at": at, "value": value}
+            for node_id, metric, at, value in rows])
+
+
+def samples_since(session: Session, *, since: float,
+                  metrics: Iterable[str] | None = None) -> list[TelemetrySample]:
+    query = select(TelemetrySample).where(TelemetrySample.at >= since)
+    if metrics is not None:
+        query = query.where(TelemetrySample.metric.in_(list(metrics)))
+    return list(session.scalars(query.order_by(TelemetrySample.at, TelemetrySample.id)))
+
+
+def add_outcome(session: Session, *, node_id: str, task_id: int, outcome: str,
+                at: float) -> None:
+    session.add(TaskOutcomeRecord(node_id=node_id, task_id=task_id, outcome=outcome, at=at))
+
+
+def all_outcomes(session: Session) -> list[TaskOutcomeRecord]:
+    return list(session.scalars(select(TaskOutcomeRecord).order_by(TaskOutcomeRecord.id)))
+
+
+def all_nodes(session: Session) -> list[Node]:
+    return list(session.scalars(select(Node).order_by(Node.id)))
+
+
+# ---------------------------------------------------------------- PoPW
+
+
+def add_challenge(session: Session, *, nonce: bytes, node_id: str, gpu_class: str,
+                  issued_at: float, deadline: float) -> None:
+    session.add(PopwChallengeRecord(nonce=hex32(nonce), node_id=node_id, gpu_class=gpu_class,
+                                    issued_at=issued_at, deadline=deadline))
+
+
+def get_challenge(session: Session, *, nonce: bytes) -> PopwChallengeRecord | None:
+    return session.get(PopwChallengeRecord, hex32(nonce))
+
+
+def consume_challenge(session: Session, *, nonce: bytes, at: float) -> bool:
+    """Mark the nonce used; False when another request consumed it first (a replay)."""
+    result = session.execute(update(PopwChallengeRecord)
+                             .where(PopwChallengeRecord.nonce == hex32(nonce),
+                                    PopwChallengeRecord.consumed_at.is_(None))
+                             .values(consumed_at=at))
+    return bool(getattr(result, "rowcount", 0))
+
+
+def add_verdict(session: Session, *, node_id: str, nonce: bytes, passed: bool, tier: int,
+                decided_at: float, expires_at: float, reasons: list[str]) -> None:
+    session.add(PopwVerdictRecord(node_id=node_id, nonce=hex32(nonce), passed=passed, tier=tier,
+                                  decided_at=decided_at, expires_at=expires_at, reasons=reasons))
+
+
+def latest_verdict(session: Session, *, node_id: str) -> PopwVerdictRecord | None:
+    return session.scalars(select(PopwVerdictRecord).where(PopwVerdictRecord.node_id == node_id)
+                           .order_by(PopwVerdictRecord.id.desc())).first()
+
+
+def latest_verdicts(session: Session) -> list[PopwVerdictRecord]:
+    newest = (select(func.max(PopwVerdictRecord.id)).group_by(PopwVerdictRecord.node_id)
+              .scalar_subquery())
+    return list(session.scalars(select(PopwVerdictRecord)
+                                .where(PopwVerdictRecord.id.in_(newest))))
+
+
+# ---------------------------------------------------------------- collateral and slashes
+
+
+def add_lock(session: Session, *, task_id: int, attempt: int, job_id: str, node_id: str,
+             provider: str, amount: int, at: float) -> None:
+    session.add(CollateralLock(task_id=task_id, attempt=attempt, job_id=job_id, node_id=node_id,
+                               provider=provider, amount=amount, created_at=at))
+
+
+def latest_lock(session: Session, *, task_id: int, node_id: str) -> CollateralLock | None:
+    return session.scalars(select(CollateralLock)
+                           .where(CollateralLock.task_id == task_id,
+                                  CollateralLock.node_id == node_id)
+                           .order_by(CollateralLock.attempt.desc())).first()
+
+
+def add_slash(session: Session, *, record: SlashRecord) -> bool:
+    """Store a slash decision once; False when its id is already known."""
+    if session.get(SlashRecord, record.slash_id) is not None:
+        return False
+    session.add(record)
+    return True
+
+
+def unassigned_low_score_slashes(session: Session, *, reason: int) -> list[SlashRecord]:
+    return list(session.scalars(select(SlashRecord).where(SlashRecord.reason == reason,
+                                                          SlashRecord.epoch.is_(None))))
+
+
+# ---------------------------------------------------------------- epochs
+
+
+@dataclass(frozen=True, slots=True)
+class LeafRow:
+    provider: str
+    node_id: str
+    score_bps: int
+    telemetry_digest: bytes
+
+
+def get_epoch(session: Session, *, epoch: int) -> ScoreEpoch | None:
+    return session.get(ScoreEpoch, epoch)
+
+
+def add_epoch(session: Session, *, epoch: int, root: bytes, closed_at: float,
+              leaves: Sequence[LeafRow]) -> None:
+    session.add(ScoreEpoch(epoch=epoch, root=hex32(root), closed_at=closed_at))
+    session.flush()
+    session.add_all([ScoreLeaf(epoch=epoch, provider=leaf.provider, node_id=leaf.node_id,
+                               score_bps=leaf.score_bps,
+                               telemetry_digest=hex32(leaf.telemetry_digest))
+                     for leaf in leaves])
+
+
+def epoch_leaves(session: Session, *, epoch: int) -> list[LeafRow]:
+    return [LeafRow(leaf.provider, leaf.node_id, leaf.score_bps, unhex(leaf.telemetry_digest))
+            for leaf in session.scalars(select(ScoreLeaf).where(ScoreLeaf.epoch == epoch)
+                                        .order_by(ScoreLeaf.provider))]

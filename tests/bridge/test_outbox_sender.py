@@ -1,0 +1,572 @@
+"""The outbox sender against anvil and a real database (SQLite and PostgreSQL): every queued
+chain action lands exactly once, across crashes, out-of-band settlements, reverts, RPC
+outages and competing orchestrator processes."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eth_utils import keccak
+from hexbytes import HexBytes
+from pydantic import SecretStr
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from web3 import HTTPProvider
+from web3.types import RPCEndpoint
+
+from orchestrator.chain.anvil import dev_account, free_port, increase_time, revert_to, snapshot
+from orchestrator.chain.outbox_sender import (
+    LEASE_NAME,
+    FaultHooks,
+    OutboxSender,
+    SenderConfig,
+    build_sender,
+)
+from orchestrator.chain.sdk import MeshChain
+from orchestrator.chain.tx import SignedTx, connect
+from orchestrator.chain.views import EscrowStatus
+from orchestrator.config import Settings
+from orchestrator.db import crud, work
+from orchestrator.db.models import OutboxAction
+from orchestrator.domain.lifecycle import JobStatus, TaskStatus
+from orchestrator.domain.types import NodeSpec, TaskNeeds
+from orchestrator.scheduling.periodic import LeaderRunner
+from orchestrator.telemetry.metrics import MeshMetrics
+
+pytestmark = pytest.mark.anvil
+
+TOKEN = 10**18
+ORCHESTRATOR = dev_account(1)
+CUSTOMER = dev_account(4)
+PROVIDER = dev_account(5).address
+OTHER_PROVIDER = dev_account(6).address
+LEASE_TTL_S = 30.0
+_job_numbers = itertools.count(1)
+
+
+class Clock:
+    """Test time for leases and backoff; moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Crash(Exception):
+    """The orchestrator process dying at an injected point."""
+
+
+@pytest.fixture
+def mesh(session_chain: MeshChain) -> Iterator[MeshChain]:
+    """The session deployment inside an evm snapshot. Not named `chain`: ape's pytest plugin
+    owns that fixture name and wins over `tests/chain_fixtures.py`."""
+    snapshot_id = snapshot(session_chain.w3)
+    yield session_chain
+    revert_to(session_chain.w3, snapshot_id)
+    session_chain.resync_nonces()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def metrics() -> MeshMetrics:
+    return MeshMetrics()
+
+
+@pytest.fixture
+def sender(mesh: MeshChain, metrics: MeshMetrics) -> OutboxSender:
+    return OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics)
+
+
+def fresh_sender(mesh: MeshChain, *, hooks: FaultHooks | None = None,
+                 config: SenderConfig | None = None) -> OutboxSender:
+    """A sender as a newly started process builds it: its own connection and nonce count."""
+    own = MeshChain(connect(mesh.w3.provider.endpoint_uri), mesh.deployment)  # type: ignore[attr-defined]
+    return OutboxSender(own, own.account(ORCHESTRATOR), MeshMetrics(), hooks=hooks,
+                        config=config)
+
+
+def drain(factory: sessionmaker[Session], sender: OutboxSender, clock: Clock, *,
+          holder: str = "orchestrator-a") -> bool:
+    """One leader-locked pass, exactly as the service's periodic job runs it."""
+    runner = LeaderRunner(factory, holder=holder, clock=clock)
+    return runner.run_if_leader(LEASE_NAME, ttl_s=LEASE_TTL_S, work=sender.work)
+
+
+def rows(factory: sessionmaker[Session]) -> list[OutboxAction]:
+    with factory() as session:
+        return list(session.scalars(select(OutboxAction).order_by(OutboxAction.id)))
+
+
+def automine(mesh: MeshChain, enabled: bool) -> None:
+    mesh.w3.provider.make_request(RPCEndpoint("evm_setAutomine"), [enabled])
+
+
+def tx_count(mesh: MeshChain) -> int:
+    return int(mesh.w3.eth.get_transaction_count(ORCHESTRATOR.address))
+
+
+def escrow(mesh: MeshChain, amount: int) -> str:
+    """A job escrowed on chain by the customer; returns its 0x id."""
+    job_id = keccak(text=f"bridge job {next(_job_numbers)}")
+    deadline = int(mesh.w3.eth.get_block("latest")["timestamp"]) + 30 * 86_400
+    mesh.account(CUSTOMER).create_job(job_id, amount, deadline, b"\x05" * 32)
+    return "0x" + job_id.hex()
+
+
+def queue(factory: sessionmaker[Session], kind: str, key: str, payload: dict[str, Any]) -> None:
+    with factory.begin() as session:
+        assert crud.enqueue_chain_action(session, kind=kind, idempotency_key=key,
+                                         payload=payload, now=0.0)
+
+
+def queue_settle(factory: sessionmaker[Session], job_id: str, payouts: dict[str, int]) -> None:
+    queue(factory, "settle", f"settle:{job_id}",
+          {"job_id": job_id, "providers": list(payouts),
+           "payouts": [str(p) for p in payouts.values()], "merkle_root": "0x" + "ab" * 32})
+
+
+def accepted_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int,
+                 task_providers: list[str], now: float) -> str:
+    """A funded job whose tasks the given providers delivered, accepted by the operator: the
+    production path (`work.accept_job`) queues its settlement."""
+    job_id = escrow(mesh, amount)
+    with factory.begin() as session:
+        for provider in set(task_providers):
+            crud.register_node(session, spec=NodeSpec(
+                node_id=f"node-{provider}", provider=provider, gpu_model="RTX4090", vram_gb=24,
+                compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=4), now=now)
+        job = crud.create_job(session, job_id=job_id, customer=CUSTOMER.address, spec={},
+                              spec_hash="0x" + "05" * 32, amount=amount, deadline=now + 1e6,
+                              needs=TaskNeeds(), task_payloads=[{"frame": i} for i in
+                                                                range(len(task_providers))],
+                              now=now, status=JobStatus.RUNNING)
+        session.flush()
+        for task, provider in zip(crud.job_tasks(session, job_id=job_id), task_providers,
+                                  strict=True):
+            for status in (TaskStatus.RESERVED, TaskStatus.RUNNING, TaskStatus.DONE):
+                crud.set_task_status(session, task=task, target=status, now=now, reason="test")
+            task.node_id = f"node-{provider}"
+        crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
+                            reason="all tasks done")
+        assert work.accept_job(session, job=job, now=now)
+    return job_id
+
+
+def job_status(factory: sessionmaker[Session], job_id: str) -> str:
+    with factory() as session:
+        job = crud.get_job(session, job_id=job_id)
+        assert job is not None
+        return job.status
+
+
+def settled_on_chain(mesh: MeshChain, job_id: str) -> bool:
+    escrowed = mesh.escrowed_job(bytes.fromhex(job_id[2:]))
+    return escrowed is not None and escrowed.status is EscrowStatus.SETTLED
+
+
+def sample(metrics: MeshMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def grant(mesh: MeshChain, contract_name: str, role_getter: str, account: str) -> None:
+    """Admin grants a role (the SDK exposes no role management: deployments fix roles)."""
+    contract = getattr(mesh, contract_name)
+    role = contract.functions[role_getter]().call()
+    admin = mesh.account(dev_account(0))
+    admin.sender.transact(contract.address, contract.encode_abi("grantRole", (role, account)))
+
+
+# ---------------------------------------------------------------------- happy path
+
+
+def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        metrics: MeshMetrics, clock: Clock) -> None:
+    amount = 100 * TOKEN + 1  # not divisible by 3: the customer gets the rounding back
+    job_id = accepted_job(factory, mesh, amount=amount, now=clock.now - 5,
+                          task_providers=[PROVIDER, PROVIDER, OTHER_PROVIDER])
+    customer_before = mesh.token_balance(CUSTOMER.address)
+    sent_before = tx_count(mesh)
+
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    assert (row.status, row.nonce, row.attempts) == ("sent", sent_before, 1)
+    assert row.raw_tx is not None and "0x" + keccak(HexBytes(row.raw_tx)).hex() == row.tx_hash
+    assert job_status(factory, job_id) == JobStatus.SETTLING
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)  # nothing left: no further transaction
+
+    (row,) = rows(factory)
+    assert (row.status, row.raw_tx) == ("confirmed", None)
+    assert tx_count(mesh) == sent_before + 1
+    assert job_status(factory, job_id) == JobStatus.SETTLED
+    with factory() as session:
+        history = crud.status_history(session, entity="job", entity_id=job_id)
+    assert [(h.from_status, h.to_status) for h in history[-2:]] == [
+        ("completed", "settling"), ("settling", "settled")]
+    assert sample(metrics, "mesh_settlement_lag_seconds_count") == 1
+    assert sample(metrics, "mesh_settlement_lag_seconds_sum") == pytest.approx(5.0)
+
+    payout, other_payout = amount * 2 // 3, amount // 3
+    increase_time(mesh.w3, mesh.settlement_dispute_window() + 1)
+    assert mesh.escrow_balance(PROVIDER).claimable == payout
+    assert mesh.escrow_balance(OTHER_PROVIDER).claimable == other_payout
+    refund, _ = mesh.account(CUSTOMER).claim_refund(bytes.fromhex(job_id[2:]))
+    assert refund == amount - payout - other_payout == 1
+    assert mesh.token_balance(CUSTOMER.address) == customer_before + refund
+
+
+def test_thirty_settles_go_out_in_one_settleBatch_transaction(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        clock: Clock) -> None:
+    jobs = [escrow(mesh, 10 * TOKEN) for _ in range(30)]
+    for job_id in jobs:
+        queue_settle(factory, job_id, {PROVIDER: 7 * TOKEN})
+    sent_before = tx_count(mesh)
+
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+
+    outbox = rows(factory)
+    assert {row.status for row in outbox} == {"confirmed"}
+    assert len({row.tx_hash for row in outbox}) == 1
+    assert tx_count(mesh) == sent_before + 1
+    receipt = mesh.w3.eth.get_transaction_receipt(HexBytes(outbox[0].tx_hash or ""))
+    (event,) = mesh.job_escrow.events.JobsSettled().process_receipt(receipt)
+    assert ["0x" + bytes(j).hex() for j in event["args"]["jobIds"]] == jobs
+    increase_time(mesh.w3, mesh.settlement_dispute_window() + 1)
+    assert mesh.escrow_balance(PROVIDER).claimable == 30 * 7 * TOKEN
+
+
+def test_settle_runs_are_capped_at_the_batch_size_and_keep_queue_order_around_other_kinds(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: Clock) -> None:
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
+                          config=SenderConfig(settle_batch_size=2))
+    jobs = [escrow(mesh, 10 * TOKEN) for _ in range(4)]
+    for job_id in jobs[:3]:
+        queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+    queue_settle(factory, jobs[3], {PROVIDER: TOKEN})
+
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+
+    outbox = rows(factory)
+    assert {row.status for row in outbox} == {"confirmed"}
+    first = tx_count(mesh) - 4
+    assert [row.nonce for row in outbox] == [first, first, first + 1, first + 2, first + 3]
+    assert mesh.provider_stake(PROVIDER).tier == 2
+
+
+def test_row_is_confirmed_only_after_the_configured_blocks_on_top_of_its_receipt(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: Clock) -> None:
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
+                          config=SenderConfig(confirmations=2))
+    job_id = accepted_job(factory, mesh, amount=3 * TOKEN, task_providers=[PROVIDER],
+                          now=clock.now)
+    assert drain(factory, sender, clock)
+    mesh.w3.provider.make_request(RPCEndpoint("anvil_mine"), [1])
+    assert drain(factory, sender, clock)
+    assert rows(factory)[0].status == "sent" and job_status(factory, job_id) == "settling"
+
+    mesh.w3.provider.make_request(RPCEndpoint("anvil_mine"), [1])
+    assert drain(factory, sender, clock)
+    assert rows(factory)[0].status == "confirmed" and job_status(factory, job_id) == "settled"
+
+
+# ---------------------------------------------------------------------- crashes
+
+
+@pytest.mark.parametrize("crash_point", ["before_broadcast", "after_broadcast"])
+def test_crash_between_persisting_and_recording_the_receipt_still_settles_once(
+        crash_point: str, factory: sessionmaker[Session], mesh: MeshChain,
+        clock: Clock) -> None:
+    payment, payout = 100 * TOKEN, 80 * TOKEN
+    job_id = escrow(mesh, payment)
+    queue_settle(factory, job_id, {PROVIDER: payout})
+    provider_before = mesh.token_balance(PROVIDER)
+    customer_before = mesh.token_balance(CUSTOMER.address)
+    sent_before = tx_count(mesh)
+
+    def die(_: SignedTx) -> None:
+        raise Crash(crash_point)
+
+    crashing = fresh_sender(mesh, hooks=FaultHooks(**{crash_point: die}))
+    automine(mesh, False)  # a broadcast transaction waits in the pool, without a receipt
+    try:
+        with pytest.raises(Crash):
+            drain(factory, crashing, clock, holder="dead-process")
+        (row,) = rows(factory)
+        persisted_hash = row.tx_hash
+        assert row.status == "sent" and row.raw_tx is not None
+
+        clock.now += LEASE_TTL_S + 1  # the dead process's lease lapses
+        restarted = fresh_sender(mesh)
+        assert drain(factory, restarted, clock, holder="restarted")  # resends, signs nothing
+    finally:
+        automine(mesh, True)
+    mesh.w3.provider.make_request(RPCEndpoint("anvil_mine"), [1])
+    assert drain(factory, restarted, clock, holder="restarted")
+
+    (row,) = rows(factory)
+    assert (row.status, row.tx_hash) == ("confirmed", persisted_hash)
+    assert tx_count(mesh) == sent_before + 1
+    increase_time(mesh.w3, mesh.settlement_dispute_window() + 1)
+    claimed, _ = mesh.account(dev_account(5)).claim()
+    refund, _ = mesh.account(CUSTOMER).claim_refund(bytes.fromhex(job_id[2:]))
+    assert (claimed, refund) == (payout, payment - payout)
+    assert mesh.token_balance(PROVIDER) == provider_before + payout
+    assert mesh.token_balance(CUSTOMER.address) == customer_before + payment - payout
+
+
+# ---------------------------------------------------------------------- already done elsewhere
+
+
+def test_job_settled_out_of_band_is_recognised_and_the_rest_of_the_batch_settles(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        metrics: MeshMetrics, clock: Clock) -> None:
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+    assert drain(factory, sender, clock)  # the sender now counts the key's nonces itself
+    jobs = [accepted_job(factory, mesh, amount=9 * TOKEN, task_providers=[PROVIDER],
+                         now=clock.now) for _ in range(3)]
+    # Another process with the same key settles the middle job: our nonce count goes stale.
+    elsewhere = MeshChain(connect(mesh.w3.provider.endpoint_uri),  # type: ignore[attr-defined]
+                          mesh.deployment)
+    elsewhere.account(ORCHESTRATOR).settle(bytes.fromhex(jobs[1][2:]), [PROVIDER], [9 * TOKEN],
+                                           b"\x01" * 32)
+
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+
+    _, first, middle, last = rows(factory)
+    assert (middle.status, middle.note, middle.tx_hash) == (
+        "confirmed", "already settled on chain", None)
+    assert first.status == last.status == "confirmed" and first.tx_hash == last.tx_hash
+    assert [job_status(factory, job_id) for job_id in jobs] == [JobStatus.SETTLED] * 3
+    assert mesh.escrow_balance(PROVIDER).pending == 27 * TOKEN  # each job paid once
+    assert sample(metrics, "mesh_outbox_confirmed_total", kind="settle") == 3
+    assert sample(metrics, "mesh_outbox_confirmed_total", kind="tier") == 1
+
+
+def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_resends_the_rest(
+        factory: sessionmaker[Session], mesh: MeshChain, clock: Clock) -> None:
+    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(2)]
+    for job_id in jobs:
+        queue_settle(factory, job_id, {PROVIDER: TOKEN})
+
+    def die(_: SignedTx) -> None:
+        raise Crash("before broadcast")
+
+    with pytest.raises(Crash):
+        drain(factory, fresh_sender(mesh, hooks=FaultHooks(before_broadcast=die)), clock)
+    # Between signing and broadcasting, a second settler (another key) settles job 0.
+    grant(mesh, "job_escrow", "ORCHESTRATOR_ROLE", dev_account(7).address)
+    mesh.account(dev_account(7)).settle(bytes.fromhex(jobs[0][2:]), [PROVIDER], [TOKEN],
+                                         b"\x02" * 32)
+    (batch_hash,) = {row.tx_hash for row in rows(factory)}
+
+    restarted = fresh_sender(mesh)
+    for _ in range(4):
+        drain(factory, restarted, clock)
+
+    receipt = mesh.w3.eth.get_transaction_receipt(HexBytes(batch_hash or ""))
+    assert receipt["status"] == 0  # the persisted batch went out and reverted on job 0
+    settled_elsewhere, resent = rows(factory)
+    assert (settled_elsewhere.status, settled_elsewhere.note) == (
+        "confirmed", "already settled on chain")
+    assert resent.status == "confirmed" and resent.tx_hash != batch_hash
+    assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
+    assert mesh.escrow_balance(PROVIDER).pending == 2 * TOKEN
+
+
+def test_epoch_committed_with_the_same_root_is_confirmed_and_another_root_fails(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        clock: Clock) -> None:
+    root, other_root = b"\x11" * 32, b"\x22" * 32
+    mesh.account(ORCHESTRATOR).commit_epoch(7, root)
+    queue(factory, "commit", "commit:7", {"epoch": 7, "root": "0x" + root.hex()})
+    queue(factory, "commit", "commit:7-again", {"epoch": 7, "root": "0x" + other_root.hex()})
+    queue(factory, "commit", "commit:8", {"epoch": 8, "root": "0x" + other_root.hex()})
+
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+
+    same, different, fresh = rows(factory)
+    assert (same.status, same.note) == ("confirmed", "epoch 7 was already committed with this root")
+    assert different.status == "failed"
+    assert different.note == "StakeManagerEpochAlreadyCommitted(epoch=7)"
+    assert fresh.status == "confirmed" and mesh.epoch_root(8) == other_root
+
+
+def test_lock_then_slash_with_the_slasher_key_then_settle_move_collateral_in_queue_order(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: Clock) -> None:
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
+                          slasher=mesh.account(dev_account(2)))
+    job_id = escrow(mesh, 10 * TOKEN)
+    mesh.account(dev_account(5)).stake(50 * TOKEN)
+    queue(factory, "lock", "lock:1", {"job_id": job_id, "providers": [PROVIDER],
+                                      "amounts": [str(20 * TOKEN)], "task_id": 1})
+    queue(factory, "slash", "slash:1", {"job_id": job_id, "provider": PROVIDER,
+                                        "amount": str(5 * TOKEN), "reason": 0,
+                                        "evidence": "0x" + "ee" * 32})
+    queue_settle(factory, job_id, {PROVIDER: 4 * TOKEN})
+
+    assert drain(factory, sender, clock)
+    # The slash reverts while the lock is unmined: no verdict, it waits for the next pass.
+    assert [row.status for row in rows(factory)] == ["sent", "pending", "pending"]
+    assert rows(factory)[1].attempts == 0
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+
+    assert {row.status for row in rows(factory)} == {"confirmed"}
+    stake = mesh.provider_stake(PROVIDER)
+    assert (stake.bonded, stake.locked) == (45 * TOKEN, 0)  # slashed 5, the rest released
+    assert mesh.locked_for(bytes.fromhex(job_id[2:]), PROVIDER) == 0
+    assert settled_on_chain(mesh, job_id)
+
+
+# ---------------------------------------------------------------------- failures
+
+
+def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_rows(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        metrics: MeshMetrics, clock: Clock) -> None:
+    overpaid, fine = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
+    mesh.account(dev_account(5)).stake(50 * TOKEN)
+    queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
+    queue_settle(factory, fine, {PROVIDER: 5 * TOKEN})
+    queue(factory, "slash", "slash:1", {"job_id": fine, "provider": PROVIDER, "amount": "1",
+                                        "reason": 0, "evidence": "0x" + "ee" * 32})
+    queue(factory, "lock", "lock:1", {"job_id": overpaid, "providers": [PROVIDER],
+                                      "amounts": [str(20 * TOKEN)]})
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": "nope"})
+    queue(factory, "tier", "tier:2", {"provider": PROVIDER, "tier": 2})
+
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+
+    statuses = [(row.kind, row.status) for row in rows(factory)]
+    assert statuses == [("settle", "failed"), ("settle", "confirmed"), ("slash", "failed"),
+                        ("lock", "confirmed"), ("tier", "failed"), ("tier", "confirmed")]
+    notes = [row.note or "" for row in rows(factory)]
+    assert notes[0].startswith("JobEscrowPayoutExceedsEscrow(job_id=" + overpaid)
+    assert notes[2].startswith(f"AccessControlUnauthorizedAccount(account='{ORCHESTRATOR.address}'")
+    assert notes[4] == "invalid payload: tier holds 'nope', not an unsigned integer"
+    assert settled_on_chain(mesh, fine) and not settled_on_chain(mesh, overpaid)
+    assert mesh.locked_for(bytes.fromhex(overpaid[2:]), PROVIDER) == 20 * TOKEN
+    assert mesh.provider_stake(PROVIDER).tier == 2
+    assert sample(metrics, "mesh_outbox_failed_total", kind="settle",
+                  error="JobEscrowPayoutExceedsEscrow") == 1
+    assert sample(metrics, "mesh_outbox_failed_total", kind="slash",
+                  error="AccessControlUnauthorizedAccount") == 1
+    attempts_before = [row.attempts for row in rows(factory)]
+    drain(factory, sender, clock)
+    assert [row.attempts for row in rows(factory)] == attempts_before  # failed: never resent
+
+
+def test_rpc_outage_keeps_the_row_pending_with_backoff_then_it_lands(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: Clock) -> None:
+    job_id = escrow(mesh, 5 * TOKEN)
+    queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    own = MeshChain(connect(mesh.w3.provider.endpoint_uri),  # type: ignore[attr-defined]
+                    mesh.deployment)
+    sender = OutboxSender(own, own.account(ORCHESTRATOR), metrics)
+    node = own.w3.provider
+    own.w3.provider = HTTPProvider(f"http://127.0.0.1:{free_port()}",  # nobody listens
+                                   exception_retry_configuration=None)
+
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    assert (row.status, row.attempts, row.next_attempt_at) == ("pending", 1, clock.now + 1)
+    assert row.note is not None and row.note.startswith("transient ")
+    assert sample(metrics, "mesh_outbox_transient_errors_total") == 1
+
+    own.w3.provider = node
+    assert drain(factory, sender, clock)
+    assert rows(factory)[0].status == "pending"  # still backing off
+    clock.now += 1
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    assert (row.status, row.attempts) == ("confirmed", 2)
+    assert settled_on_chain(mesh, job_id)
+
+
+# ---------------------------------------------------------------------- one sender only
+
+
+def test_two_orchestrator_processes_never_both_send(
+        factory: sessionmaker[Session], mesh: MeshChain, clock: Clock) -> None:
+    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(12)]
+    sent_before = tx_count(mesh)
+    broadcasts: dict[str, list[str]] = {"a": [], "b": []}
+
+    def recorder(name: str) -> Callable[[SignedTx], None]:
+        return lambda signed: broadcasts[name].append(signed.tx_hash)
+
+    senders = {name: fresh_sender(mesh, hooks=FaultHooks(after_broadcast=recorder(name)))
+               for name in broadcasts}
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def process(name: str) -> None:
+        try:
+            start.wait()
+            for index, job_id in enumerate(jobs):
+                if index % 2 == (name == "b"):
+                    queue_settle(factory, job_id, {PROVIDER: TOKEN})
+                drain(factory, senders[name], clock, holder=name)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=process, args=(name,)) for name in broadcasts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    leader = next(name for name in broadcasts if broadcasts[name])
+    for _ in range(3):
+        drain(factory, senders[leader], clock, holder=leader)
+
+    assert [name for name in broadcasts if broadcasts[name]] == [leader]
+    outbox = rows(factory)
+    assert {row.status for row in outbox} == {"confirmed"} and len(outbox) == 12
+    assert tx_count(mesh) == sent_before + len({row.tx_hash for row in outbox})
+    assert mesh.escrow_balance(PROVIDER).pending == 12 * TOKEN
+
+
+# ---------------------------------------------------------------------- the service
+
+
+def test_service_periodic_job_drains_the_outbox_with_the_configured_key(
+        factory: sessionmaker[Session], mesh: MeshChain, db_url: str, tmp_path: Path,
+        clock: Clock) -> None:
+    mesh.deployment.save(tmp_path)
+    settings = Settings(database_url=db_url, data_dir=tmp_path, json_logs=False,
+                        rpc_url=mesh.w3.provider.endpoint_uri,  # type: ignore[attr-defined]
+                        orchestrator_key=SecretStr(ORCHESTRATOR.key.hex()))
+    job_id = escrow(mesh, 5 * TOKEN)
+    queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    service_work: Callable[[Session, float], object] = build_sender(settings, MeshMetrics())
+    runner = LeaderRunner(factory, holder="service", clock=clock)
+
+    for _ in range(2):
+        assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+
+    assert rows(factory)[0].status == "confirmed" and settled_on_chain(mesh, job_id)

@@ -1,0 +1,80 @@
+"""An orchestrator app wired for Predictive Latency Staking tests: virtual clock, a small PoPW
+kernel (the handshake logic is the same at any size), a fixed free-stake map unless a test is
+about the chain."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from pls_harness import ADMIN_KEY, Agent, FixedStake, VirtualClock, Wallet, registration
+from pydantic import SecretStr
+
+from orchestrator.config import Settings
+from orchestrator.domain.popw import PopwConfig
+from orchestrator.main import create_app
+from orchestrator.telemetry.pls_service import PlsConfig
+
+AppMaker = Callable[..., TestClient]
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    return VirtualClock()
+
+
+@pytest.fixture
+def stake() -> FixedStake:
+    return FixedStake()
+
+
+@pytest.fixture
+def pls_config() -> PlsConfig:
+    return PlsConfig(popw=PopwConfig(size=32, ping_rounds=5))
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    return Settings(database_url=db_url, data_dir=tmp_path, periodic_enabled=False,
+                    json_logs=False, admin_key=SecretStr(ADMIN_KEY))
+
+
+@pytest.fixture
+def make_app(settings: Settings, clock: VirtualClock, stake: FixedStake,
+             pls_config: PlsConfig) -> Iterator[AppMaker]:
+    """Start an app (several may share one DB: a restart, or a second replica)."""
+    clients: list[TestClient] = []
+
+    def build(**overrides: object) -> TestClient:
+        kwargs: dict[str, object] = {"clock": clock, "stake_reader": stake,
+                                     "pls_config": pls_config}
+        kwargs.update(overrides)
+        client = TestClient(create_app(settings, **kwargs))  # type: ignore[arg-type]
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield build
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_app: AppMaker) -> TestClient:
+    return make_app()
+
+
+@pytest.fixture
+def agent(client: TestClient, settings: Settings, clock: VirtualClock
+          ) -> Callable[..., Agent]:
+    def build(node_id: str, *, wallet: Wallet | None = None, **overrides: object) -> Agent:
+        wallet = wallet or Wallet(client, clock, chain_id=settings.chain_id,
+                                  orchestrator_id=settings.orchestrator_id)
+        registered = wallet.send("POST", "/v1/nodes", registration(node_id, **overrides))
+        assert registered.status_code == 200, registered.text
+        login = wallet.send("POST", "/v1/auth/login", {"node_id": node_id})
+        assert login.status_code == 200, login.text
+        return Agent(node_id, wallet, login.json()["token"], client)
+    return build

@@ -1,0 +1,104 @@
+"""Placement under PLS, on the lease pull path and in the batch placer: RS floor for the
+task's duration, a fresh HIGH handshake for high-priority work, free stake covering the
+risk-priced collateral, and the collateral lock queued in the placement's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from pls_harness import ADMIN, TOKEN, Agent, FixedStake, VirtualClock, make_job
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from test_popw_api import answer_body, challenge_for, ping, send_answer, solve
+
+from orchestrator.db.models import CollateralLock, Lease, OutboxAction
+from orchestrator.domain.types import Priority, TaskNeeds
+from orchestrator.scheduling.placer import Placer
+from orchestrator.telemetry.pls_service import PlsService
+
+
+def pls_of(client: TestClient) -> PlsService:
+    service: PlsService = client.app.state.ctx.pls  # type: ignore[attr-defined]
+    return service
+
+
+def test_lease_waits_for_free_stake_then_locks_the_risk_priced_collateral(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    job_id = make_job(factory, value=TOKEN, now=clock())
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204  # no stake bonded yet
+    stake.free[node.wallet.address] = 10 * TOKEN
+    clock.advance(60)  # past the stake cache
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    pls = pls_of(client)
+    rs = pls.book.score("gpu-1", clock(), 60.0)
+    expected = pls.config.collateral.required(TOKEN, 1.0 - rs, 60.0)
+    assert expected > pls.config.collateral.floor  # priced by value and risk, not the floor
+    (action,) = client.get("/v1/admin/outbox", headers=ADMIN).json()
+    assert action["kind"] == "lock"
+    assert action["payload"] == {"job_id": job_id, "providers": [node.wallet.address],
+                                 "amounts": [str(expected)],
+                                 "task_id": lease.json()["task_id"]}
+    with factory() as session:
+        (lock,) = session.scalars(select(CollateralLock))
+        assert (lock.amount, lock.node_id) == (expected, "gpu-1")
+    assert 30.0 <= lease.json()["checkpoint_interval_s"] <= 3600.0
+
+
+def test_stake_short_of_the_collateral_gets_no_lease(
+        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = TOKEN // 20  # under 10 % of the task's value
+    make_job(factory, value=TOKEN, now=clock())
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+
+
+def test_high_priority_work_needs_a_fresh_high_handshake(
+        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        clock: VirtualClock, pls_config: object) -> None:
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    make_job(factory, needs=TaskNeeds(priority=Priority.HIGH, value=TOKEN), now=clock())
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    challenge = challenge_for(node)
+    ping(node, clock, challenge["ping_rounds"])
+    clock.advance(2.0)
+    assert send_answer(node.wallet, "gpu-1",
+                       answer_body(challenge, solve(challenge), clock)).status_code == 200
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 200
+
+
+def test_node_losing_its_probes_falls_under_the_rs_floor_and_gets_no_lease(
+        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    for _ in range(10):  # probes sent, never echoed
+        node.post("/v1/nodes/gpu-1/probe")
+        clock.advance(11)
+    node.post("/v1/nodes/gpu-1/probe")
+    assert pls_of(client).book.score("gpu-1", clock(), 60.0) < 0.5
+    make_job(factory, value=TOKEN, now=clock())
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+
+
+def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batch(
+        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    staked = agent("gpu-staked", price_per_gpu_hour=200)
+    agent("gpu-cheap-unstaked", price_per_gpu_hour=10)
+    stake.free[staked.wallet.address] = 10 * TOKEN
+    make_job(factory, tasks=2, value=TOKEN, now=clock())
+    pls = pls_of(client)
+    placer = Placer(factory, score_at=pls.score_fn, gate=pls, clock=clock)
+    placed = placer.place_all()
+    assert [r.node_id for r in placed.placed] == ["gpu-staked"]  # one slot; cheap has no stake
+    with factory() as session:
+        leases = list(session.scalars(select(Lease)))
+        locks = list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "lock")))
+        assert [lease.node_id for lease in leases] == ["gpu-staked"]
+        assert [a.payload["task_id"] for a in locks] == [leases[0].task_id]

@@ -1,0 +1,139 @@
+"""The PoPW handshake through the real API: a client computes `kernel_answer`, the
+orchestrator times the ping-pong rounds itself and judges; failures state a reason code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi.testclient import TestClient
+from pls_harness import Agent, VirtualClock, Wallet, gpu_sample
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.config import Settings
+from orchestrator.db.models import PopwVerdictRecord
+from orchestrator.domain.popw import kernel_answer
+from orchestrator.domain.types import Tier
+
+
+def challenge_for(node: Agent, gpu_class: str = "rtx4090") -> dict[str, Any]:
+    issued = node.wallet.send("POST", f"/v1/nodes/{node.node_id}/popw/challenge",
+                              {"gpu_class": gpu_class})
+    assert issued.status_code == 200, issued.text
+    return dict(issued.json())
+
+
+def solve(challenge: dict[str, Any]) -> str:
+    nonce = bytes.fromhex(challenge["nonce"][2:])
+    return "0x" + kernel_answer(nonce, challenge["size"], challenge["rounds"]).hex()
+
+
+def ping(node: Agent, clock: VirtualClock, rounds: int, rtt_s: float = 0.004) -> None:
+    for _ in range(rounds):
+        node.probe(rtt_s=rtt_s, clock=clock)
+
+
+def answer_body(challenge: dict[str, Any], answer: str, clock: VirtualClock) -> dict[str, Any]:
+    return {"nonce": challenge["nonce"], "answer": answer,
+            "gpu_under_load": [gpu_sample(clock(), temperature_c=65.0)]}
+
+
+def send_answer(wallet: Wallet, node_id: str, body: dict[str, Any]) -> Any:
+    return wallet.send("POST", f"/v1/nodes/{node_id}/popw/answer", body)
+
+
+def test_handshake_over_http_passes_at_high_tier_and_is_visible(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    assert challenge["deadline"] > challenge["issued_at"] == clock()
+    ping(node, clock, challenge["ping_rounds"])
+    clock.advance(2.0)  # the kernel's nominal time on the claimed class
+    verdict = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))
+    assert verdict.status_code == 200, verdict.text
+    assert (verdict.json()["passed"], verdict.json()["tier"]) == (True, Tier.HIGH)
+    assert verdict.json()["expires_at"] > clock()
+    shown = client.get("/v1/nodes/gpu-1/popw").json()
+    assert (shown["passed"], shown["tier"], shown["reasons"]) == (True, Tier.HIGH, [])
+    assert 'mesh_popw_handshakes_total{reason="none",result="passed"} 1.0' in client.get(
+        "/metrics").text
+
+
+def test_wrong_answer_fails_with_its_reason_and_is_stored(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    ping(node, clock, challenge["ping_rounds"])
+    clock.advance(2.0)
+    wrong = send_answer(node.wallet, "gpu-1", answer_body(challenge, "0x" + "ab" * 32, clock))
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (422, "popw_wrong_answer")
+    shown = client.get("/v1/nodes/gpu-1/popw").json()
+    assert (shown["passed"], shown["reasons"]) == (False, ["wrong_answer"])
+
+
+def test_late_answer_fails_as_late(agent: Callable[..., Agent], clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    ping(node, clock, challenge["ping_rounds"])
+    clock.now = challenge["deadline"] + 1.0
+    late = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))
+    assert late.json()["error"]["code"] == "popw_late"
+
+
+def test_answer_signed_by_another_wallet_is_forged_and_leaves_the_challenge_open(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        settings: Settings, factory: sessionmaker[Session]) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    ping(node, clock, challenge["ping_rounds"])
+    clock.advance(2.0)
+    body = answer_body(challenge, solve(challenge), clock)
+    thief = Wallet(client, clock, chain_id=settings.chain_id,
+                   orchestrator_id=settings.orchestrator_id)
+    forged = send_answer(thief, "gpu-1", body)
+    assert (forged.status_code, forged.json()["error"]["code"]) == (403, "popw_forged")
+    unsigned = client.post("/v1/nodes/gpu-1/popw/answer", json=body)
+    assert unsigned.json()["error"]["code"] == "popw_forged"
+    with factory() as session:  # nobody but the node can spend or spoil its challenge
+        assert session.scalar(select(func.count()).select_from(PopwVerdictRecord)) == 0
+    honest = send_answer(node.wallet, "gpu-1", body)
+    assert honest.status_code == 200, honest.text
+
+
+def test_replayed_answer_is_refused_as_replayed(
+        agent: Callable[..., Agent], clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    ping(node, clock, challenge["ping_rounds"])
+    clock.advance(2.0)
+    body = answer_body(challenge, solve(challenge), clock)
+    assert send_answer(node.wallet, "gpu-1", body).status_code == 200
+    again = send_answer(node.wallet, "gpu-1", body)  # freshly signed, same challenge
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "popw_replayed")
+
+
+def test_answer_without_timed_probe_rounds_fails_for_probe_loss(
+        agent: Callable[..., Agent], clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    clock.advance(2.0)  # no ping-pong rounds answered: all count as lost
+    lost = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))
+    assert lost.json()["error"]["code"] == "popw_probe_loss"
+
+
+def test_answer_after_a_restart_is_judged_against_the_stored_challenge(
+        agent: Callable[..., Agent], make_app: Callable[..., TestClient],
+        clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    restarted = make_app()
+    node.wallet.client = restarted
+    login = node.wallet.send("POST", "/v1/auth/login", {"node_id": "gpu-1"})
+    moved = Agent("gpu-1", node.wallet, login.json()["token"], restarted)
+    ping(moved, clock, challenge["ping_rounds"])
+    clock.advance(2.0)
+    verdict = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))
+    assert verdict.status_code == 200, verdict.text
+    again = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))
+    assert again.json()["error"]["code"] == "popw_replayed"

@@ -1,0 +1,114 @@
+"""Slashing through the service: a departure the failure detector calls DEAD while a task
+runs slashes that task's collateral after the decision delay, but a region-wide outage seen
+through the heartbeat path never does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fastapi.testclient import TestClient
+from pls_harness import ADMIN, TOKEN, Agent, FixedStake, VirtualClock, make_job
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from test_placement_gates import pls_of
+
+from orchestrator.db.models import CollateralLock, OutboxAction, SlashRecord
+from orchestrator.domain.slashing import SlashReason
+from orchestrator.scheduling import pls_jobs
+
+
+def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[Agent],
+                rounds: int) -> list[str]:
+    """Every 5 s the `beating` agents send a heartbeat; the sweep runs each time."""
+    dead: list[str] = []
+    for _ in range(rounds):
+        clock.advance(5)
+        for node in beating:
+            node.beat()
+        client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+        dead += client.post("/v1/admin/sweep", headers=ADMIN).json()["dead_nodes"]
+    return dead
+
+
+def start_tasks(nodes: Sequence[Agent], stake: FixedStake, factory: sessionmaker[Session],
+                clock: VirtualClock) -> None:
+    for node in nodes:
+        stake.free[node.wallet.address] = 10 * TOKEN
+    make_job(factory, tasks=len(nodes), value=TOKEN, now=clock())
+    for node in nodes:
+        lease = node.post(f"/v1/nodes/{node.node_id}/lease")
+        assert lease.status_code == 200, lease.text
+        node.post(f"/v1/tasks/{lease.json()['task_id']}/progress", {"progress": 0.2})
+
+
+def decide_after_delay(client: TestClient, factory: sessionmaker[Session],
+                       clock: VirtualClock) -> None:
+    pls = pls_of(client)
+    clock.advance(pls.config.slashing.decision_delay_s + 60)
+    with factory.begin() as session:
+        pls_jobs.decide(pls, session, clock())
+
+
+def slash_actions(factory: sessionmaker[Session]) -> list[OutboxAction]:
+    with factory() as session:
+        return list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "slash")))
+
+
+def test_lone_departure_holding_a_task_slashes_its_collateral_once(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    doomed, survivor = agent("gpu-doomed", region="us"), agent("gpu-ok", region="eu")
+    start_tasks([doomed], stake, factory, clock)
+    beat_rounds(client, clock, [doomed, survivor], 30)
+    assert beat_rounds(client, clock, [survivor], 15) == ["gpu-doomed"]
+    decide_after_delay(client, factory, clock)
+    decide_after_delay(client, factory, clock)  # a second run decides nothing new
+    (action,) = slash_actions(factory)
+    with factory() as session:
+        (lock,) = session.scalars(select(CollateralLock))
+        (record,) = session.scalars(select(SlashRecord))
+    assert action.payload["job_id"] == lock.job_id
+    assert action.payload["provider"] == doomed.wallet.address
+    assert action.payload["amount"] == str(lock.amount)
+    assert action.payload["reason"] == SlashReason.ABANDONMENT
+    assert action.payload["evidence"] == record.evidence and len(record.evidence) == 66
+    metrics = client.get("/metrics").text
+    assert 'mesh_slashes_total{reason="abandonment"} 1.0' in metrics
+    assert "mesh_reliability_score_count 2.0" in metrics  # gpu-ok, once per decision run
+
+
+def test_region_wide_outage_through_the_heartbeat_path_slashes_nobody(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    region = [agent(f"gpu-eu-{i}", region="eu") for i in range(4)]
+    elsewhere = agent("gpu-us", region="us")
+    start_tasks(region, stake, factory, clock)
+    beat_rounds(client, clock, [*region, elsewhere], 30)
+    dead = beat_rounds(client, clock, [elsewhere], 15)  # the whole region drops at once
+    assert sorted(dead) == [node.node_id for node in region]
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []
+    with factory() as session:
+        assert list(session.scalars(select(SlashRecord))) == []
+
+
+def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    cheat = agent("gpu-cheat", slots=2)
+    start_tasks([cheat], stake, factory, clock)
+    with factory() as session:
+        (lock,) = session.scalars(select(CollateralLock))
+    failed = client.post(f"/v1/admin/tasks/{lock.task_id}/verification-failed",
+                         json={"node_id": "gpu-cheat"}, headers=ADMIN)
+    assert failed.status_code == 200, failed.text
+    with factory.begin() as session:
+        pls_jobs.decide(pls_of(client), session, clock())  # no decision delay for this one
+    (action,) = slash_actions(factory)
+    assert (action.payload["reason"], action.payload["amount"]) == (
+        SlashReason.FAILED_VERIFICATION, str(lock.amount))
+    with factory() as session:
+        (tier,) = session.scalars(select(OutboxAction).where(OutboxAction.kind == "tier"))
+    assert (tier.payload["provider"], tier.payload["tier"]) == (cheat.wallet.address, 0)
+    make_job(factory, value=TOKEN, now=clock())
+    assert cheat.post("/v1/nodes/gpu-cheat/lease").status_code == 204  # demoted: no NORMAL work

@@ -1,0 +1,93 @@
+"""Telemetry into the one service-wide reliability book: agent GPU samples (bounded, only able
+to lower RS), orchestrator-timed probes (a lost probe is loss), sessions from the failure
+detector; and a restarted orchestrator rebuilds the same book from the DB."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from pls_harness import Agent, VirtualClock, gpu_sample
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+from test_placement_gates import pls_of
+from test_slashing_service import beat_rounds
+
+from orchestrator.db.models import NodeSession, TelemetrySample
+from orchestrator.domain.reliability import telemetry_digest
+
+THERMAL_SLOWDOWN = 0x20
+
+
+def test_hot_throttled_gpu_samples_lower_rs_and_are_stored(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        factory: sessionmaker[Session]) -> None:
+    hot, cool = agent("gpu-hot"), agent("gpu-cool")
+    clock.advance(600)
+    hot_samples = [gpu_sample(clock() - i, temperature_c=89.0, throttle=THERMAL_SLOWDOWN,
+                              clock_mhz=1200.0) for i in range(5)]
+    cool_samples = [gpu_sample(clock() - i) for i in range(5)]
+    assert hot.post("/v1/nodes/gpu-hot/telemetry/gpu", {"samples": hot_samples}).json() == {
+        "accepted": 5}
+    cool.post("/v1/nodes/gpu-cool/telemetry/gpu", {"samples": cool_samples})
+    book = pls_of(client).book
+    assert book.score("gpu-hot", clock(), 3600) < book.score("gpu-cool", clock(), 3600)
+    with factory() as session:
+        stored = session.scalar(select(func.count()).select_from(TelemetrySample)
+                                .where(TelemetrySample.node_id == "gpu-hot"))
+    assert stored == 5 * 9  # one row per GpuSample field
+
+
+def test_out_of_bounds_or_stale_gpu_batch_is_refused_and_changes_nothing(
+        agent: Callable[..., Agent], clock: VirtualClock,
+        factory: sessionmaker[Session]) -> None:
+    node = agent("gpu-1")
+    too_hot = node.post("/v1/nodes/gpu-1/telemetry/gpu",
+                        {"samples": [gpu_sample(clock(), temperature_c=500.0)]})
+    assert (too_hot.status_code, too_hot.json()["error"]["code"]) == (422, "invalid_request")
+    stale = node.post("/v1/nodes/gpu-1/telemetry/gpu",
+                      {"samples": [gpu_sample(clock()), gpu_sample(clock() - 3600)]})
+    assert (stale.status_code, stale.json()["error"]["code"]) == (422, "sample_out_of_range")
+    with factory() as session:
+        assert session.scalar(select(func.count()).select_from(TelemetrySample)) == 0
+
+
+def test_probe_rtt_is_timed_by_the_orchestrator_and_an_unanswered_probe_is_lost(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    assert abs(node.probe(rtt_s=0.025, clock=clock) - 25.0) < 0.01
+    stale = node.post("/v1/nodes/gpu-1/probe").json()["nonce"]
+    clock.advance(30)
+    late = node.post("/v1/nodes/gpu-1/probe/echo", {"nonce": stale})
+    assert (late.status_code, late.json()["error"]["code"]) == (404, "probe_unknown")
+    summary = pls_of(client).book.summary("gpu-1", clock())
+    assert (summary.probes, summary.probes_lost) == (2, 1)
+    assert abs(summary.rtt_mean_us - 25_000) <= 1
+
+
+def test_restarted_orchestrator_rebuilds_the_same_book_from_the_db(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        make_app: Callable[..., TestClient], factory: sessionmaker[Session]) -> None:
+    flaky, steady = agent("gpu-flaky"), agent("gpu-steady")
+    beat_rounds(client, clock, [flaky, steady], 30)
+    assert beat_rounds(client, clock, [steady], 15) == ["gpu-flaky"]  # abrupt end
+    beat_rounds(client, clock, [flaky, steady], 3)  # back: a new session
+    for rtt in (0.010, 0.030, 0.020):
+        steady.probe(rtt_s=rtt, clock=clock)
+    flaky.post("/v1/nodes/gpu-flaky/probe")
+    steady.post("/v1/nodes/gpu-steady/telemetry/gpu", {"samples": [
+        gpu_sample(clock(), temperature_c=86.0, throttle=THERMAL_SLOWDOWN, clock_mhz=2000)]})
+    beat_rounds(client, clock, [flaky, steady], 3)  # its sweeps find the unanswered probe lost
+    assert pls_of(client).book.summary("gpu-flaky", clock()).probes_lost == 1
+    now = clock()
+    before = pls_of(client)
+    restarted = pls_of(make_app())
+    for node_id in ("gpu-flaky", "gpu-steady"):
+        assert restarted.book.score(node_id, now, 3600) == before.book.score(node_id, now, 3600)
+        assert telemetry_digest(restarted.book.summary(node_id, now)) == telemetry_digest(
+            before.book.summary(node_id, now))
+    assert restarted.book.sessions_observed("gpu-flaky") == 1
+    with factory() as session:
+        sessions = list(session.scalars(select(NodeSession).where(
+            NodeSession.node_id == "gpu-flaky").order_by(NodeSession.id)))
+    assert [(s.abrupt, s.ended_at is None) for s in sessions] == [(True, False), (None, True)]
