@@ -3,8 +3,10 @@ SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 export SOLCX_BINARY_PATH := $(CURDIR)/.solcx
 export MESH_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+# ape's foundry provider would otherwise start (or silently reuse) an anvil on port 8545.
+export APE_FOUNDRY_HOST ?= auto
 
-.PHONY: setup compile test test-contracts test-python lint demo fuzz chaos bench
+.PHONY: setup compile test test-contracts test-python lint demo fuzz
 
 setup:
 	@tools/setup.sh
@@ -27,8 +29,6 @@ lint:
 demo: setup compile
 	mesh demo
 
+# Long runs, kept out of `make test`: the contracts' stateful property test with 2,000 examples.
 fuzz: setup compile
 	MESH_FUZZ_EXAMPLES=2000 ape test tests/contracts -k stateful -p no:cacheprovider
-
-chaos: setup compile
-	pytest tests -m slow -p no:cacheprovider
