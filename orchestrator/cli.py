@@ -74,11 +74,13 @@ def bench_churn(
     """Replay churn through the real scheduling code under four policies."""
     from orchestrator.bench import churn
 
-    _emit(
-        churn.run(trace=trace, profiles=profiles, nodes=nodes, days=days, jobs=jobs, seed=seed,
-                  plots=plots),
-        as_json,
-    )
+    try:
+        result = churn.run(trace=trace, profiles=profiles, nodes=nodes, days=days, jobs=jobs,
+                           seed=seed, plots=plots)
+    except ValueError as error:  # bad trace/profile files or arguments: say what, no traceback
+        typer.echo(f"mesh bench churn: {error}", err=True)
+        raise typer.Exit(2) from None
+    _emit(result, as_json)
 
 
 @orchestrator_app.command("serve")

@@ -1,0 +1,260 @@
+"""DePIN Mesh as built, driven in the simulator: the PLS engineer's `ReliabilityBook`,
+`PlsPolicy` (expected-cost ranking with exploration), risk-priced `CollateralPolicy`,
+Young/Daly `CheckpointPolicy` and the `StakingPolicy` that slashes and re-tiers.
+
+It sees only what a real orchestrator observes: detector verdicts (session starts and
+abrupt ends), signed probes (RTT, loss), agent GPU telemetry, measured upload throughput and
+checkpoint times, and task outcomes. Ground truth enters only through those samples."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+from eth_utils import to_checksum_address
+
+from orchestrator.domain.calibration import OnlineRecalibrator
+from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
+from orchestrator.domain.pls import PlsPolicy
+from orchestrator.domain.popw import PopwConfig, PopwVerdict
+from orchestrator.domain.reliability import (
+    GpuSample,
+    ProbeSample,
+    ReliabilityBook,
+    TaskOutcome,
+    UploadSample,
+    telemetry_digest,
+)
+from orchestrator.domain.slashing import SlashReason, StakingPolicy
+from orchestrator.domain.types import NodeSpec, Tier
+from orchestrator.simulation.engine import Attempt, PlacementObserver, Simulation
+from orchestrator.simulation.models import THROTTLE_SLOWDOWN, TOKEN, NodeProfile
+from orchestrator.simulation.policies import Choice, TaskView
+
+PROBES_PER_CONTACT = 4  # ping-pong rounds timed whenever the orchestrator talks to a node
+GPU_SAMPLES_PER_CONTACT = 8  # enough that the throttled share tracks the true rate
+PRIOR_REFIT_S = 86_400.0  # the population prior is refitted from the grid's own history daily
+SCORE_HORIZON_S = 3600.0  # RS over one hour is what each epoch commits and slashes on
+NO_EVIDENCE = bytes(32)  # readings at or above the demotion threshold never back a slash
+THROTTLED_REASON = 0x20  # NVML SwThermalSlowdown
+MAX_SM_CLOCK_MHZ = 1900.0
+
+
+def provider_address(node_index: int) -> str:
+    """One staking wallet per simulated node."""
+    return to_checksum_address(f"0x{node_index + 1:040x}")
+
+
+def handshake_tier(profile: NodeProfile, config: PopwConfig) -> Tier:
+    """The tier a PoPW handshake grants this node: the judge's link and thermal thresholds
+    applied to its true link (the challenge kernel itself is not simulated)."""
+    if profile.loss > config.max_probe_loss:
+        return Tier.BACKGROUND
+    hot = profile.throttle_rate > 0.3
+    if profile.jitter_ms <= config.high_tier_max_jitter_ms and not hot:
+        return Tier.HIGH
+    return Tier.STANDARD
+
+
+class PlsDriver(PlacementObserver):
+    """Policy `pls`: feeds observations into the domain objects and asks them to decide."""
+
+    name = "pls"
+
+    def __init__(self, profiles: Sequence[NodeProfile], specs: Sequence[NodeSpec],
+                 rng: np.random.Generator, seed: int) -> None:
+        self.profiles = profiles
+        self.book = ReliabilityBook()
+        # RS is mapped onto the completion rate the grid has observed so far (outcomes only).
+        self.recalibrator = OnlineRecalibrator()
+        self.book.set_recalibrator(self.recalibrator)
+        self.policy = PlsPolicy(self.book, seed=seed)
+        self.staking = StakingPolicy()
+        self.checkpoints = CheckpointPolicy()
+        self.popw = PopwConfig()
+        self.rng = rng
+        n = len(profiles)
+        self.checkpoint_cost = [CheckpointCost() for _ in range(n)]
+        self.stake = np.asarray([float(p.stake) for p in profiles])
+        self.locked = np.zeros(n)
+        # PlsPolicy prices one expected duration for every candidate, so hand it each node's
+        # price per REFERENCE GPU-hour (asking price / PoPW-verified class speed): a cheap slow
+        # GPU must not look cheaper than it is.
+        self.prices = np.asarray([float(p.price_per_gpu_hour) / p.speed for p in profiles])
+        self.speeds = np.asarray([p.speed for p in profiles])  # PoPW-verified class speed
+        self.providers = [spec.provider for spec in specs]
+        self.verdict_expires = np.zeros(n)
+        self.online = np.zeros(n, dtype=bool)
+        self.next_refit = PRIOR_REFIT_S
+        self.prior_refits = 0
+        self._collateral: dict[int, int] = {}  # node -> collateral locked for its task
+        self._raw_rs: dict[int, float] = {}  # node -> raw RS its running task was placed at
+        self._chosen: tuple[int, int, float] | None = None  # (node, collateral, raw RS)
+        self._abandoned: dict[str, tuple[int, bool]] = {}  # task id -> (node, blameless)
+        self.slashes_by_reason: dict[str, int] = {r.name.lower(): 0 for r in SlashReason}
+        for row, (profile, spec) in enumerate(zip(profiles, specs, strict=True)):
+            if self.book.add_node(profile.node_id) != row:
+                raise RuntimeError("book rows must follow node order")
+            self.staking.register(profile.node_id, spec.provider, profile.region,
+                                  profile.network, 0.0, spec.tier)
+
+    # ----- decisions ------------------------------------------------------------------
+    def choose(self, task: TaskView, candidates: Sequence[int], now: float) -> Choice | None:
+        rows = np.asarray(candidates, dtype=np.intp)
+        free_stake = self.stake[rows] - self.locked[rows]
+        wall = task.remaining_work_s / self.speeds[rows]
+        ranked = self.policy.rank_rows(rows, self.prices[rows], free_stake, task.needs, now,
+                                       wall_durations_s=wall)
+        if ranked.rows.size == 0:
+            return None
+        position = int(ranked.positions[0])
+        node = candidates[position]
+        collateral = self.policy.collateral.required(
+            task.needs.value, float(ranked.p_fail[0]), task.needs.expected_duration_s)
+        self._chosen = (node, collateral, float(ranked.raw_rs[0]))  # committed when it starts
+        return Choice(position, float(ranked.rs[0]))
+
+    def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
+        """Young's interval from the node's predicted hazard over this task and its measured
+        checkpoint time (the EWMA's prior until a first checkpoint was timed)."""
+        expected_wall = task.remaining_work_s / self.profiles[node].speed
+        mtbf = self.book.predicted_mtbf_s(self.profiles[node].node_id, now,
+                                          max(expected_wall, 60.0))
+        return self.checkpoints.interval(self.checkpoint_cost[node].value, max(mtbf, 1.0))
+
+    # ----- observations ---------------------------------------------------------------
+    def node_up(self, node: int, now: float) -> None:
+        node_id = self.profiles[node].node_id
+        self.online[node] = True
+        self.book.session_started(node_id, now)
+        self.staking.node_returned(node_id, now)
+        self._contact(node, now)
+        self._handshake(node, now)
+
+    def node_down(self, node: int, now: float) -> None:
+        node_id = self.profiles[node].node_id
+        self.online[node] = False
+        self.book.session_ended(node_id, now, abrupt=True)
+        self.staking.node_departed(node_id, now)
+
+    def placed(self, sim: Simulation, attempt: Attempt) -> None:
+        """The lease started: lock the collateral priced at the choice."""
+        if self._chosen is None or self._chosen[0] != attempt.node:
+            raise RuntimeError("a placement the PLS policy did not choose")
+        node, collateral, raw = self._chosen
+        self._chosen = None
+        self._collateral[node] = collateral
+        self._raw_rs[node] = raw
+        self.locked[node] += collateral
+
+    def completed(self, sim: Simulation, attempt: Attempt) -> None:
+        self._unlock(attempt.node, finished=True)
+        node_id = self.profiles[attempt.node].node_id
+        self.book.record_task_outcome(node_id, TaskOutcome.COMPLETED)
+        if attempt.checkpoints:
+            self.checkpoint_cost[attempt.node].observe(attempt.cost_s)
+        self.book.record_upload(node_id, UploadSample(sim.now, self._measured_upload(attempt.node)))
+        self._contact(attempt.node, sim.now)
+
+    def attempt_lost(self, sim: Simulation, attempt: Attempt, blameless: bool) -> None:
+        collateral = self._unlock(attempt.node, finished=False)
+        node_id = self.profiles[attempt.node].node_id
+        task_id = f"{attempt.task.key}:{attempt.task.attempts}"
+        self._abandoned[task_id] = (attempt.node, blameless)
+        evidence = telemetry_digest(self.book.summary(node_id, sim.now))
+        self.staking.task_abandoned(node_id, task_id, collateral, sim.now, evidence)
+
+    def verification_failed(self, sim: Simulation, attempt: Attempt) -> None:
+        collateral = self._unlock(attempt.node, finished=False)
+        node_id = self.profiles[attempt.node].node_id
+        self.book.record_task_outcome(node_id, TaskOutcome.FAILED_VERIFICATION)
+        evidence = telemetry_digest(self.book.summary(node_id, sim.now))
+        self.staking.verification_failed(node_id, f"{attempt.task.key}:{attempt.task.attempts}",
+                                         collateral, sim.now, evidence)
+
+    def epoch(self, sim: Simulation, now: float) -> None:
+        """Score every online node, let the staking policy decide, apply its verdicts; once a
+        day refit the population prior from the sessions observed so far."""
+        if now >= self.next_refit:
+            self.next_refit += PRIOR_REFIT_S
+            try:
+                self.book.refit_prior(now)
+                self.prior_refits += 1
+            except ValueError:
+                pass  # no abrupt departure observed yet: keep the prior we have
+        rows = np.flatnonzero(self.online)
+        demote_below = self.staking.config.demote_below
+        for row, rs in zip(rows.tolist(), self.book.score_many(rows, now, SCORE_HORIZON_S
+                                                               ).tolist(), strict=True):
+            node_id = self.profiles[row].node_id
+            evidence = (telemetry_digest(self.book.summary(node_id, now))
+                        if rs < demote_below else NO_EVIDENCE)
+            self.staking.observe_score(node_id, rs, now, evidence)
+            if self.verdict_expires[row] - now < 3600.0:
+                self._handshake(row, now)
+        bonded = {self.providers[i]: int(self.stake[i]) for i in range(len(self.profiles))}
+        actions = self.staking.decide(now, bonded)
+        node_of = {p.node_id: i for i, p in enumerate(self.profiles)} if actions.slashes or \
+            actions.tier_changes else {}
+        for decision in actions.slashes:
+            node = node_of[decision.node_id]
+            self.slashes_by_reason[decision.reason.name.lower()] += 1
+            amount = min(float(decision.amount), self.stake[node])
+            self.stake[node] -= amount
+            sim.slash(node, amount / TOKEN, self._is_false(decision.reason, decision.task_id, node))
+        for change in actions.tier_changes:
+            node = node_of[change.node_id]
+            sim.set_spec(node, dataclasses.replace(sim.specs[node], tier=change.new))
+
+    # ----- helpers --------------------------------------------------------------------
+    def _is_false(self, reason: SlashReason, task_id: str | None, node: int) -> bool:
+        """A slash of an honest node for something it did not do: a partition or a
+        correlated outage read as abandonment, or a failed check of a correct result."""
+        if reason is SlashReason.ABANDONMENT and task_id is not None:
+            return self._abandoned[task_id][1]
+        if reason is SlashReason.FAILED_VERIFICATION:
+            return not self.profiles[node].cheater
+        return False
+
+    def _unlock(self, node: int, finished: bool) -> int:
+        """The node's attempt ended: release its collateral and teach the recalibrator."""
+        amount = self._collateral.pop(node, 0)
+        self.locked[node] = max(self.locked[node] - amount, 0.0)
+        raw = self._raw_rs.pop(node, None)
+        if raw is not None:
+            self.recalibrator.observe(raw, finished)
+        return amount
+
+    def _measured_upload(self, node: int) -> float:
+        return float(self.profiles[node].upload_mbps * self.rng.lognormal(0.0, 0.1))
+
+    def _contact(self, node: int, now: float) -> None:
+        """Probes and GPU telemetry gathered whenever the orchestrator talks to the node."""
+        profile = self.profiles[node]
+        node_id = profile.node_id
+        lost = self.rng.random(PROBES_PER_CONTACT) < profile.loss
+        rtts = profile.rtt_ms + np.abs(self.rng.normal(0.0, profile.jitter_ms, PROBES_PER_CONTACT))
+        for is_lost, rtt in zip(lost.tolist(), rtts.tolist(), strict=True):
+            self.book.record_probe(node_id, ProbeSample(now, None if is_lost else rtt))
+        throttled = self.rng.random(GPU_SAMPLES_PER_CONTACT) < profile.throttle_rate
+        # Consumer GPUs run warmer the more they throttle; throttling starts in the 80s.
+        temperatures = 65.0 + 25.0 * profile.throttle_rate + self.rng.normal(
+            0.0, 3.0, GPU_SAMPLES_PER_CONTACT)
+        for hot, temperature in zip(throttled.tolist(), temperatures.tolist(), strict=True):
+            self.book.record_gpu(node_id, GpuSample(
+                at=now, temperature_c=temperature,
+                sm_clock_mhz=MAX_SM_CLOCK_MHZ * (1.0 - THROTTLE_SLOWDOWN if hot else 1.0),
+                max_sm_clock_mhz=MAX_SM_CLOCK_MHZ,
+                throttle_reasons=THROTTLED_REASON if hot else 0, utilization_pct=98.0,
+                memory_used_mb=6000.0, memory_total_mb=profile.vram_gb * 1024.0,
+                power_w=300.0, power_limit_w=350.0))
+
+    def _handshake(self, node: int, now: float) -> None:
+        profile = self.profiles[node]
+        tier = handshake_tier(profile, self.popw)
+        validity = (self.popw.high_validity_s if tier is Tier.HIGH
+                    else self.popw.standard_validity_s)
+        self.verdict_expires[node] = now + validity
+        self.staking.handshake(PopwVerdict(profile.node_id, tier is not Tier.BACKGROUND, tier,
+                                           now, now + validity, ()))

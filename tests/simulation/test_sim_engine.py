@@ -1,0 +1,223 @@
+"""The engine's accounting on hand-built worlds, and whole runs: determinism, the oracle bound,
+and the `mesh bench churn --json` command end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.bench import churn
+from orchestrator.cli import app
+from orchestrator.domain.types import NodeSpec, Priority, Tier
+from orchestrator.simulation import world as world_module
+from orchestrator.simulation.engine import Attempt, Simulation, TaskState
+from orchestrator.simulation.jobs import Job
+from orchestrator.simulation.models import TOKEN, NodeProfile
+from orchestrator.simulation.policies import FIXED_CHECKPOINT_S, Choice, TaskView
+from orchestrator.simulation.traces import Session, TraceError
+from orchestrator.simulation.world import World
+
+
+def profile(node_id: str, *, upload_mbps: float = 40.0) -> NodeProfile:
+    """A reference GPU on a clean link: no partitions, no throttling, honest."""
+    return NodeProfile(node_id=node_id, gpu="RTX 3090", vram_gb=24, speed=1.0, rtt_ms=30.0,
+                       jitter_ms=2.0, loss=0.0, throttle_rate=0.0, upload_mbps=upload_mbps,
+                       region="eu-west", network="eu-west/isp0", partition_rate_per_day=0.0,
+                       cheater=False, stake=50 * TOKEN, price_per_gpu_hour=TOKEN // 2)
+
+
+def spec(p: NodeProfile) -> NodeSpec:
+    return NodeSpec(p.node_id, "0x" + "11" * 20, p.gpu, p.vram_gb, 8.6, p.region,
+                    p.price_per_gpu_hour, 1, Tier.STANDARD)
+
+
+class Prefer:
+    """Test policy: always the named node when it is a candidate, else the first one."""
+
+    name = "prefer"
+
+    def __init__(self, node: int) -> None:
+        self.node = node
+
+    def choose(self, task: TaskView, candidates: Sequence[int], now: float) -> Choice | None:
+        nodes = list(candidates)
+        return Choice(nodes.index(self.node) if self.node in nodes else 0, None)
+
+    def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
+        return FIXED_CHECKPOINT_S
+
+    def node_up(self, node: int, now: float) -> None:
+        return None
+
+    def node_down(self, node: int, now: float) -> None:
+        return None
+
+    def epoch(self, sim: Simulation, now: float) -> None:
+        return None
+
+
+@pytest.fixture
+def quiet_world(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No background blips or outages: only what the test's trace says happens."""
+    monkeypatch.setattr(world_module, "MISSED_HEARTBEAT_PER_DAY", 0.0)
+    monkeypatch.setattr(world_module, "NETWORK_OUTAGES_PER_DAY", 0.0)
+    monkeypatch.setattr(world_module, "REGION_OUTAGES_PER_DAY", 0.0)
+
+
+def one_job(work_s: float) -> Job:
+    return Job(job_id=0, kind="shot", arrival_s=60.0, deadline_s=60.0 + 10 * work_s,
+               priority=Priority.NORMAL, min_vram_gb=8, task_work_s=(work_s,))
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_departure_loses_only_the_work_since_the_last_checkpoint() -> None:
+    profiles = [profile("flaky"), profile("steady")]
+    trace = {"flaky": [Session(0.0, 3_000.0)], "steady": [Session(0.0, math.inf)]}
+    world = World(trace, {p.node_id: p for p in profiles}, 86_400.0, np.random.default_rng(0))
+    sim = Simulation(world, profiles, [spec(p) for p in profiles], [one_job(6_000.0)],
+                     Prefer(0), np.random.default_rng(0))
+    result = sim.run()
+
+    stall, lag = 2.0, 40.0 * 8.0 / 40.0  # snapshot; then 40 MB over 40 Mbit/s in background
+    started = 60.0
+    period = FIXED_CHECKPOINT_S + stall
+    stalls = math.floor((3_000.0 - started) / period)
+    durable = math.floor((3_000.0 - started - lag) / period)
+    saved = durable * FIXED_CHECKPOINT_S
+    assert result.reassignments == 1
+    assert result.waste_lost_s == pytest.approx(3_000.0 - started - saved - stalls * stall)
+    assert result.useful_s == pytest.approx(6_000.0)
+    assert 0 in result.job_done_at
+    assert result.earnings[0] == pytest.approx(saved / 3600.0 * 0.5)
+
+
+def observe_one_gap(node_id: str, gap_s: float, seed: int) -> World:
+    """A node online all day whose heartbeats are cut once, at 5,000 s, for `gap_s`."""
+    trace = {node_id: [Session(0.0, math.inf)]}
+    world = World(trace, {node_id: profile(node_id)}, 86_400.0, np.random.default_rng(0))
+    world.detector.forget(node_id)
+    timeline = world.timelines[node_id]
+    timeline.up_at.clear()
+    timeline.down_at.clear()
+    timeline.partitions.clear()
+    world._observe(node_id, world.profiles[node_id], timeline, [(5_000.0, 5_000.0 + gap_s)],
+                   np.random.default_rng(seed))
+    timeline.index()
+    return world
+
+
+@pytest.mark.usefixtures("quiet_world")
+@pytest.mark.parametrize("seed", range(8))  # each seed puts the heartbeat timer elsewhere
+def test_one_missed_heartbeat_is_never_a_departure(seed: int) -> None:
+    timeline = observe_one_gap("blip", 5.0, seed).timelines["blip"]
+    assert timeline.down_at == []
+    assert timeline.partitions[0].dead_at is None
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_long_partition_is_a_departure_and_the_node_is_seen_back() -> None:
+    timeline = observe_one_gap("cut", 300.0, 1).timelines["cut"]
+    cut = timeline.partitions[0]
+    assert cut.dead_at is not None and 5_000.0 < cut.dead_at < 5_060.0
+    assert timeline.down_at == [cut.dead_at]
+    assert len(timeline.up_at) == 2 and timeline.up_at[1] >= 5_300.0  # first sight, then back
+
+
+def test_attempt_progress_counts_finished_checkpoints_only() -> None:
+    task = TaskState(0, one_job(10_000.0), 10_000.0, None)  # type: ignore[arg-type]
+    attempt = Attempt(task=task, node=0, start=100.0, speed=2.0, interval_s=600.0, cost_s=10.0,
+                      durable_lag_s=30.0, compute_s=5_000.0, upload_s=5.0, resends=0,
+                      predicted=None)
+    saved, overhead, consumed = attempt.progress(100.0 + 2 * 610.0 + 300.0)
+    assert saved == pytest.approx(2 * 600.0 * 2.0)
+    assert overhead == pytest.approx(2 * 10.0 * 2.0)
+    assert consumed == pytest.approx((2 * 610.0 + 300.0) * 2.0)
+    # A departure 20 s after the second snapshot: its upload has not landed yet.
+    saved, overhead, _ = attempt.progress(100.0 + 2 * 610.0 + 20.0)
+    assert saved == pytest.approx(1 * 600.0 * 2.0)
+    assert overhead == pytest.approx(2 * 10.0 * 2.0)
+    assert attempt.checkpoints == 8  # ceil(5000 / 600) - 1: no checkpoint right at the end
+
+
+def small_run(seed: int, **overrides: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {"nodes": 120, "days": 1.5, "jobs": 60, "seed": seed}
+    options.update(overrides)
+    return churn.run(**options)
+
+
+def without_wall(report: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in report.items() if k != "wall_s"}
+
+
+def test_same_seed_gives_identical_report_apart_from_wall_time() -> None:
+    first, second = small_run(5), small_run(5)
+    assert json.dumps(without_wall(first), sort_keys=True) == json.dumps(
+        without_wall(second), sort_keys=True)
+    assert without_wall(small_run(6)) != without_wall(first)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_oracle_goodput_is_at_least_every_other_policy(seed: int) -> None:
+    policies = small_run(seed)["policies"]
+    oracle = policies["oracle"]["goodput"]
+    for name in ("random", "uptime", "pls"):
+        assert oracle >= policies[name]["goodput"], name
+    assert set(policies) == {"random", "uptime", "pls", "oracle"}
+
+
+REPORT_KEYS = {"useful_gpu_s", "wasted_gpu_s", "waste_ratio", "jobs_completed", "jobs_on_time",
+               "p50_completion_s", "p99_completion_s", "reassignments", "slashes",
+               "false_slash_rate", "stable_vs_flaky_earnings_ratio", "brier", "ece"}
+
+
+def test_mesh_bench_churn_json_end_to_end_with_trace_profiles_and_plots(tmp_path: Path
+                                                                       ) -> None:
+    trace = tmp_path / "trace.csv"
+    profiles = tmp_path / "profiles.csv"
+    rows = ["node_id,online_at,offline_at"]
+    gpus = ["node_id,gpu,vram_gb,rtt_ms,jitter_ms,loss,throttle_rate"]
+    for i in range(30):
+        rows.append(f"n{i},0,{20_000 + 3_000 * i}")
+        rows.append(f"n{i},{30_000 + 3_000 * i},")
+        gpus.append(f"n{i},{'RTX 4090' if i % 2 else 'RTX 3060'},{24 if i % 2 else 12},"
+                    f"40,{5 + i},0.001,0.1")
+    trace.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    profiles.write_text("\n".join(gpus) + "\n", encoding="utf-8")
+    plots = tmp_path / "plots"
+    outcome = CliRunner().invoke(app, ["bench", "churn", "--json", "--trace", str(trace),
+                                       "--profiles", str(profiles), "--days", "1",
+                                       "--jobs", "20", "--seed", "3", "--plots", str(plots)])
+    assert outcome.exit_code == 0, outcome.output
+    report = json.loads(outcome.output)
+    assert report["nodes"] == 30 and report["seed"] == 3 and report["days"] == 1.0
+    for name in ("random", "uptime", "pls", "oracle"):
+        assert set(report["policies"][name]) >= REPORT_KEYS
+    assert report["policies"]["random"]["brier"] is None
+    assert report["policies"]["pls"]["brier"] is not None
+    assert sorted(p.name for p in plots.glob("*.png")) == [
+        "calibration.png", "completion_cdf.png", "waste.png"]
+
+
+def test_mesh_bench_churn_refuses_a_trace_node_without_a_profile(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("node_id,online_at,offline_at\na,0,\nb,0,\n", encoding="utf-8")
+    profiles = tmp_path / "profiles.csv"
+    profiles.write_text("node_id,gpu,vram_gb,rtt_ms,jitter_ms,loss,throttle_rate\n"
+                        "a,RTX 3090,24,30,2,0,0\n", encoding="utf-8")
+    with pytest.raises(TraceError, match="no profile for 1 trace node"):
+        churn.run(trace=trace, profiles=profiles, days=1, jobs=5)
+
+
+def test_mesh_bench_churn_reports_a_bad_trace_clearly(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("node_id,online_at,offline_at\na,5,2\n", encoding="utf-8")
+    outcome = CliRunner().invoke(app, ["bench", "churn", "--json", "--trace", str(trace)])
+    assert outcome.exit_code != 0
+    assert "is not after online_at" in str(outcome.exception)
