@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     reservation_ttl_s: float = Field(
         30.0, description="A reserved slot is freed if the node does not start in this time.")
     max_body_bytes: int = Field(65_536, description="Largest JSON body accepted (else 413).")
+    max_popw_answer_bytes: int = Field(
+        262_144, description="Largest PoPW answer body (it carries Merkle openings).")
     max_blob_bytes: int = Field(
         256 * 1024 * 1024, description="Largest checkpoint/result upload accepted (else 413).")
     heartbeat_flush_s: float = Field(

@@ -143,7 +143,9 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(health.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
-                       stream_prefix=f"{API_PREFIX}/blobs/")
+                       stream_prefix=f"{API_PREFIX}/blobs/",
+                       route_limits=[(f"{API_PREFIX}/nodes/[^/]+/popw/answer",
+                                      settings.max_popw_answer_bytes)])
     return app
 
 

@@ -62,22 +62,30 @@ def get_db(ctx: CtxDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_db)]
 
 
+async def verify_signature(request: Request, ctx: AppContext) -> SignedRequest:
+    """The wallet signature over this exact request (raises ApiError 401); nonce not burnt."""
+    return verify_request(
+        request.headers, method=request.method, path=request.url.path,
+        body=await request.body(), now=ctx.now(), chain_id=ctx.settings.chain_id,
+        orchestrator_id=ctx.settings.orchestrator_id,
+        max_age_s=ctx.settings.signature_max_age_s)
+
+
+def burn_nonce(ctx: AppContext, signed: SignedRequest) -> bool:
+    """Record the request's nonce; False when it was already used (a replay)."""
+    with ctx.factory.begin() as session:
+        return crud.claim_nonce(session, address=signed.address, nonce=str(signed.nonce),
+                                expires_at=float(signed.expiry))
+
+
 async def signed_request(request: Request, ctx: CtxDep) -> SignedRequest:
     """A verified wallet signature over this exact request; its nonce is burnt at once."""
-    body = await request.body()
     try:
-        signed = verify_request(
-            request.headers, method=request.method, path=request.url.path, body=body,
-            now=ctx.now(), chain_id=ctx.settings.chain_id,
-            orchestrator_id=ctx.settings.orchestrator_id,
-            max_age_s=ctx.settings.signature_max_age_s)
+        signed = await verify_signature(request, ctx)
     except ApiError as exc:
         ctx.metrics.auth_failures.labels(exc.code).inc()
         raise
-    with ctx.factory.begin() as session:
-        fresh = crud.claim_nonce(session, address=signed.address, nonce=str(signed.nonce),
-                                 expires_at=float(signed.expiry))
-    if not fresh:
+    if not burn_nonce(ctx, signed):
         ctx.metrics.auth_failures.labels("nonce_replayed").inc()
         raise ApiError(401, "nonce_replayed", "this nonce was already used")
     return signed

@@ -176,6 +176,7 @@ class OutboxOut(BaseModel):
 
 Hex32 = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$")]
 MAX_GPU_SAMPLES = 120
+MAX_POPW_ANSWER_CHARS = 1 << 17  # the body limit (64 KiB by default) binds first
 
 
 class GpuSampleIn(Strict):
@@ -224,6 +225,7 @@ class ChallengeOut(BaseModel):
     gpu_class: str
     size: int
     rounds: int
+    spot_checks: int  # (round, row) cells the answer opens
     ping_rounds: int  # probes to answer (POST .../probe, then echo) before the answer
     issued_at: float
     deadline: float
@@ -231,7 +233,9 @@ class ChallengeOut(BaseModel):
 
 class AnswerIn(Strict):
     nonce: Hex32
-    answer: Hex32  # `popw.kernel_answer(nonce, size, rounds)`
+    # base64 of `popw.solve(challenge).to_bytes()`: ~2 KB per spot check (size 256)
+    answer: Annotated[str, Field(min_length=4, max_length=MAX_POPW_ANSWER_CHARS,
+                                 pattern=r"^[A-Za-z0-9+/]+={0,2}$")]
     gpu_under_load: list[GpuSampleIn] = Field(default_factory=list, max_length=MAX_GPU_SAMPLES)
 
 

@@ -32,12 +32,12 @@ from orchestrator.chain.views import (
     EscrowedJob,
     EscrowStatus,
     ProviderStake,
-    SlashReason,
     SlashRecord,
     SlashStatus,
     UnbondingLock,
 )
 from orchestrator.config import Settings
+from orchestrator.domain.types import SlashReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from orchestrator.domain.types import SlashReason
+
 
 class EscrowStatus(IntEnum):
     """Same numbering as `IJobEscrow.JobStatus`."""
@@ -54,15 +56,6 @@ class SlashStatus(IntEnum):
     FROZEN = 2  # disputed, held until the arbiter rules
     RELEASED = 3
     REVERSED = 4
-
-
-class SlashReason(IntEnum):
-    """Same numbering as `IStakeManager.SlashReason`."""
-
-    LOW_SCORE = 0
-    ABANDONMENT = 1
-    FAILED_VERIFICATION = 2
-    OTHER = 3
 
 
 @dataclass(frozen=True, slots=True)

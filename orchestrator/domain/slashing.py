@@ -40,7 +40,6 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 from eth_abi import encode
 from eth_utils import keccak
@@ -48,18 +47,9 @@ from eth_utils import keccak
 from orchestrator.domain.merkle import SCORE_SCALE
 from orchestrator.domain.popw import PopwVerdict
 from orchestrator.domain.reliability import EpochEntry, score_bps
-from orchestrator.domain.types import Tier
+from orchestrator.domain.types import SlashReason, Tier
 
 BPS = 10_000
-
-
-class SlashReason(IntEnum):
-    """Same order as the contract's `SlashReason` enum."""
-
-    LOW_SCORE = 0
-    ABANDONMENT = 1
-    FAILED_VERIFICATION = 2
-    OTHER = 3
 
 
 @dataclass(frozen=True, slots=True)

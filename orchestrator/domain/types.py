@@ -19,6 +19,15 @@ class Tier(IntEnum):
     HIGH = 2  # fresh PoPW handshake and sustained reliability
 
 
+class SlashReason(IntEnum):
+    """Why stake was slashed; same numbering as `IStakeManager.SlashReason` on chain."""
+
+    LOW_SCORE = 0  # RS under the threshold for a sustained window (slashForScore)
+    ABANDONMENT = 1  # a task lost because its node departed
+    FAILED_VERIFICATION = 2  # a result that failed a spot check or redundancy vote
+    OTHER = 3
+
+
 class Priority(StrEnum):
     LOW = "low"
     NORMAL = "normal"

@@ -39,6 +39,7 @@ from orchestrator.domain.pls import PlsPolicy
 from orchestrator.domain.popw import (
     Challenge,
     ChallengeBook,
+    PopwAnswer,
     PopwConfig,
     PopwFacts,
     PopwReason,
@@ -53,13 +54,8 @@ from orchestrator.domain.reliability import (
     commit_epoch,
     telemetry_digest,
 )
-from orchestrator.domain.slashing import (
-    SlashDecision,
-    SlashingConfig,
-    SlashReason,
-    StakingPolicy,
-)
-from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
+from orchestrator.domain.slashing import SlashDecision, SlashingConfig, StakingPolicy
+from orchestrator.domain.types import NodeSpec, SlashReason, TaskNeeds, Tier
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator.pls")
@@ -305,15 +301,13 @@ class PlsService:
     # ----- PoPW handshake --------------------------------------------------------------
     def issue_challenge(self, session: Session, *, node_id: str, gpu_class: str,
                         now: float) -> Challenge:
-        # Not under `_popw_lock`: computing the expected answer takes as long as the kernel
-        # (seconds on a CPU), and must not hold up other nodes' answers. `issue` only adds
-        # keys for its own fresh nonce.
+        # Not under `_popw_lock`: `issue` computes nothing and only adds its own fresh nonce.
         challenge = self.challenges.issue(node_id, gpu_class, secrets.token_bytes(32), now)
         store.add_challenge(session, nonce=challenge.nonce, node_id=node_id,
                             gpu_class=gpu_class, issued_at=now, deadline=challenge.deadline)
         return challenge
 
-    def judge_answer(self, session: Session, *, node_id: str, nonce: bytes, answer: bytes,
+    def judge_answer(self, session: Session, *, node_id: str, nonce: bytes, answer: PopwAnswer,
                      signature_valid: bool, gpu_under_load: Sequence[GpuSample],
                      now: float) -> PopwVerdict:
         """Judge one answer against the challenge in the DB (single use across restarts and
@@ -323,7 +317,7 @@ class PlsService:
             return self._refused(node_id, PopwReason.REPLAYED, now)
         if record is not None:
             # issued by another replica or before a restart: rebuild it as issued (`issue`
-            # refuses a nonce it already holds before computing anything)
+            # refuses a nonce it already holds)
             with contextlib.suppress(ValueError):
                 self.challenges.issue(record.node_id, record.gpu_class, nonce, record.issued_at)
         with self._popw_lock:

@@ -1,24 +1,48 @@
-"""PoPW handshake: the answer, the timing against the claimed GPU, the single-use nonce."""
+"""PoPW handshake: the committed chain and its spot checks, the timing against the claimed
+GPU, the single-use nonce, and what verifying costs the orchestrator."""
 
 from __future__ import annotations
 
+import base64
+import time
 from collections.abc import Callable
+from dataclasses import replace
+from functools import cache
 
+import numpy as np
 import pytest
+from eth_abi import encode
+from eth_utils import keccak
 
+from orchestrator.config import Settings
 from orchestrator.domain.popw import (
+    DEFAULT_GPU_CLASSES,
+    MODULUS,
     ChallengeBook,
     GpuClass,
+    KernelSpec,
+    PopwAnswer,
     PopwConfig,
     PopwFacts,
     PopwReason,
-    kernel_answer,
+    PositionalTree,
+    SpotOpening,
+    check_answer,
+    fold_path,
+    kernel_round,
+    kernel_start,
+    max_answer_bytes,
+    round_leaf,
+    row_tree,
+    solve,
+    spot_checks,
+    state_bytes,
 )
 from orchestrator.domain.reliability import GpuSample
 from orchestrator.domain.types import Tier
 
-CONFIG = PopwConfig(size=8, target_s=2.0, gpu_classes={"slow": GpuClass("slow", 10.0),
-                                                       "fast": GpuClass("fast", 40.0)})
+CONFIG = PopwConfig(size=32, spot_checks=8, target_s=2.0,
+                    gpu_classes={"slow": GpuClass("slow", 10.0), "fast": GpuClass("fast", 40.0)})
 NONCE = bytes(range(32))
 STEADY_PINGS: tuple[float | None, ...] = (20.0,) * 20
 
@@ -27,24 +51,156 @@ def cool(at: float) -> GpuSample:
     return GpuSample(at, 65.0, 1800.0, 1900.0, 0, 99.0, 4000.0, 24000.0, 300.0, 350.0)
 
 
-def issued(gpu: str = "slow") -> tuple[ChallengeBook, bytes, float]:
+@cache
+def solved(spec: KernelSpec) -> PopwAnswer:
+    return solve(spec)
+
+
+def issued(gpu: str = "slow") -> tuple[ChallengeBook, PopwAnswer, float]:
     book = ChallengeBook(CONFIG)
     challenge = book.issue("node-1", gpu, NONCE, now=1000.0)
-    answer = kernel_answer(NONCE, challenge.size, challenge.rounds)
-    return book, answer, challenge.expected_s
+    return book, solved(challenge.kernel), challenge.expected_s
 
 
-def facts(answer: bytes, answered_at: float, *, node: str = "node-1", signed: bool = True,
+def facts(answer: PopwAnswer, answered_at: float, *, node: str = "node-1", signed: bool = True,
           pings: tuple[float | None, ...] = STEADY_PINGS, load: tuple[GpuSample, ...] = (),
           nonce: bytes = NONCE) -> PopwFacts:
     return PopwFacts(nonce, node, answer, answered_at, signed, pings, load or (cool(1001.0),))
 
 
-def test_kernel_is_deterministic_and_depends_on_the_nonce() -> None:
-    assert kernel_answer(NONCE, 8, 5) == kernel_answer(NONCE, 8, 5)
-    assert kernel_answer(NONCE, 8, 5) != kernel_answer(bytes(32), 8, 5)
-    assert kernel_answer(NONCE, 8, 5) != kernel_answer(NONCE, 8, 6)
+def faked_answer(spec: KernelSpec, honest_rounds: int) -> PopwAnswer:
+    """A node that runs only the first `honest_rounds` rounds and fills the rest of the
+    chain with made-up states, then commits and opens exactly as `solve` does."""
+    a, x = kernel_start(spec.nonce, spec.size)
+    rng = np.random.default_rng(7)
+    states = [state_bytes(x)]
+    for r in range(spec.rounds):
+        x = (kernel_round(x, a, r) if r < honest_rounds
+             else rng.integers(0, MODULUS, x.shape).astype(np.float64))
+        states.append(state_bytes(x))
+    tree = PositionalTree([round_leaf(r, row_tree(s, spec.size).root)
+                           for r, s in enumerate(states)])
+    width = 2 * spec.size
+    openings = tuple(
+        SpotOpening(
+            states[r][i * width:(i + 1) * width], row_tree(states[r], spec.size).proof(i),
+            tree.proof(r), row_tree(states[r + 1], spec.size).proof(i), tree.proof(r + 1))
+        for r, i in spot_checks(spec.nonce, tree.root, spec.rounds, spec.size, spec.spot_checks))
+    final = row_tree(states[-1], spec.size).root
+    return PopwAnswer(tree.root, final, tree.proof(0), tree.proof(spec.rounds), openings)
 
+
+def flip_row_byte(answer: PopwAnswer) -> PopwAnswer:
+    first = answer.openings[0]
+    row = bytes([first.row[0] ^ 1]) + first.row[1:]
+    return replace(answer, openings=(replace(first, row=row), *answer.openings[1:]))
+
+
+# ----- the kernel, the commitment and the spot checks ------------------------------------
+
+def test_kernel_is_deterministic_and_depends_on_the_nonce() -> None:
+    spec = KernelSpec(NONCE, 8, 5, 4)
+    assert solve(spec) == solve(spec)
+    assert solve(spec).root != solve(replace(spec, nonce=bytes(32))).root
+    assert solve(spec).root != solve(replace(spec, rounds=6)).root
+
+
+def test_one_row_of_a_round_is_the_same_row_of_the_whole_round() -> None:
+    a, x = kernel_start(NONCE, 16)
+    whole = kernel_round(x, a, 3)
+    assert np.array_equal(kernel_round(x[5], a, 3), whole[5])
+
+
+def test_round_leaf_is_the_openzeppelin_double_hashed_abi_leaf() -> None:
+    digest = keccak(b"state")
+    assert round_leaf(7, digest) == keccak(keccak(encode(["uint256", "bytes32"], [7, digest])))
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 9, 33])
+def test_positional_proof_verifies_only_at_its_own_index(count: int) -> None:
+    leaves = [keccak(bytes([i])) for i in range(count)]
+    tree = PositionalTree(leaves)
+    for index, leaf in enumerate(leaves):
+        assert fold_path(leaf, index, tree.proof(index), count) == tree.root
+        if count > 1:
+            other = (index + 1) % count
+            assert fold_path(leaf, other, tree.proof(index), count) != tree.root
+    assert fold_path(leaves[0], count, tree.proof(0), count) is None
+
+
+def test_spot_checks_are_distinct_in_range_and_follow_the_root() -> None:
+    cells = spot_checks(NONCE, keccak(b"root"), rounds=20, size=32, count=8)
+    assert len(set(cells)) == 8
+    assert all(0 <= r < 20 and 0 <= i < 32 for r, i in cells)
+    assert cells != spot_checks(NONCE, keccak(b"other root"), 20, 32, 8)
+    assert len(spot_checks(NONCE, keccak(b"root"), rounds=2, size=2, count=8)) == 4
+
+
+def test_honest_answer_passes_the_spot_checks() -> None:
+    spec = KernelSpec(NONCE, 32, 20, 8)
+    assert check_answer(spec, solved(spec))
+
+
+@pytest.mark.parametrize("tamper", [
+    flip_row_byte,
+    lambda a: replace(a, final_digest=keccak(b"not the last state")),
+    lambda a: replace(a, root=keccak(b"another root")),
+    lambda a: replace(a, openings=a.openings[:-1]),
+    lambda a: replace(a, start_proof=a.start_proof[:-1]),
+    lambda a: replace(a, openings=(
+        replace(a.openings[0], next_round_proof=a.openings[0].round_proof), *a.openings[1:])),
+], ids=["row", "final_digest", "root", "missing_opening", "start_path", "swapped_path"])
+def test_any_tampered_part_of_the_answer_fails_the_check(
+        tamper: Callable[[PopwAnswer], PopwAnswer]) -> None:
+    spec = KernelSpec(NONCE, 32, 20, 8)
+    assert not check_answer(spec, tamper(solved(spec)))
+
+
+def test_a_node_that_skips_half_the_rounds_is_caught() -> None:
+    spec = KernelSpec(NONCE, 32, 40, 20)
+    assert check_answer(spec, faked_answer(spec, honest_rounds=40))  # the faker's code is honest
+    assert not check_answer(spec, faked_answer(spec, honest_rounds=20))
+
+
+def test_answer_round_trips_through_its_wire_bytes_and_refuses_garbage() -> None:
+    answer = solved(KernelSpec(NONCE, 32, 20, 8))
+    wire = answer.to_bytes()
+    assert PopwAnswer.from_bytes(wire) == answer
+    assert len(wire) <= max_answer_bytes(32, 20, 8)
+    for broken in (wire[:-1], wire + b"\x00", b"", wire[:64] + b"\xff" + wire[65:]):
+        with pytest.raises(ValueError):
+            PopwAnswer.from_bytes(broken)
+
+
+def test_default_answers_fit_the_popw_route_body_limit_in_every_gpu_class() -> None:
+    cfg = PopwConfig()
+    json_allowance = 4096 + 120 * 300  # nonce, field names, up to 120 GPU samples
+    for gpu in DEFAULT_GPU_CLASSES.values():
+        rounds = round(cfg.target_s * gpu.rounds_per_s)
+        encoded = 4 * -(-max_answer_bytes(cfg.size, rounds, cfg.spot_checks) // 3)
+        assert encoded + json_allowance < Settings().max_popw_answer_bytes, gpu.name
+
+
+def test_at_the_default_config_the_orchestrator_side_is_a_small_fraction_of_solving() -> None:
+    """issue + judge must not redo the node's work: compare against solving on this CPU."""
+    book = ChallengeBook(PopwConfig())
+    started = time.perf_counter()
+    challenge = book.issue("node-1", "cpu", NONCE, now=0.0)
+    issue_s = time.perf_counter() - started
+    started = time.perf_counter()
+    answer = PopwAnswer.from_bytes(base64.b64decode(base64.b64encode(
+        solve(challenge.kernel).to_bytes())))
+    solve_s = time.perf_counter() - started
+    at = challenge.expected_s
+    started = time.perf_counter()
+    verdict = book.judge(PopwFacts(NONCE, "node-1", answer, at, True, STEADY_PINGS,
+                                   (cool(at),)), now=at)
+    judge_s = time.perf_counter() - started
+    assert verdict.passed
+    assert issue_s + judge_s < 0.05 * solve_s, (issue_s, judge_s, solve_s)
+
+
+# ----- the verdict -------------------------------------------------------------------------
 
 def test_correct_timely_answer_on_a_steady_cool_node_earns_high() -> None:
     book, answer, expected_s = issued()
@@ -55,20 +211,27 @@ def test_correct_timely_answer_on_a_steady_cool_node_earns_high() -> None:
 
 
 @pytest.mark.parametrize(("mutate", "reason"), [
-    (lambda a, t: facts(b"\x00" * 32, t), PopwReason.WRONG_ANSWER),
+    (lambda a, t: facts(flip_row_byte(a), t), PopwReason.WRONG_ANSWER),
     (lambda a, t: facts(a, t + 1e4), PopwReason.LATE),
     (lambda a, t: facts(a, t, signed=False), PopwReason.FORGED),
     (lambda a, t: facts(a, t, node="node-2"), PopwReason.WRONG_NODE),
     (lambda a, t: facts(a, t, nonce=b"\x01" * 32), PopwReason.UNKNOWN_CHALLENGE),
     (lambda a, t: facts(a, t, pings=(None,) * 10 + (20.0,) * 10), PopwReason.PROBE_LOSS),
 ])
-def test_bad_answers_fail_with_their_reason(mutate: Callable[[bytes, float], PopwFacts],
+def test_bad_answers_fail_with_their_reason(mutate: Callable[[PopwAnswer, float], PopwFacts],
                                             reason: PopwReason) -> None:
     book, answer, expected_s = issued()
     verdict = book.judge(mutate(answer, 1000.0 + expected_s), now=1000.0 + expected_s)
     assert not verdict.passed
     assert verdict.tier is Tier.BACKGROUND
     assert verdict.reasons == (reason,)
+
+
+def test_an_answer_to_another_nonce_is_a_wrong_answer() -> None:
+    book, _, expected_s = issued()
+    other = solved(replace(book.pending(1000.0)[0].kernel, nonce=bytes(32)))
+    verdict = book.judge(facts(other, 1000.0 + expected_s), now=1000.0 + expected_s)
+    assert verdict.reasons == (PopwReason.WRONG_ANSWER,)
 
 
 def test_replayed_answer_is_refused() -> None:

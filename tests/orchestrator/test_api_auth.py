@@ -118,6 +118,19 @@ def test_oversized_body_isRefusedBeforeParsing(client: TestClient) -> None:
     assert (response.status_code, response.json()["error"]["code"]) == (413, "body_too_large")
 
 
+def test_popw_answer_route_has_its_own_larger_body_limit(client: TestClient) -> None:
+    """A PoPW answer carries Merkle openings: 70 kB passes the size gate there (and is then
+    refused for what it is), but the same body on another route is still 413."""
+    body = b"x" * 70_000
+    headers = {"content-type": "application/json"}
+    answer = client.post("/v1/nodes/gpu-1/popw/answer", content=body, headers=headers)
+    assert answer.status_code != 413
+    over = client.post("/v1/nodes/gpu-1/popw/answer", content=b"x" * 300_000, headers=headers)
+    assert (over.status_code, over.json()["error"]["code"]) == (413, "body_too_large")
+    elsewhere = client.post("/v1/nodes/gpu-1/heartbeat", content=body, headers=headers)
+    assert (elsewhere.status_code, elsewhere.json()["error"]["code"]) == (413, "body_too_large")
+
+
 def test_admin_routes_needTheAdminKey(client: TestClient) -> None:
     assert client.post("/v1/admin/sweep").status_code == 403
     wrong = client.post("/v1/admin/sweep", headers={"x-admin-key": "nope"})

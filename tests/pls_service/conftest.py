@@ -1,6 +1,6 @@
 """An orchestrator app wired for Predictive Latency Staking tests: virtual clock, a small PoPW
-kernel (the handshake logic is the same at any size), a fixed free-stake map unless a test is
-about the chain."""
+kernel (the handshake logic is the same at any size and round count), a fixed free-stake map
+unless a test is about the chain."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pls_harness import ADMIN_KEY, Agent, FixedStake, VirtualClock, Wallet, regi
 from pydantic import SecretStr
 
 from orchestrator.config import Settings
-from orchestrator.domain.popw import PopwConfig
+from orchestrator.domain.popw import DEFAULT_GPU_CLASSES, GpuClass, PopwConfig
 from orchestrator.main import create_app
 from orchestrator.telemetry.pls_service import PlsConfig
 
@@ -32,7 +32,10 @@ def stake() -> FixedStake:
 
 @pytest.fixture
 def pls_config() -> PlsConfig:
-    return PlsConfig(popw=PopwConfig(size=32, ping_rounds=5))
+    # Classes 50x slower than nominal: 60 rounds for an rtx4090, so each solve is quick.
+    slow_classes = {name: GpuClass(name, gpu.rounds_per_s / 50)
+                    for name, gpu in DEFAULT_GPU_CLASSES.items()}
+    return PlsConfig(popw=PopwConfig(size=32, ping_rounds=5, gpu_classes=slow_classes))
 
 
 @pytest.fixture

@@ -1,9 +1,12 @@
-"""The PoPW handshake through the real API: a client computes `kernel_answer`, the
-orchestrator times the ping-pong rounds itself and judges; failures state a reason code."""
+"""The PoPW handshake through the real API: a client runs `popw.solve`, the orchestrator
+spot-checks its answer, times the ping-pong rounds itself and judges; failures state a
+reason code."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -13,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.config import Settings
 from orchestrator.db.models import PopwVerdictRecord
-from orchestrator.domain.popw import kernel_answer
+from orchestrator.domain import popw
 from orchestrator.domain.types import Tier
 
 
@@ -25,8 +28,19 @@ def challenge_for(node: Agent, gpu_class: str = "rtx4090") -> dict[str, Any]:
 
 
 def solve(challenge: dict[str, Any]) -> str:
-    nonce = bytes.fromhex(challenge["nonce"][2:])
-    return "0x" + kernel_answer(nonce, challenge["size"], challenge["rounds"]).hex()
+    """What an agent does with the challenge route's answer: the wire form to send back."""
+    spec = popw.KernelSpec(bytes.fromhex(challenge["nonce"][2:]), challenge["size"],
+                           challenge["rounds"], challenge["spot_checks"])
+    return base64.b64encode(popw.solve(spec).to_bytes()).decode()
+
+
+def tampered(answer: str) -> str:
+    """The same answer with one opened row changed: its spot check no longer recomputes."""
+    parsed = popw.PopwAnswer.from_bytes(base64.b64decode(answer))
+    first = parsed.openings[0]
+    changed = replace(first, row=bytes([first.row[0] ^ 1]) + first.row[1:])
+    return base64.b64encode(replace(parsed, openings=(changed, *parsed.openings[1:]))
+                            .to_bytes()).decode()
 
 
 def ping(node: Agent, clock: VirtualClock, rounds: int, rtt_s: float = 0.004) -> None:
@@ -66,10 +80,28 @@ def test_wrong_answer_fails_with_its_reason_and_is_stored(
     challenge = challenge_for(node)
     ping(node, clock, challenge["ping_rounds"])
     clock.advance(2.0)
-    wrong = send_answer(node.wallet, "gpu-1", answer_body(challenge, "0x" + "ab" * 32, clock))
+    wrong = send_answer(node.wallet, "gpu-1",
+                        answer_body(challenge, tampered(solve(challenge)), clock))
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (422, "popw_wrong_answer")
     shown = client.get("/v1/nodes/gpu-1/popw").json()
     assert (shown["passed"], shown["reasons"]) == (False, ["wrong_answer"])
+
+
+def test_malformed_answer_is_refused_without_spending_the_challenge(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    challenge = challenge_for(node)
+    assert challenge["spot_checks"] == 20
+    ping(node, clock, challenge["ping_rounds"])
+    clock.advance(2.0)
+    answer = solve(challenge)
+    cut = base64.b64encode(base64.b64decode(answer)[:-1]).decode()
+    malformed = send_answer(node.wallet, "gpu-1", answer_body(challenge, cut, clock))
+    assert (malformed.status_code, malformed.json()["error"]["code"]) == (
+        422, "popw_malformed_answer")
+    assert client.get("/v1/nodes/gpu-1/popw").status_code == 404  # nothing was judged
+    honest = send_answer(node.wallet, "gpu-1", answer_body(challenge, answer, clock))
+    assert honest.status_code == 200, honest.text
 
 
 def test_late_answer_fails_as_late(agent: Callable[..., Agent], clock: VirtualClock) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from test_placement_gates import pls_of
 
 from orchestrator.db.models import CollateralLock, OutboxAction, SlashRecord
-from orchestrator.domain.slashing import SlashReason
+from orchestrator.domain.types import SlashReason
 from orchestrator.scheduling import pls_jobs
 
 

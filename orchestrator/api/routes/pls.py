@@ -3,13 +3,22 @@ probes, the PoPW handshake, and epoch score proofs anyone can take on chain."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Annotated
 
 from eth_utils import is_hex_address, to_checksum_address
 from fastapi import APIRouter, Depends, Query, Request
 
-from orchestrator.api.auth import SignedRequest, verify_request
-from orchestrator.api.deps import CtxDep, NodeDep, SessionDep, SignedDep
+from orchestrator.api.auth import SignedRequest
+from orchestrator.api.deps import (
+    CtxDep,
+    NodeDep,
+    SessionDep,
+    SignedDep,
+    burn_nonce,
+    verify_signature,
+)
 from orchestrator.api.errors import ApiError
 from orchestrator.api.routes.nodes import owned_node
 from orchestrator.api.schemas import (
@@ -27,7 +36,7 @@ from orchestrator.api.schemas import (
 )
 from orchestrator.db import crud
 from orchestrator.db import pls as store
-from orchestrator.domain.popw import PopwReason, PopwVerdict
+from orchestrator.domain.popw import PopwAnswer, PopwReason, PopwVerdict
 from orchestrator.domain.reliability import GpuSample
 
 router = APIRouter(tags=["pls"])
@@ -89,7 +98,8 @@ def challenge(node_id: str, body: ChallengeIn, signed: SignedDep, session: Sessi
         raise ApiError(422, "popw_unknown_gpu_class", str(exc)) from None
     session.commit()
     return ChallengeOut(nonce="0x" + issued.nonce.hex(), gpu_class=issued.gpu_class,
-                        size=issued.size, rounds=issued.rounds, ping_rounds=issued.ping_rounds,
+                        size=issued.size, rounds=issued.rounds,
+                        spot_checks=issued.spot_checks, ping_rounds=issued.ping_rounds,
                         issued_at=issued.issued_at, deadline=issued.deadline)
 
 
@@ -97,19 +107,11 @@ async def answer_signature(request: Request, ctx: CtxDep) -> SignedRequest | Non
     """The answer's signer, or None when the signature is missing or does not verify: the
     handshake then states `forged` instead of a generic 401. A valid request's nonce is burnt
     like any signed request's."""
-    body = await request.body()
     try:
-        signed = verify_request(
-            request.headers, method=request.method, path=request.url.path, body=body,
-            now=ctx.now(), chain_id=ctx.settings.chain_id,
-            orchestrator_id=ctx.settings.orchestrator_id,
-            max_age_s=ctx.settings.signature_max_age_s)
+        signed = await verify_signature(request, ctx)
     except ApiError:
         return None
-    with ctx.factory.begin() as session:
-        fresh = crud.claim_nonce(session, address=signed.address, nonce=str(signed.nonce),
-                                 expires_at=float(signed.expiry))
-    if not fresh:
+    if not burn_nonce(ctx, signed):
         ctx.metrics.handshakes.labels("failed", PopwReason.REPLAYED.value).inc()
         raise ApiError(409, "popw_replayed", "this signed answer was already sent")
     return signed
@@ -131,8 +133,12 @@ def answer(node_id: str, body: AnswerIn, signed: AnswerSignature, session: Sessi
     node = crud.get_node(session, node_id=node_id)
     if node is None:
         raise ApiError(404, "node_not_found", f"no node {node_id}")
+    try:
+        proof = PopwAnswer.from_bytes(base64.b64decode(body.answer, validate=True))
+    except (ValueError, binascii.Error) as exc:  # nothing judged: the challenge stays open
+        raise ApiError(422, "popw_malformed_answer", f"answer does not parse: {exc}") from None
     verdict = ctx.pls.judge_answer(
-        session, node_id=node_id, nonce=store.unhex(body.nonce), answer=store.unhex(body.answer),
+        session, node_id=node_id, nonce=store.unhex(body.nonce), answer=proof,
         signature_valid=signed is not None and signed.address == node.provider,
         gpu_under_load=gpu_samples(body.gpu_under_load), now=ctx.now())
     session.commit()
