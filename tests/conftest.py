@@ -14,12 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine, create_engine, delete, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db.models import Base
+from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 
 # Chain fixtures (anvil, deployment, funded role accounts) for tests/chain and every package
 # that checks the service against a real chain. Imported, not listed in `pytest_plugins`:
 # ape's pytest plugin has fixtures of the same names (`chain`, ...), and only conftest
 # fixtures take precedence over a plugin's.
-from chain_fixtures import (  # noqa: F401
+from tests.chain_fixtures import (  # noqa: F401
     admin,
     anvil,
     arbiter,
@@ -33,12 +39,6 @@ from chain_fixtures import (  # noqa: F401
     slasher,
     stranger,
 )
-from sqlalchemy import Engine, create_engine, delete, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
-
-from orchestrator.db.models import Base
-from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

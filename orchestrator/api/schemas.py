@@ -168,8 +168,11 @@ class OutboxOut(BaseModel):
     id: int
     kind: str
     idempotency_key: str
-    status: str
+    status: str  # pending | sent | confirmed | failed
     payload: dict[str, Any]
+    attempts: int
+    tx_hash: str | None
+    note: str | None  # why it failed, or how it was found already done
 
 
 # ---------------------------------------------------------------- Predictive Latency Staking

@@ -332,11 +332,6 @@ def enqueue_chain_action(session: Session, *, kind: str, idempotency_key: str,
     return True
 
 
-def pending_chain_actions(session: Session, *, limit: int = 100) -> list[OutboxAction]:
-    return list(session.scalars(select(OutboxAction).where(OutboxAction.status == "pending")
-                                .order_by(OutboxAction.id).limit(limit)))
-
-
 def claim_nonce(session: Session, *, address: str, nonce: str, expires_at: float) -> bool:
     """Remember a signed request's nonce; False when it was already used (a replay)."""
     try:

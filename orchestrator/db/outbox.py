@@ -65,6 +65,15 @@ def pending_actions(session: Session, *, limit: int) -> list[OutboxEntry]:
     return _rows(session, OutboxStatus.PENDING, limit)
 
 
+def recent_actions(session: Session, *, status: OutboxStatus | None,
+                   limit: int) -> list[OutboxAction]:
+    """Newest rows first, of one status or all, for operators (a read: locks nothing)."""
+    query = select(OutboxAction).order_by(OutboxAction.id.desc()).limit(limit)
+    if status is not None:
+        query = query.where(OutboxAction.status == status.value)
+    return list(session.scalars(query))
+
+
 def in_flight_actions(session: Session) -> list[OutboxEntry]:
     """Rows whose transaction is signed and persisted but not yet resolved, oldest first.
     All of them: a batch must be judged whole (few exist: each pass signs a bounded number)."""

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from apiclient import Wallet
 from fastapi.testclient import TestClient
 from httpx import Response
 from pydantic import SecretStr
@@ -20,6 +19,7 @@ from orchestrator.db import crud
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.main import create_app
+from tests.orchestrator.apiclient import Wallet
 
 PROVIDER = "0x" + "a" * 40
 CUSTOMER = "0x" + "c" * 40

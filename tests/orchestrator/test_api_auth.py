@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from apiclient import Wallet
-from conftest import LiveNode, VirtualClock, registration
 from fastapi.testclient import TestClient
+
+from tests.orchestrator.apiclient import Wallet
+from tests.orchestrator.conftest import LiveNode, VirtualClock, registration
 
 
 def test_register_node_withValidSignature_ownsTheNode(new_wallet: Callable[[], Wallet]) -> None:

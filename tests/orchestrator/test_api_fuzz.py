@@ -7,10 +7,11 @@ import json
 import os
 from collections.abc import Callable
 
-from conftest import ADMIN_KEY, JobMaker, LiveNode
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.orchestrator.conftest import ADMIN_KEY, JobMaker, LiveNode
 
 EXAMPLES = int(os.environ.get("MESH_FUZZ_EXAMPLES", "150"))
 

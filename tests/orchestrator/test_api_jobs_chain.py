@@ -8,8 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from apiclient import Wallet
-from conftest import VirtualClock
 from eth_utils import keccak
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,6 +22,8 @@ from orchestrator.db import crud, work
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.main import create_app
+from tests.orchestrator.apiclient import Wallet
+from tests.orchestrator.conftest import VirtualClock
 
 pytestmark = pytest.mark.anvil
 PAYMENT = 5 * 10**18

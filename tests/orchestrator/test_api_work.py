@@ -3,13 +3,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from conftest import ADMIN_KEY, JobMaker, LiveNode, VirtualClock
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud
 from orchestrator.domain.merkle import MerkleTree
 from orchestrator.domain.types import TaskNeeds
+from tests.orchestrator.conftest import ADMIN_KEY, JobMaker, LiveNode, VirtualClock
 
 ADMIN = {"x-admin-key": ADMIN_KEY}
 
@@ -45,7 +45,10 @@ def test_task_runs_end_to_end_and_the_job_queues_its_settlement_once(
     assert accepted.json()["status"] == "settling"
     assert client.post(f"/v1/admin/jobs/{job_id}/accept", headers=ADMIN).status_code == 409
     outbox = client.get("/v1/admin/outbox", headers=ADMIN).json()
-    assert [(a["kind"], a["idempotency_key"]) for a in outbox] == [("settle", f"settle:{job_id}")]
+    assert [(a["kind"], a["idempotency_key"], a["status"]) for a in outbox] == [
+        ("settle", f"settle:{job_id}", "pending")]
+    assert client.get("/v1/admin/outbox?status=failed", headers=ADMIN).json() == []
+    assert client.get("/v1/admin/outbox?status=bogus", headers=ADMIN).status_code == 422
     assert outbox[0]["payload"]["providers"] == [node.wallet.address]
     with factory() as session:
         history = crud.status_history(session, entity="job", entity_id=job_id)

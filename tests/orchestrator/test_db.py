@@ -7,7 +7,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import crud, outbox
 from orchestrator.db.models import Base, Job, Lease
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
 from orchestrator.scheduling.placer import Placer
@@ -74,7 +74,7 @@ def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[S
             crud.enqueue_chain_action(session, kind="settle", idempotency_key="settle:0x1",
                                       payload={"job": "0x1"}, now=0.0)
     with factory() as session:
-        assert len(crud.pending_chain_actions(session)) == 1
+        assert len(outbox.pending_actions(session, limit=10)) == 1
 
 
 def test_heartbeat_buffer_writes_a_batch_and_renews_started_leases_only(

@@ -9,13 +9,20 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from pls_harness import ADMIN_KEY, Agent, FixedStake, VirtualClock, Wallet, registration
 from pydantic import SecretStr
 
 from orchestrator.config import Settings
 from orchestrator.domain.popw import DEFAULT_GPU_CLASSES, GpuClass, PopwConfig
 from orchestrator.main import create_app
 from orchestrator.telemetry.pls_service import PlsConfig
+from tests.pls_service.pls_harness import (
+    ADMIN_KEY,
+    Agent,
+    FixedStake,
+    VirtualClock,
+    Wallet,
+    registration,
+)
 
 AppMaker = Callable[..., TestClient]
 

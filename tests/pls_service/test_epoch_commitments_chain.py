@@ -8,10 +8,8 @@ from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
-from pls_harness import Agent, VirtualClock, Wallet
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from test_placement_gates import pls_of
 
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.errors import ContractError
@@ -22,6 +20,8 @@ from orchestrator.db.models import OutboxAction
 from orchestrator.domain.types import Tier
 from orchestrator.scheduling import pls_jobs
 from orchestrator.telemetry.metrics import MeshMetrics
+from tests.pls_service.pls_harness import Agent, VirtualClock, Wallet
+from tests.pls_service.test_placement_gates import pls_of
 
 STAKE = 1_000 * 10**18
 pytestmark = [pytest.mark.anvil, pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)]

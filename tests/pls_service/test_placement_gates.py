@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
-from pls_harness import ADMIN, TOKEN, Agent, FixedStake, VirtualClock, make_job
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
 from orchestrator.db.models import CollateralLock, Lease, OutboxAction
 from orchestrator.domain.types import Priority, TaskNeeds
 from orchestrator.scheduling.placer import Placer
 from orchestrator.telemetry.pls_service import PlsService
+from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, VirtualClock, make_job
+from tests.pls_service.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
 
 def pls_of(client: TestClient) -> PlsService:

@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi.testclient import TestClient
-from pls_harness import Agent, VirtualClock, Wallet, gpu_sample
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,6 +17,7 @@ from orchestrator.config import Settings
 from orchestrator.db.models import PopwVerdictRecord
 from orchestrator.domain import popw
 from orchestrator.domain.types import Tier
+from tests.pls_service.pls_harness import Agent, VirtualClock, Wallet, gpu_sample
 
 
 def challenge_for(node: Agent, gpu_class: str = "rtx4090") -> dict[str, Any]:

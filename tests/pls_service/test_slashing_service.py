@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fastapi.testclient import TestClient
-from pls_harness import ADMIN, TOKEN, Agent, FixedStake, VirtualClock, make_job
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from test_placement_gates import pls_of
 
 from orchestrator.db.models import CollateralLock, OutboxAction, SlashRecord
 from orchestrator.domain.types import SlashReason
 from orchestrator.scheduling import pls_jobs
+from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, VirtualClock, make_job
+from tests.pls_service.test_placement_gates import pls_of
 
 
 def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[Agent],

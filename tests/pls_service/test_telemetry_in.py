@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
-from pls_harness import Agent, VirtualClock, gpu_sample
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
-from test_placement_gates import pls_of
-from test_slashing_service import beat_rounds
 
 from orchestrator.db.models import NodeSession, TelemetrySample
 from orchestrator.domain.reliability import telemetry_digest
+from tests.pls_service.pls_harness import Agent, VirtualClock, gpu_sample
+from tests.pls_service.test_placement_gates import pls_of
+from tests.pls_service.test_slashing_service import beat_rounds
 
 THERMAL_SLOWDOWN = 0x20
 

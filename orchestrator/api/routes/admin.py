@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from orchestrator.api.deps import AdminDep, CtxDep, SessionDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.routes.jobs import job_out
 from orchestrator.api.schemas import JobOut, OutboxOut, SweepOut, TaskOut, VerificationFailedIn
 from orchestrator.db import crud, work
+from orchestrator.db import outbox as outbox_store
 from orchestrator.db.models import Task
+from orchestrator.db.outbox import OutboxStatus
 from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.scheduling import pls_jobs
 
@@ -58,7 +62,10 @@ def verification_failed(task_id: int, body: VerificationFailedIn, session: Sessi
     return TaskOut(task_id=task.id, status=task.status, progress=task.progress)
 
 
-@router.get("/outbox", response_model=list[OutboxOut], summary="Chain actions not yet sent")
-def outbox(session: SessionDep) -> list[OutboxOut]:
+@router.get("/outbox", response_model=list[OutboxOut],
+            summary="Chain actions, newest first; filter by status (e.g. failed ones and why)")
+def outbox(session: SessionDep, status: OutboxStatus | None = None,
+           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[OutboxOut]:
     return [OutboxOut(id=a.id, kind=a.kind, idempotency_key=a.idempotency_key, status=a.status,
-                      payload=a.payload) for a in crud.pending_chain_actions(session)]
+                      payload=a.payload, attempts=a.attempts, tx_hash=a.tx_hash, note=a.note)
+            for a in outbox_store.recent_actions(session, status=status, limit=limit)]
