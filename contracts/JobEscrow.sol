@@ -14,9 +14,10 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// @title JobEscrow
 /// @notice Customer escrow and exactly-once settlement of DePIN Mesh jobs. See {IJobEscrow}.
 /// @dev Storage is laid out for cheap settlement: a job's amount, refund, settlement time and
-/// status share one slot (the only job slot settlement reads or writes), and each provider's
-/// claimable, pending and pending release time share one slot, so a provider paid by many jobs
-/// costs one warm slot and the customer's refund costs none.
+/// status share one slot (the only job slot settlement reads or writes). This contract holds the
+/// payout tokens, but the payout books live in the StakeManager, in the same slot as the
+/// provider's locked collateral: settling a job releases the collateral and credits the payout
+/// with one storage write per provider, and the customer's refund costs none.
 contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
@@ -43,33 +44,21 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         JobStatus status; // see JobStatus
     }
 
-    /// @dev (job, provider) pairs whose collateral a settlement releases, gathered for one call.
-    struct ReleaseList {
-        bytes32[] jobIds; // job of each pair
-        address[] providers; // provider of each pair
+    /// @dev (job, provider, payout) pairs a settlement hands to the StakeManager in one call.
+    struct PayoutList {
+        SoloSettlement[] pairs; // one per listed provider of each job
         uint256 count; // pairs filled so far
     }
 
-    /// @dev One account's balances, packed into one slot (see {_packBalance} / {_unpackBalance}).
-    struct PackedBalance {
-        uint112 claimable; // claimable now
-        uint104 pending; // claimable from `releaseAt`
-        uint40 releaseAt; // when `pending` becomes claimable
-    }
-
-    // Bit offsets of the packed words: JobHead = amount | refund | settledAt | status,
-    // PackedBalance = claimable | pending | releaseAt.
+    // Bit offsets of the packed JobHead word: amount | refund | settledAt | status.
     uint256 private constant _REFUND_SHIFT = 96;
     uint256 private constant _SETTLED_AT_SHIFT = 192;
     uint256 private constant _STATUS_SHIFT = 232;
-    uint256 private constant _PENDING_SHIFT = 112;
-    uint256 private constant _RELEASE_AT_SHIFT = 216;
 
     IERC20 private immutable _token;
     IStakeManager private immutable _stakeManager;
 
     mapping(bytes32 jobId => JobRecord) private _jobs;
-    mapping(address account => uint256) private _balances; // packed PackedBalance
     mapping(address account => uint256) private _frozen;
 
     uint64 private _gracePeriod;
@@ -135,11 +124,8 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
 
     /// @inheritdoc IJobEscrow
     function claim() external nonReentrant returns (uint256 amount) {
-        PackedBalance memory b = _matured(_unpackBalance(_balances[msg.sender]));
-        amount = b.claimable;
+        amount = _stakeManager.takeClaimable(msg.sender);
         if (amount == 0) revert JobEscrowNothingToClaim(msg.sender);
-        b.claimable = 0;
-        _balances[msg.sender] = _packBalance(b);
         emit Claimed(msg.sender, amount);
         _token.safeTransfer(msg.sender, amount);
     }
@@ -190,29 +176,44 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         external
         onlyRole(ORCHESTRATOR_ROLE)
     {
-        ReleaseList memory release = _newReleaseList(providers.length);
-        uint256 refund = _settle(jobId, providers, payouts, _releaseAt(), release);
+        PayoutList memory list = _newPayoutList(providers.length);
+        uint256 refund = _settle(jobId, providers, payouts, resultRoot, list);
         emit JobSettled(jobId, refund, resultRoot);
-        _stakeManager.releaseCollateral(release.jobIds, release.providers);
+        _stakeManager.settleCollateral(list.pairs, _releaseAt());
     }
 
     /// @inheritdoc IJobEscrow
     function settleBatch(Settlement[] calldata settlements) external onlyRole(ORCHESTRATOR_ROLE) {
-        uint40 releaseAt = _releaseAt();
         uint256 pairs;
         for (uint256 j; j < settlements.length; ++j) {
             pairs += settlements[j].providers.length;
         }
-        ReleaseList memory release = _newReleaseList(pairs);
+        PayoutList memory list = _newPayoutList(pairs);
         bytes32[] memory jobIds = new bytes32[](settlements.length);
         for (uint256 j; j < settlements.length; ++j) {
             Settlement calldata s = settlements[j];
             bytes32 jobId = s.jobId;
-            _settle(jobId, s.providers, s.payouts, releaseAt, release);
+            _settle(jobId, s.providers, s.payouts, s.resultRoot, list);
             jobIds[j] = jobId;
         }
         emit JobsSettled(jobIds);
-        _stakeManager.releaseCollateral(release.jobIds, release.providers);
+        _stakeManager.settleCollateral(list.pairs, _releaseAt());
+    }
+
+    /// @inheritdoc IJobEscrow
+    function settleBatchSolo(SoloSettlement[] calldata settlements) external onlyRole(ORCHESTRATOR_ROLE) {
+        uint256 count = settlements.length;
+        bytes32[] memory jobIds = new bytes32[](count);
+        for (uint256 j; j < count; ++j) {
+            SoloSettlement calldata s = settlements[j];
+            bytes32 jobId = s.jobId;
+            _closeJob(jobId, s.payout);
+            assembly ("memory-safe") {
+                mstore(add(jobIds, shl(5, add(j, 1))), jobId) // jobIds[j], j < count
+            }
+        }
+        emit JobsSettled(jobIds);
+        _stakeManager.settleCollateral(settlements, _releaseAt());
     }
 
     // ------------------------------------------------------------------ disputes role
@@ -230,10 +231,9 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
             head.refund -= uint96(amount);
             job.head = _packHead(head);
         } else {
-            PackedBalance memory b = _matured(_unpackBalance(_balances[account]));
-            if (amount > b.pending) revert JobEscrowInsufficientPending(account, amount, b.pending);
-            b.pending -= uint104(amount);
-            _balances[account] = _packBalance(b);
+            uint256 pending = _stakeManager.payoutOf(account).pending;
+            if (amount > pending) revert JobEscrowInsufficientPending(account, amount, pending);
+            _stakeManager.freezePending(account, amount);
         }
         _frozen[account] += amount;
         emit PayoutFrozen(jobId, account, amount);
@@ -244,10 +244,8 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         uint256 frozen = _frozen[from];
         if (amount > frozen) revert JobEscrowInsufficientFrozen(from, amount, frozen);
         _frozen[from] = frozen - amount;
-        PackedBalance memory b = _unpackBalance(_balances[to]);
-        b.claimable += amount.toUint112();
-        _balances[to] = _packBalance(b);
         emit PayoutUnfrozen(from, to, amount);
+        _stakeManager.creditClaimable(to, amount);
     }
 
     // ------------------------------------------------------------------ admin
@@ -303,8 +301,8 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
 
     /// @inheritdoc IJobEscrow
     function balanceOf(address account) external view returns (Balance memory) {
-        PackedBalance memory b = _matured(_unpackBalance(_balances[account]));
-        return Balance({claimable: b.claimable, pending: b.pending, releaseAt: b.releaseAt, frozen: _frozen[account]});
+        IStakeManager.Payout memory p = _stakeManager.payoutOf(account);
+        return Balance({claimable: p.claimable, pending: p.pending, releaseAt: p.releaseAt, frozen: _frozen[account]});
     }
 
     /// @inheritdoc IJobEscrow
@@ -319,80 +317,58 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
 
     // ------------------------------------------------------------------ internal
 
-    function _releaseAt() private view returns (uint40) {
-        return uint40(block.timestamp + _disputeWindow);
+    function _releaseAt() private view returns (uint256) {
+        return block.timestamp + _disputeWindow;
     }
 
-    function _newReleaseList(uint256 pairs) private pure returns (ReleaseList memory) {
-        return ReleaseList({jobIds: new bytes32[](pairs), providers: new address[](pairs), count: 0});
+    function _newPayoutList(uint256 pairs) private pure returns (PayoutList memory) {
+        return PayoutList({pairs: new SoloSettlement[](pairs), count: 0});
     }
 
-    /// @dev Settles one job exactly once and appends its (job, provider) pairs to `release`; the
-    /// caller releases all the collateral in one StakeManager call. Payouts are credited while
-    /// they are summed and the sum is checked against the escrow afterwards: a settlement that
-    /// overpays reverts as a whole, so nothing credited survives. Hot path: the packed head is read
-    /// and written as one word, without a memory JobHead. The caller emits the event.
+    /// @dev Settles one job exactly once and appends its (job, provider, payout) pairs to `list`;
+    /// the caller hands them to the StakeManager in one call, which releases the collateral and
+    /// credits the payouts. The sum of the payouts is checked against the escrow here, before that
+    /// call, so nothing is credited for a settlement that overpays. The caller emits the event.
     /// @return refund What the customer gets back.
     function _settle(
         bytes32 jobId,
         address[] calldata providers,
         uint256[] calldata payouts,
-        uint40 releaseAt,
-        ReleaseList memory release
+        bytes32 resultRoot,
+        PayoutList memory list
     ) private returns (uint256 refund) {
         if (providers.length != payouts.length) revert JobEscrowLengthMismatch(providers.length, payouts.length);
+        uint256 paid;
+        uint256 k = list.count;
+        for (uint256 i; i < providers.length; ++i) {
+            uint256 payout = payouts[i];
+            paid += payout;
+            list.pairs[k] = SoloSettlement({jobId: jobId, provider: providers[i], payout: payout, resultRoot: resultRoot});
+            ++k;
+        }
+        list.count = k;
+        refund = _closeJob(jobId, paid);
+    }
+
+    /// @dev Marks funded job `jobId` settled exactly once, paying `paid` out of its escrow (the
+    /// caller credits the providers), and keeps the rest as the customer's refund. Hot path: the
+    /// packed head is read and written as one word, without a memory JobHead.
+    /// @return refund What the customer gets back.
+    function _closeJob(bytes32 jobId, uint256 paid) private returns (uint256 refund) {
         JobRecord storage job = _jobs[jobId];
         uint256 head = job.head;
-        JobStatus status = JobStatus(uint8(head >> _STATUS_SHIFT));
-        if (status != JobStatus.Funded) {
+        if (head >> _STATUS_SHIFT != uint256(JobStatus.Funded)) {
+            JobStatus status = JobStatus(uint8(head >> _STATUS_SHIFT));
             if (status == JobStatus.Settled) revert JobEscrowAlreadySettled(jobId);
             revert JobEscrowJobNotFunded(jobId, status);
         }
-        uint256 paid;
-        uint256 k = release.count;
-        for (uint256 i; i < providers.length; ++i) {
-            address provider = providers[i];
-            uint256 payout = payouts[i];
-            if (payout != 0) {
-                paid += payout;
-                _creditPending(provider, payout, releaseAt);
-            }
-            release.jobIds[k] = jobId;
-            release.providers[k] = provider;
-            ++k;
-        }
-        release.count = k;
         uint256 amount = uint96(head);
         if (paid > amount) revert JobEscrowPayoutExceedsEscrow(jobId, paid, amount);
-        refund = amount - paid;
+        unchecked {
+            refund = amount - paid; // paid <= amount, checked above
+        }
         job.head = amount | (refund << _REFUND_SHIFT) | (block.timestamp << _SETTLED_AT_SHIFT)
             | (uint256(JobStatus.Settled) << _STATUS_SHIFT);
-    }
-
-    /// @dev Adds `amount` to `account`'s pending balance, first moving a matured pending balance to
-    /// claimable; the whole pending balance then waits until `releaseAt`.
-    function _creditPending(address account, uint256 amount, uint40 releaseAt) private {
-        // Hot path: scalar unpacking of the packed balance (see {_unpackBalance}).
-        uint256 packed = _balances[account];
-        uint256 claimable = uint112(packed);
-        uint256 pending = uint104(packed >> _PENDING_SHIFT);
-        if (pending != 0 && (packed >> _RELEASE_AT_SHIFT) <= block.timestamp) {
-            claimable += pending;
-            pending = 0;
-        }
-        pending += amount;
-        if (claimable > type(uint112).max) revert JobEscrowAmountTooLarge(claimable, type(uint112).max);
-        if (pending > type(uint104).max) revert JobEscrowAmountTooLarge(pending, type(uint104).max);
-        _balances[account] = claimable | (pending << _PENDING_SHIFT) | (uint256(releaseAt) << _RELEASE_AT_SHIFT);
-    }
-
-    /// @dev The balance as of now: pending whose release time has passed counts as claimable.
-    function _matured(PackedBalance memory b) private view returns (PackedBalance memory) {
-        if (b.pending != 0 && b.releaseAt <= block.timestamp) {
-            b.claimable += b.pending;
-            b.pending = 0;
-        }
-        return b;
     }
 
     function _packHead(JobHead memory h) private pure returns (uint256) {
@@ -406,18 +382,6 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
             refund: uint96(packed >> _REFUND_SHIFT),
             settledAt: uint40(packed >> _SETTLED_AT_SHIFT),
             status: JobStatus(uint8(packed >> _STATUS_SHIFT))
-        });
-    }
-
-    function _packBalance(PackedBalance memory b) private pure returns (uint256) {
-        return uint256(b.claimable) | (uint256(b.pending) << _PENDING_SHIFT) | (uint256(b.releaseAt) << _RELEASE_AT_SHIFT);
-    }
-
-    function _unpackBalance(uint256 packed) private pure returns (PackedBalance memory) {
-        return PackedBalance({
-            claimable: uint112(packed),
-            pending: uint104(packed >> _PENDING_SHIFT),
-            releaseAt: uint40(packed >> _RELEASE_AT_SHIFT)
         });
     }
 }

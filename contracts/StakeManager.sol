@@ -18,6 +18,9 @@ import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
 /// pool. Unbonding locks are claims on that pool: a lock pays min(its amount, what is left of the
 /// pool), so slashing unbonding stake is O(1) whatever the number of locks. Locked collateral is only
 /// ever slashed per job, by {slashCollateral}.
+/// Gas layout for settlement: a provider's locked collateral, pending payout and the payout's
+/// release time share one slot (`_ledgers`), so settling a job releases the collateral and credits
+/// the payout with one storage write per provider; claimable payouts sit beside `bonded`.
 contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
@@ -33,18 +36,24 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     uint256 private constant BPS = 10_000;
 
-    /// @dev One provider's stake, two slots.
+    /// @dev One account's stake and claimable payout, two slots; its locked collateral and pending
+    /// payout are in `_ledgers`.
     struct Provider {
-        uint128 bonded; // stake that backs work, including `locked`
-        uint128 locked; // part of `bonded` held as collateral for unsettled jobs
+        uint128 bonded; // stake that backs work, including the locked collateral
+        uint128 claimable; // payout the escrow pays on `claim`
         uint128 unbonding; // unbonding pool: what the provider's open locks can still pay out
         uint64 nextLockId; // id of the next unbonding lock
         Tier tier; // current tier
     }
 
+    // Bit layout of a packed ledger word: locked (uint96) | pending (uint104) | releaseAt (uint40).
+    uint256 private constant _PENDING_SHIFT = 96;
+    uint256 private constant _RELEASE_AT_SHIFT = 200;
+
     IERC20 private immutable _token;
 
     mapping(address provider => Provider) private _providers;
+    mapping(address account => uint256) private _ledgers; // packed locked | pending | releaseAt
     mapping(address provider => mapping(uint256 lockId => UnbondingLock)) private _unbondingLocks;
     mapping(bytes32 jobId => mapping(address provider => uint256)) private _lockedFor;
     mapping(uint64 epoch => bytes32) private _epochRoots;
@@ -59,6 +68,13 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
     uint16 private _finderBps;
     address private _treasury;
     address private _jobEscrow;
+
+    /// @dev The payout books decide what the JobEscrow pays out, so only that contract may
+    /// change them; an ESCROW_ROLE granted to anyone else does not reach them.
+    modifier onlyJobEscrow() {
+        if (msg.sender != _jobEscrow) revert StakeManagerNotJobEscrow(msg.sender);
+        _;
+    }
 
     /// @notice Deploy first (after the token). Then deploy JobEscrow and call {setJobEscrow}.
     /// @param token_ The stake and payment ERC-20.
@@ -99,7 +115,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
     function requestUnbond(uint256 amount) external returns (uint256 lockId) {
         if (amount == 0) revert StakeManagerZeroAmount();
         Provider storage p = _providers[msg.sender];
-        uint256 free = p.bonded - p.locked;
+        uint256 free = p.bonded - _lockedOf(msg.sender);
         if (amount > free) revert StakeManagerInsufficientFreeStake(msg.sender, amount, free);
         lockId = p.nextLockId;
         uint64 withdrawableAt = uint64(block.timestamp) + _unbondingPeriod;
@@ -139,10 +155,11 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
             address provider = providers[i];
             uint256 amount = amounts[i];
             if (amount == 0) revert StakeManagerZeroAmount();
-            Provider storage p = _providers[provider];
-            uint256 free = p.bonded - p.locked;
+            uint256 ledger = _ledgers[provider];
+            uint256 locked = uint96(ledger);
+            uint256 free = _providers[provider].bonded - locked;
             if (amount > free) revert StakeManagerInsufficientFreeStake(provider, amount, free);
-            p.locked += uint128(amount);
+            _ledgers[provider] = (ledger - locked) | _fitLocked(locked + amount);
             _lockedFor[jobId][provider] += amount;
             emit CollateralLocked(jobId, provider, amount);
         }
@@ -160,11 +177,92 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
             uint256 amount = jobLocks[provider];
             if (amount == 0) continue;
             jobLocks[provider] = 0;
-            // Cannot underflow: `locked` is the sum of this provider's job locks.
+            // Cannot underflow: the locked field is the sum of this provider's job locks.
             unchecked {
-                _providers[provider].locked -= uint128(amount);
+                _ledgers[provider] -= amount;
             }
         }
+    }
+
+    /// @inheritdoc IStakeManager
+    function settleCollateral(IJobEscrow.SoloSettlement[] calldata pairs, uint256 releaseAt)
+        external
+        onlyJobEscrow
+    {
+        uint256 releaseBits = uint256(uint40(releaseAt)) << _RELEASE_AT_SHIFT;
+        for (uint256 i; i < pairs.length; ++i) {
+            bytes32 jobId;
+            address provider;
+            uint256 payout;
+            uint256 released;
+            uint256 ledger;
+            uint256 ledgerSlot;
+            // Hot path, in assembly: pair `i` is read straight from calldata (4 words: jobId,
+            // provider, payout, resultRoot; `i` < length, and a dirty address reverts as the ABI
+            // decoder would), and each slot's address is hashed once, by Solidity's mapping
+            // layout, and read and written through it: `_lockedFor[jobId][provider]` (released:
+            // set to 0) and `_ledgers[provider]`.
+            assembly ("memory-safe") {
+                let pair := add(pairs.offset, shl(7, i))
+                jobId := calldataload(pair)
+                provider := calldataload(add(pair, 0x20))
+                if shr(160, provider) { revert(0, 0) }
+                payout := calldataload(add(pair, 0x40))
+                mstore(0x00, jobId)
+                mstore(0x20, _lockedFor.slot)
+                mstore(0x20, keccak256(0x00, 0x40))
+                mstore(0x00, provider)
+                let lockSlot := keccak256(0x00, 0x40)
+                released := sload(lockSlot)
+                if released { sstore(lockSlot, 0) }
+                mstore(0x20, _ledgers.slot)
+                ledgerSlot := keccak256(0x00, 0x40)
+                ledger := sload(ledgerSlot)
+            }
+            if (payout != 0) {
+                // A pending payout past its release time becomes claimable first; the whole
+                // pending payout then waits until `releaseAt`.
+                uint256 pending = uint104(ledger >> _PENDING_SHIFT);
+                if (pending != 0 && (ledger >> _RELEASE_AT_SHIFT) <= block.timestamp) {
+                    _providers[provider].claimable += uint128(pending); // pending fits 104 bits
+                    pending = 0;
+                }
+                // Cannot overflow: pending < 2**104 and the escrow caps a payout at a job's uint96 amount.
+                unchecked {
+                    pending += payout;
+                }
+                if (pending > type(uint104).max) revert StakeManagerAmountTooLarge(pending, type(uint104).max);
+                ledger = uint96(ledger) | (pending << _PENDING_SHIFT) | releaseBits;
+            }
+            // Cannot underflow: the locked field (low bits) is the sum of this provider's job locks.
+            unchecked {
+                ledger -= released;
+            }
+            assembly ("memory-safe") {
+                sstore(ledgerSlot, ledger)
+            }
+        }
+    }
+
+    /// @inheritdoc IStakeManager
+    function takeClaimable(address account) external onlyJobEscrow returns (uint256 amount) {
+        _mature(account);
+        Provider storage p = _providers[account];
+        amount = p.claimable;
+        p.claimable = 0;
+    }
+
+    /// @inheritdoc IStakeManager
+    function freezePending(address account, uint256 amount) external onlyJobEscrow {
+        uint256 ledger = _mature(account);
+        uint256 pending = uint104(ledger >> _PENDING_SHIFT);
+        if (amount > pending) revert StakeManagerInsufficientPending(account, amount, pending);
+        _ledgers[account] = ledger - (amount << _PENDING_SHIFT);
+    }
+
+    /// @inheritdoc IStakeManager
+    function creditClaimable(address account, uint256 amount) external onlyJobEscrow {
+        _providers[account].claimable += amount.toUint128();
     }
 
     // ------------------------------------------------------------------ orchestrator role
@@ -191,7 +289,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         returns (uint256 slashId)
     {
         if (amount == 0) revert StakeManagerZeroAmount();
-        uint256 taken = _takeUnlockedStake(_providers[provider], amount);
+        uint256 taken = _takeUnlockedStake(provider, amount);
         if (taken == 0) revert StakeManagerNothingToSlash(provider);
         slashId = _recordSlash(provider, bytes32(0), reason, evidence, _treasury, taken, address(0), 0);
     }
@@ -209,9 +307,8 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         if (locked == 0) revert StakeManagerNothingToSlash(provider);
         uint256 taken = Math.min(amount, locked);
         _lockedFor[jobId][provider] = locked - taken;
-        Provider storage p = _providers[provider];
-        p.locked -= uint128(taken);
-        p.bonded -= uint128(taken);
+        _ledgers[provider] -= taken; // the locked field holds at least this job's lock
+        _providers[provider].bonded -= uint128(taken);
         // A view on the escrow set by the admin: the customer the collateral protects.
         address customer = IJobEscrow(escrow).jobOf(jobId).customer;
         slashId = _recordSlash(provider, jobId, reason, evidence, customer, taken, address(0), 0);
@@ -235,7 +332,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         _scoreSlashed[provider][epoch] = true;
         Provider storage p = _providers[provider];
         uint256 share = (uint256(p.bonded) + p.unbonding) * _scoreSlashBps / BPS;
-        uint256 taken = share == 0 ? 0 : _takeUnlockedStake(p, share);
+        uint256 taken = share == 0 ? 0 : _takeUnlockedStake(provider, share);
         _setTier(provider, Tier.Background);
         if (taken != 0) {
             uint256 finderAmount = taken * _finderBps / BPS;
@@ -335,7 +432,17 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
     /// @inheritdoc IStakeManager
     function stakeOf(address provider) external view returns (StakeInfo memory) {
         Provider storage p = _providers[provider];
-        return StakeInfo({bonded: p.bonded, locked: p.locked, unbonding: p.unbonding, tier: p.tier});
+        return StakeInfo({bonded: p.bonded, locked: _lockedOf(provider), unbonding: p.unbonding, tier: p.tier});
+    }
+
+    /// @inheritdoc IStakeManager
+    function payoutOf(address account) external view returns (Payout memory) {
+        uint256 ledger = _ledgers[account];
+        uint256 claimable = _providers[account].claimable;
+        uint256 pending = uint104(ledger >> _PENDING_SHIFT);
+        uint256 releaseAt = ledger >> _RELEASE_AT_SHIFT;
+        if (pending != 0 && releaseAt <= block.timestamp) (claimable, pending) = (claimable + pending, 0);
+        return Payout({claimable: claimable, pending: pending, releaseAt: releaseAt});
     }
 
     /// @inheritdoc IStakeManager
@@ -419,8 +526,9 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     /// @dev Takes up to `amount` from free bonded stake, then from the unbonding pool; never from
     /// locked collateral. Returns what was taken.
-    function _takeUnlockedStake(Provider storage p, uint256 amount) private returns (uint256 taken) {
-        uint256 fromBonded = Math.min(amount, p.bonded - p.locked);
+    function _takeUnlockedStake(address provider, uint256 amount) private returns (uint256 taken) {
+        Provider storage p = _providers[provider];
+        uint256 fromBonded = Math.min(amount, p.bonded - _lockedOf(provider));
         uint256 fromUnbonding = Math.min(amount - fromBonded, p.unbonding);
         p.bonded -= uint128(fromBonded);
         p.unbonding -= uint128(fromUnbonding);
@@ -453,6 +561,28 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         emit Slashed(
             slashId, provider, jobId, reason, evidence, beneficiary, amount, finder, finderAmount, releasableAt
         );
+    }
+
+    function _lockedOf(address provider) private view returns (uint256) {
+        return uint96(_ledgers[provider]);
+    }
+
+    /// @dev `locked` as the ledger's low field; reverts if it does not fit.
+    function _fitLocked(uint256 locked) private pure returns (uint256) {
+        if (locked > type(uint96).max) revert StakeManagerAmountTooLarge(locked, type(uint96).max);
+        return locked;
+    }
+
+    /// @dev Moves `account`'s pending payout to claimable if its release time has passed; returns
+    /// the ledger word as stored afterwards.
+    function _mature(address account) private returns (uint256 ledger) {
+        ledger = _ledgers[account];
+        uint256 pending = uint104(ledger >> _PENDING_SHIFT);
+        if (pending != 0 && (ledger >> _RELEASE_AT_SHIFT) <= block.timestamp) {
+            _providers[account].claimable += uint128(pending);
+            ledger -= pending << _PENDING_SHIFT;
+            _ledgers[account] = ledger;
+        }
     }
 
     function _setTier(address provider, Tier tier) private {

@@ -5,8 +5,10 @@ pragma solidity ^0.8.28;
 /// @notice Customer payments for DePIN Mesh jobs: escrow, collateral locks, exactly-once
 /// settlement with pull payments, deadline refunds.
 /// @dev Settlement credits each provider's `pending` balance, which becomes `claimable` once the
-/// settlement dispute window has passed (lazily, on the next credit or claim). One storage slot per
-/// account holds claimable, pending and the pending release time. The customer's refund stays in
+/// settlement dispute window has passed (lazily, on the next credit or claim). This contract holds
+/// the tokens; the books (pending and its release time, in the same StakeManager slot as the
+/// provider's locked collateral, and claimable) are kept by the StakeManager, so one settlement
+/// touches one storage slot per provider (see IStakeManager.settleCollateral). The customer's refund stays in
 /// the job's own slot (settlement writes no customer storage) and is paid by `claimRefund` after
 /// the window. Disputes freeze part of a provider's pending balance or of a job's refund until the
 /// arbiter rules. Pausing stops new jobs and new collateral locks only: settle,
@@ -36,6 +38,15 @@ interface IJobEscrow {
         bytes32 jobId; // job to settle
         address[] providers; // payees; every provider with collateral for the job should be listed
         uint256[] payouts; // token units per provider (may be 0 to only release collateral)
+        bytes32 resultRoot; // Merkle root of the job's results/checkpoints, emitted for disputes
+    }
+
+    /// @notice One single-provider job's settlement for `settleBatchSolo`: a Settlement with one
+    /// provider, in 4 words of calldata instead of 9.
+    struct SoloSettlement {
+        bytes32 jobId; // job to settle
+        address provider; // the payee; the provider with collateral for the job
+        uint256 payout; // token units to the provider (may be 0 to only release collateral)
         bytes32 resultRoot; // Merkle root of the job's results/checkpoints, emitted for disputes
     }
 
@@ -95,7 +106,8 @@ interface IJobEscrow {
     /// @dev Per-provider payouts are not logged, to keep settlement cheap: they are in the settling
     /// transaction's input, and in `balanceOf`.
     event JobSettled(bytes32 indexed jobId, uint256 refund, bytes32 resultRoot);
-    /// @notice Jobs `jobIds` settled by one `settleBatch`, each as JobSettled describes.
+    /// @notice Jobs `jobIds` settled by one `settleBatch` or `settleBatchSolo`, each as JobSettled
+    /// describes.
     /// @dev One log per batch instead of one per job saves ~1.4k gas a job; each job's refund is in
     /// `jobOf`, its result root and payouts in the transaction's input.
     event JobsSettled(bytes32[] jobIds);
@@ -152,6 +164,11 @@ interface IJobEscrow {
     /// @notice Settles many jobs in one transaction; all-or-nothing.
     /// @dev ORCHESTRATOR_ROLE only.
     function settleBatch(Settlement[] calldata settlements) external;
+
+    /// @notice Settles many single-provider jobs in one transaction; all-or-nothing. Same effect as
+    /// `settleBatch` with one provider per job, with less calldata and decoding.
+    /// @dev ORCHESTRATOR_ROLE only.
+    function settleBatchSolo(SoloSettlement[] calldata settlements) external;
 
     // ------------------------------------------------------------------ disputes role
 

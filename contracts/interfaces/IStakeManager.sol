@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.28;
 
+import {IJobEscrow} from "./IJobEscrow.sol";
+
 /// @title IStakeManager
 /// @notice Provider stake for DePIN Mesh: bonding, unbonding locks, per-job collateral locks,
 /// tiers, epoch score commitments and disputable slashing.
@@ -8,6 +10,9 @@ pragma solidity ^0.8.28;
 /// unsettled jobs); `unbonding` is stake on its way out, still slashable until withdrawn. Slash
 /// proceeds are not paid at once: each slash is a record that stays `Pending` for the slash dispute
 /// window, during which the provider may dispute it (see IDisputes) and an arbiter may reverse it.
+/// The StakeManager also keeps the books of the JobEscrow's payouts (the tokens stay in the
+/// escrow): a provider's pending payout shares one storage slot with its locked collateral, so a
+/// settlement that releases a provider's collateral and pays it touches one slot per provider.
 interface IStakeManager {
     /// @notice Provider tier; same numbering as `orchestrator.domain.types.Tier`.
     enum Tier {
@@ -39,6 +44,13 @@ interface IStakeManager {
         uint256 locked; // part of `bonded` locked as collateral for unsettled jobs
         uint256 unbonding; // requested for withdrawal, still slashable until withdrawn
         Tier tier; // current tier
+    }
+
+    /// @notice An account's payout books, kept for the JobEscrow (which holds the tokens).
+    struct Payout {
+        uint256 claimable; // the escrow pays this on `claim`
+        uint256 pending; // credited by settlement, claimable from `releaseAt`
+        uint256 releaseAt; // unix time `pending` becomes claimable
     }
 
     /// @notice One request to unbond (Livepeer's UnbondingLock).
@@ -102,6 +114,12 @@ interface IStakeManager {
     error StakeManagerEscrowAlreadySet(address escrow);
     /// @notice No job escrow is set, so a job's customer cannot be found.
     error StakeManagerEscrowNotSet();
+    /// @notice `account` holds `available` pending payout, less than the `requested` to freeze.
+    error StakeManagerInsufficientPending(address account, uint256 requested, uint256 available);
+    /// @notice Only the JobEscrow set by `setJobEscrow` keeps payout books; `caller` is not it.
+    error StakeManagerNotJobEscrow(address caller);
+    /// @notice An amount does not fit its packed storage field (`amount` > `max`).
+    error StakeManagerAmountTooLarge(uint256 amount, uint256 max);
 
     // ------------------------------------------------------------------ events
 
@@ -191,6 +209,32 @@ interface IStakeManager {
     /// @param jobIds Job of each pair.
     /// @param providers Provider of each pair.
     function releaseCollateral(bytes32[] calldata jobIds, address[] calldata providers) external;
+
+    /// @notice Settlement of (job, provider) pairs: for each pair, releases all collateral
+    /// `provider` holds for `jobId` and credits `payout` to its pending payout, claimable from
+    /// `releaseAt` (a pending payout already past its release time first becomes claimable).
+    /// @dev The JobEscrow (`jobEscrow()`) only, not any ESCROW_ROLE holder, since these books decide
+    /// what the escrow pays out; it has checked the payouts against the jobs' escrow and holds the
+    /// tokens. The collateral and the pending payout share one slot per provider. Takes
+    /// the escrow's SoloSettlement layout so a `settleBatchSolo` forwards its calldata as it is;
+    /// `resultRoot` is not used here.
+    /// @param pairs (jobId, provider, payout, resultRoot) of each pair.
+    /// @param releaseAt Unix time the credited payouts become claimable.
+    function settleCollateral(IJobEscrow.SoloSettlement[] calldata pairs, uint256 releaseAt) external;
+
+    /// @notice Empties `account`'s claimable payout (including pending past its release time) for
+    /// the escrow to pay it out.
+    /// @dev The JobEscrow only.
+    /// @return amount Token units the escrow must pay `account`.
+    function takeClaimable(address account) external returns (uint256 amount);
+
+    /// @notice Takes `amount` out of `account`'s pending payout, to be held by a dispute.
+    /// @dev The JobEscrow only; reverts with StakeManagerInsufficientPending when not enough is pending.
+    function freezePending(address account, uint256 amount) external;
+
+    /// @notice Adds `amount` to `account`'s claimable payout (a dispute's frozen funds released).
+    /// @dev The JobEscrow only.
+    function creditClaimable(address account, uint256 amount) external;
 
     // ------------------------------------------------------------------ orchestrator role
 
@@ -282,6 +326,8 @@ interface IStakeManager {
     function unbondingLock(address provider, uint256 lockId) external view returns (UnbondingLock memory);
     /// @notice Collateral `provider` has locked for `jobId`.
     function lockedFor(bytes32 jobId, address provider) external view returns (uint256);
+    /// @notice `account`'s payout books as of now (pending past its release time shows as claimable).
+    function payoutOf(address account) external view returns (Payout memory);
     /// @notice Score root of `epoch` (zero: not committed).
     function epochRoot(uint64 epoch) external view returns (bytes32);
     /// @notice Whether `provider` was already slashed for its score in `epoch`.

@@ -1,10 +1,11 @@
 """Gas of every money path, read from receipts on a fresh anvil (`mesh bench gas --json`).
 
-Batch numbers are amortised per job, one provider per job, 100 distinct providers. The
+Batch numbers are amortised per job, one provider per job, 100 distinct providers, sent as
+`settleBatchSolo` (the SDK picks the packed form when every job has one provider). The
 headline `settle_batch_*_per_job` is the steady state of a grid: providers that have been
-paid before (their payout slot is non-zero, so a payout is a 5k storage update, not a 22k
-new slot). `settle_batch_100_per_job_first_payout` is the worst case, where every job pays
-a provider for the first time ever; it is reported beside it, not hidden, and so is
+paid before. `settle_batch_100_per_job_first_payout` is the case where every job pays a
+provider for the first time ever (since the payout shares the provider's ledger slot with its
+locked collateral, that slot already exists then); it is reported beside it, and so is
 `settle_batch_100_per_job_10_providers` (100 jobs over 10 repeat providers, whose storage is
 warm after their first job in the batch).
 """

@@ -10,7 +10,8 @@ does all its bookkeeping in that lease's transaction:
    still no receipt, those bytes can never land and the rows are signed afresh. A mined
    revert is decoded by replaying the call and handled as in 3.
 2. Sign `pending` rows in queue order: a contiguous run of `settle` rows becomes ONE
-   `settleBatch` (at most `settle_batch_size` jobs); any other kind is one transaction. The
+   `settleBatch` (`settleBatchSolo` when every job has one provider; at most
+   `settle_batch_size` jobs); any other kind is one transaction. The
    signed bytes, hash and nonce are written to the rows (status `sent`), and broadcast only
    after the transaction commits: what reaches the chain is always on disk first. New rows
    are signed only when every in-flight transaction is accounted for, so nonces never clash.
@@ -28,7 +29,7 @@ does all its bookkeeping in that lease's transaction:
 
 Payloads (JSON; bytes32 as 0x-hex, token amounts as decimal strings or integers):
 - settle {"job_id", "providers": [address], "payouts": [amount], "merkle_root": bytes32|null}
-         -> JobEscrow.settleBatch; when confirmed, the job moves settling -> settled.
+         -> JobEscrow.settleBatch(Solo); when confirmed, the job moves settling -> settled.
 - commit {"epoch": int, "root": bytes32} -> StakeManager.commitEpoch
 - lock   {"job_id", "providers": [address], "amounts": [amount]} -> JobEscrow.lockCollateral
 - tier   {"provider": address, "tier": int} -> StakeManager.setTier
@@ -54,7 +55,7 @@ from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Excepti
 from web3.types import TxParams, TxReceipt
 
 from orchestrator.chain.errors import ChainError, ContractError, RevertError
-from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement
+from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement, settle_batch_call
 from orchestrator.chain.tx import SignedTx, revert_data
 from orchestrator.chain.views import EscrowStatus
 from orchestrator.config import Settings
@@ -379,8 +380,8 @@ class OutboxSender:
                 live.append((entry, settlement))
         while live:
             try:
-                signed = self.account.build_signed(
-                    self.chain.job_escrow, "settleBatch", [_encode(s) for _, s in live])
+                function, args = settle_batch_call([s for _, s in live])
+                signed = self.account.build_signed(self.chain.job_escrow, function, args)
             except (ContractError, RevertError) as error:
                 live = self._without_reverting(session, now, live, error, tally)
                 continue
@@ -407,7 +408,8 @@ class OutboxSender:
 
     def _simulate_settle(self, settlement: Settlement) -> Revert | None:
         try:
-            self.chain.job_escrow.functions.settleBatch([_encode(settlement)]).call(
+            function, args = settle_batch_call([settlement])
+            self.chain.job_escrow.functions[function](args).call(
                 {"from": self.account.address})
         except ContractLogicError as exc:
             error = self.chain.decoder.decode(revert_data(exc))
@@ -544,11 +546,6 @@ def parse_settlement(payload: dict[str, Any]) -> Settlement:
 
 def parse_commit(payload: dict[str, Any]) -> tuple[int, bytes]:
     return _uint(payload.get("epoch"), "epoch"), _bytes32(payload, "root")
-
-
-def _encode(settlement: Settlement) -> tuple[bytes, list[str], list[int], bytes]:
-    return (settlement.job_id, list(settlement.providers), list(settlement.payouts),
-            settlement.result_root)
 
 
 def _list(payload: dict[str, Any], key: str) -> list[Any]:

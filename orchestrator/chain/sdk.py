@@ -50,6 +50,19 @@ class Settlement:
     result_root: bytes
 
 
+def settle_batch_call(settlements: Sequence[Settlement]) -> tuple[str, list[tuple[Any, ...]]]:
+    """The JobEscrow function and argument that settle `settlements` in one transaction.
+
+    A batch of single-provider jobs goes to `settleBatchSolo`, whose packed calldata (4 words a
+    job instead of 9) saves ~0.7k gas a job; any other batch to the general `settleBatch`.
+    """
+    if all(len(s.providers) == 1 == len(s.payouts) for s in settlements):
+        return "settleBatchSolo", [(s.job_id, s.providers[0], s.payouts[0], s.result_root)
+                                   for s in settlements]
+    return "settleBatch", [(s.job_id, list(s.providers), list(s.payouts), s.result_root)
+                           for s in settlements]
+
+
 class MeshChain:
     """Read access to one deployment, and the factory for per-key signing accounts."""
 
@@ -334,9 +347,8 @@ class MeshAccount:
                           list(payouts), result_root)
 
     def settle_batch(self, settlements: Sequence[Settlement]) -> Receipt:
-        encoded = [(s.job_id, list(s.providers), list(s.payouts), s.result_root)
-                   for s in settlements]
-        return self._send(self.chain.job_escrow, "settleBatch", encoded)
+        function, args = settle_batch_call(settlements)
+        return self._send(self.chain.job_escrow, function, args)
 
     # ------------------------------------------------------------------ disputes
 

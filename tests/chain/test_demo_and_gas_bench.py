@@ -31,12 +31,16 @@ def test_gas_run_measuresEveryPathAndBatchingAmortisesSettlement() -> None:
              "settle_batch_100_per_job_first_payout"}
     assert set(result) >= paths
     measured = {name: result[name] for name in paths}
-    assert all(isinstance(value, int) and value > 21_000 for value in measured.values())
+    assert all(isinstance(value, int) for value in measured.values())
+    # Whole transactions cost at least the 21k base; batch numbers are amortised per job.
+    assert all(value > 21_000 for name, value in measured.items() if "per_job" not in name)
+    assert all(value > 5_000 for name, value in measured.items() if "per_job" in name)
     assert measured["lock_100"] > 10 * measured["lock_1"]
     assert measured["settle_batch_100_per_job"] < measured["settle"]
-    # A first-ever payout writes a fresh storage slot, so it must cost more than a repeat one.
-    assert (measured["settle_batch_100_per_job_first_payout"]
-            > measured["settle_batch_100_per_job"])
+    # A payout shares the provider's ledger slot with its locked collateral, which the lock has
+    # already created: a first-ever payout writes no fresh slot (that would add ~17k a job).
+    assert abs(measured["settle_batch_100_per_job_first_payout"]
+               - measured["settle_batch_100_per_job"]) < 1_000
     assert result["met"] == {name: measured[name] <= limit
                              for name, limit in result["targets"].items()}
     for name, breakdown in result["breakdown_per_job"].items():

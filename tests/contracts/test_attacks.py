@@ -118,6 +118,7 @@ GATED: list[tuple[str, str, tuple[Any, ...], str]] = [
     ("escrow", "lockCollateral", (JID, [], []), "ORCHESTRATOR_ROLE"),
     ("escrow", "settle", (JID, [], [], ROOT), "ORCHESTRATOR_ROLE"),
     ("escrow", "settleBatch", ([],), "ORCHESTRATOR_ROLE"),
+    ("escrow", "settleBatchSolo", ([],), "ORCHESTRATOR_ROLE"),
     ("escrow", "freezePayout", (JID, "0x" + "11" * 20, 1), "DISPUTES_ROLE"),
     ("escrow", "unfreezePayout", ("0x" + "11" * 20, "0x" + "11" * 20, 1), "DISPUTES_ROLE"),
     ("escrow", "pause", (), "DEFAULT_ADMIN_ROLE"),
@@ -176,6 +177,7 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
                 "lockCollateral",
                 "settle",
                 "settleBatch",
+                "settleBatchSolo",
                 "freezePayout",
                 "unfreezePayout",
                 "pause",
@@ -187,6 +189,26 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
         | {("disputes", n) for n in ("rule", "setBond", "setRulingPeriod")}
     )
     assert gated_names == expected
+
+
+# (function, args) of the StakeManager's payout books, which only the JobEscrow may change
+PAYOUT_BOOKS: list[tuple[str, tuple[Any, ...]]] = [
+    ("settleCollateral", ([(JID, "0x" + "11" * 20, 1, ROOT)], 1)),
+    ("takeClaimable", ("0x" + "11" * 20,)),
+    ("freezePending", ("0x" + "11" * 20, 1)),
+    ("creditClaimable", ("0x" + "11" * 20, 1)),
+]
+
+
+@pytest.mark.parametrize(("function", "args"), PAYOUT_BOOKS, ids=[f for f, _ in PAYOUT_BOOKS])
+def test_payoutBooks_refuseAnEscrowRoleHolderThatIsNotTheJobEscrow(
+    stake_manager: Any, admin: Any, stranger: Any, function: str, args: tuple[Any, ...]
+) -> None:
+    """The books decide what the escrow pays out: a granted ESCROW_ROLE must not reach them."""
+    stake_manager.grantRole(stake_manager.ESCROW_ROLE(), stranger, sender=admin)
+
+    with ape.reverts(stake_manager.StakeManagerNotJobEscrow, caller=stranger):
+        getattr(stake_manager, function)(*args, sender=stranger)
 
 
 # ---------------------------------------------------------------- replay and front-running

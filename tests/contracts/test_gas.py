@@ -53,6 +53,37 @@ def test_settleBatch_hundredJobs_costsAtMost15kGasPerJob(
     assert per_job <= 15_000
 
 
+def test_settleBatchSolo_hundredJobs_costsAtMost12kGasPerJob(
+    escrow: Any,
+    orchestrator: Any,
+    providers: list[Any],
+    staked: Callable[..., None],
+    fund: Callable[..., None],
+    customer: Any,
+    chain: Any,
+) -> None:
+    """The packed single-provider form over repeat providers (whose ledger slot is warm after
+    their first job in the batch). 100 distinct providers, ~14.9k a job, are measured by
+    `mesh bench gas`: this suite has too few accounts for them."""
+    for p in providers:
+        staked(p, 10_000 * TOKEN)
+    fund(customer, 100 * 100 * TOKEN)
+    deadline = chain.pending_timestamp + 3600
+    settlements = []
+    for i in range(100):
+        jid = job_id(f"gas-solo-{i}")
+        p = providers[i % len(providers)]
+        escrow.createJob(jid, 100 * TOKEN, deadline, b"\x02" * 32, sender=customer)
+        escrow.lockCollateral(jid, [p], [10 * TOKEN], sender=orchestrator)
+        settlements.append((jid, p, 90 * TOKEN, b"\x03" * 32))
+
+    receipt = escrow.settleBatchSolo(settlements, sender=orchestrator)
+
+    per_job = receipt.gas_used / 100
+    print(f"settleBatchSolo(100) gas: {receipt.gas_used} ({per_job:.0f}/job)")
+    assert per_job <= 12_000
+
+
 def test_otherMoneyPaths_stayWithinTheirGasBudgets(
     stake_manager: Any,
     escrow: Any,
@@ -76,12 +107,14 @@ def test_otherMoneyPaths_stayWithinTheirGasBudgets(
     ).gas_used
 
     print(f"gas: {used}")
-    # measured ~79k / 77k / 63k / 115k / 68k (fresh storage slots included); ~15% headroom
+    # measured ~79k / 79k / 64k / 115k / 87k (fresh storage slots included); ~15% headroom.
+    # A provider's first lock creates its ledger slot (locked collateral and pending payout), so
+    # its first payout no longer does.
     budgets = {
         "stake": 90_000,
         "requestUnbond": 90_000,
         "withdraw": 75_000,
         "createJob": 135_000,
-        "lockCollateral(1)": 80_000,
+        "lockCollateral(1)": 100_000,
     }
     assert {k: v for k, v in used.items() if v > budgets[k]} == {}

@@ -238,6 +238,84 @@ def test_settleBatch_revertsWhenAJobRepeatsInTheBatch(
         escrow.settleBatch([(jid, [workers[0]], [TOKEN], ROOT)] * 2, sender=orchestrator)
 
 
+# ---------------------------------------------------------------- settleBatchSolo
+
+
+def test_settleBatchSolo_settlesEveryJobAsSettleBatchDoes(
+    escrow: Any,
+    stake_manager: Any,
+    orchestrator: Any,
+    workers: list[Any],
+    create_job: Callable[..., bytes],
+) -> None:
+    jobs = [create_job(f"solo-{i}", AMOUNT) for i in range(3)]
+    for jid, p in zip(jobs, workers, strict=True):
+        escrow.lockCollateral(jid, [p], [10 * TOKEN], sender=orchestrator)
+
+    receipt = escrow.settleBatchSolo(
+        [(jid, p, 60 * TOKEN, ROOT) for jid, p in zip(jobs, workers, strict=True)],
+        sender=orchestrator,
+    )
+
+    assert [escrow.jobOf(j).status for j in jobs] == [SETTLED] * 3
+    assert [escrow.jobOf(j).refund for j in jobs] == [40 * TOKEN] * 3
+    assert [stake_manager.stakeOf(p).locked for p in workers] == [0, 0, 0]
+    assert [stake_manager.lockedFor(j, p) for j, p in zip(jobs, workers, strict=True)] == [0] * 3
+    assert [escrow.balanceOf(p).pending for p in workers] == [60 * TOKEN] * 3
+    assert receipt.events.filter(escrow.JobsSettled) == [escrow.JobsSettled(jobIds=jobs)]
+
+
+def test_settleBatchSolo_isAllOrNothingWhenOneJobOverpays(
+    escrow: Any,
+    stake_manager: Any,
+    orchestrator: Any,
+    workers: list[Any],
+    create_job: Callable[..., bytes],
+) -> None:
+    good, bad = create_job("solo-good", AMOUNT), create_job("solo-bad", AMOUNT)
+    escrow.lockCollateral(good, [workers[0]], [10 * TOKEN], sender=orchestrator)
+
+    with ape.reverts(
+        escrow.JobEscrowPayoutExceedsEscrow, jobId=bad, total=AMOUNT + 1, amount=AMOUNT
+    ):
+        escrow.settleBatchSolo(
+            [(good, workers[0], AMOUNT, ROOT), (bad, workers[1], AMOUNT + 1, ROOT)],
+            sender=orchestrator,
+        )
+    assert escrow.jobOf(good).status == FUNDED
+    assert stake_manager.lockedFor(good, workers[0]) == 10 * TOKEN
+    assert escrow.balanceOf(workers[0]).pending == 0
+
+
+def test_settleBatchSolo_revertsWhenAJobRepeatsInTheBatch(
+    escrow: Any, orchestrator: Any, workers: list[Any], create_job: Callable[..., bytes]
+) -> None:
+    jid = create_job("solo-twice", AMOUNT)
+    with ape.reverts(escrow.JobEscrowAlreadySettled, jobId=jid):
+        escrow.settleBatchSolo([(jid, workers[0], TOKEN, ROOT)] * 2, sender=orchestrator)
+
+
+def test_settleBatchSolo_revertsForAJobSettledBefore(
+    escrow: Any, orchestrator: Any, funded_job: bytes, workers: list[Any]
+) -> None:
+    escrow.settle(funded_job, workers[:1], [TOKEN], ROOT, sender=orchestrator)
+    with ape.reverts(escrow.JobEscrowAlreadySettled, jobId=funded_job):
+        escrow.settleBatchSolo([(funded_job, workers[0], TOKEN, ROOT)], sender=orchestrator)
+
+
+def test_settle_creditsAMaturedPendingPayoutAsClaimableBeforeTheNewOne(
+    escrow: Any, orchestrator: Any, workers: list[Any], create_job: Callable[..., bytes], chain: Any
+) -> None:
+    first, second = create_job("mature-1", AMOUNT), create_job("mature-2", AMOUNT)
+    escrow.settleBatchSolo([(first, workers[0], 30 * TOKEN, ROOT)], sender=orchestrator)
+    advance(chain, DISPUTE_WINDOW)
+
+    escrow.settleBatchSolo([(second, workers[0], 20 * TOKEN, ROOT)], sender=orchestrator)
+
+    balance = escrow.balanceOf(workers[0])
+    assert (balance.claimable, balance.pending) == (30 * TOKEN, 20 * TOKEN)
+
+
 # ---------------------------------------------------------------- claim and claimRefund
 
 
