@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from orchestrator.domain.collateral import CollateralPolicy
 from orchestrator.domain.matching import Candidate, ScoreFn, eligible
-from orchestrator.domain.reliability import ReliabilityBook
+from orchestrator.domain.reliability import Durations, ReliabilityBook
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 
 
@@ -41,9 +41,17 @@ class CostModel:
     # is worth about nothing to the customer. In `mesh bench churn` (1,000 nodes, 7 days) 0.1 /
     # 0.5 / 1.0 gave stable-vs-flaky earnings 1.84 / 2.10 / 2.31 with waste and ECE unchanged.
     delay_fraction: float = 1.0
+    # Share of the task value the customer loses per hour the task runs (wall clock, on the
+    # node's own speed): a slow GPU delivers a long render hours later. It grows with value x
+    # wall time, so it separates GPUs for long tasks and barely for short ones. Off by
+    # default: in `mesh bench churn` (1,000 nodes, 7 days, seeds 1/2) 0.1 cut PLS p99 from
+    # 27.3k/28.3k s to 18.9k/19.6k s (0.63x/0.64x uptime) but raised waste 10-15 % and cut
+    # stable-vs-flaky earnings from 1.66/1.73 to 1.37/1.32: a product choice, not a free win.
+    latency_share_per_hour: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.rework_fraction < 0 or self.rescheduling_cost < 0 or self.delay_fraction < 0:
+        if (self.rework_fraction < 0 or self.rescheduling_cost < 0 or self.delay_fraction < 0
+                or self.latency_share_per_hour < 0):
             raise ValueError("cost model terms must be >= 0")
 
 
@@ -86,11 +94,12 @@ class PlsPolicy:
         self._rng = np.random.default_rng(seed)
 
     def _expected_cost(self, prices: NDArray[np.float64], p_fail: NDArray[np.float64],
-                       needs: TaskNeeds) -> NDArray[np.float64]:
+                       needs: TaskNeeds, wall_s: Durations) -> NDArray[np.float64]:
         compute = prices * (needs.expected_duration_s / 3600.0)
         failure = (self.cost.rework_fraction * compute + self.cost.rescheduling_cost
                    + self.cost.delay_fraction * needs.value)
-        return compute + p_fail * failure
+        latency = self.cost.latency_share_per_hour * needs.value * (np.asarray(wall_s) / 3600.0)
+        return compute + p_fail * failure + latency
 
     def rank_rows(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
                   free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
@@ -108,8 +117,9 @@ class PlsPolicy:
         collateral = self.collateral.required_many(needs.value, p_fail,
                                                    needs.expected_duration_s)
         usable = np.flatnonzero((rs > 0.0) & (np.asarray(free_stake) >= collateral))
+        wall = durations if np.ndim(durations) == 0 else np.asarray(durations)[usable]
         cost = self._expected_cost(np.asarray(prices, dtype=np.float64)[usable], p_fail[usable],
-                                   needs)
+                                   needs, wall)
         by_cost = np.argsort(cost, kind="stable")
         explored = False
         if (by_cost.size > 1 and needs.expected_duration_s <= self.short_task_s
@@ -155,7 +165,7 @@ class PlsPolicy:
         def score(node: NodeSpec, needs: TaskNeeds) -> float:
             rs = self.book.score(node.node_id, now, needs.expected_duration_s)
             cost = self._expected_cost(np.array([float(node.price_per_gpu_hour)]),
-                                       np.array([1.0 - rs]), needs)
+                                       np.array([1.0 - rs]), needs, needs.expected_duration_s)
             return -float(cost[0])
 
         return score

@@ -177,3 +177,31 @@ def test_faster_gpu_is_asked_to_survive_a_shorter_time() -> None:
     assert ranked.rows.tolist() == [rows[1], rows[0]]  # "b" finishes in a quarter the time
     assert ranked.rs[0] > ranked.rs[1]
     assert ranked.raw_rs.tolist() == ranked.rs.tolist()  # no recalibrator set
+
+
+def test_latency_share_sends_long_tasks_to_the_faster_of_equally_reliable_nodes() -> None:
+    """Same history and same price per reference hour, one GPU four times faster. Without a
+    latency price the longer exposure alone decides; with it, the gap grows with the task."""
+    book = book_of({"slow": (3 * 86_400.0, 5, 86_400.0), "fast": (3 * 86_400.0, 5, 86_400.0)})
+    rows = np.array([book.index_of("slow"), book.index_of("fast")])
+    stake = np.array([1e24, 1e24])
+    latency = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
+                        CostModel(rework_fraction=1.0, rescheduling_cost=TOKEN // 100,
+                                  latency_share_per_hour=0.1), explore_share=0.0)
+
+    def cost_gap(policy: PlsPolicy, work_s: float) -> float:
+        needs = TaskNeeds(expected_duration_s=work_s, value=round(work_s / HOUR * TOKEN))
+        ranked = policy.rank_rows(rows, np.array([5e17, 5e17]), stake, needs, NOW,
+                                  wall_durations_s=np.array([work_s, work_s / 4]))
+        assert ranked.rows.tolist() == [rows[1], rows[0]]
+        return float(ranked.expected_cost[1] - ranked.expected_cost[0]) / needs.value
+
+    plain = policy(book)
+    assert cost_gap(latency, 4 * HOUR) == pytest.approx(cost_gap(plain, 4 * HOUR) + 0.1 * 3,
+                                                        rel=1e-3)  # 3 h later x 0.1
+    assert cost_gap(latency, 600.0) < 0.1 * cost_gap(latency, 4 * HOUR)
+
+
+def test_negative_latency_share_is_refused() -> None:
+    with pytest.raises(ValueError):
+        CostModel(latency_share_per_hour=-0.1)

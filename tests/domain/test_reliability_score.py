@@ -18,6 +18,7 @@ from orchestrator.domain.reliability import (
     PopulationPrior,
     ProbeSample,
     ReliabilityBook,
+    RsConfig,
     TaskOutcome,
     UploadSample,
     commit_epoch,
@@ -33,9 +34,9 @@ sessions_strategy = st.lists(
     st.tuples(st.floats(1.0, 30 * 86_400.0), st.booleans()), max_size=12)
 
 
-def book_with(sessions: list[tuple[float, bool]], uptime: float, now: float = 1e8
-              ) -> ReliabilityBook:
-    book = ReliabilityBook(PRIOR)
+def book_with(sessions: list[tuple[float, bool]], uptime: float, now: float = 1e8,
+              config: RsConfig | None = None) -> ReliabilityBook:
+    book = ReliabilityBook(PRIOR, config)
     t = 0.0
     for length, abrupt in sessions:
         book.session_started("n", t)
@@ -300,3 +301,133 @@ def test_raw_score_is_what_the_recalibrator_maps() -> None:
     book.set_recalibrator(calibrator)
     raw = book.raw_score_many(None, 1e8, HOUR)
     assert book.score_many(None, 1e8, HOUR) == pytest.approx(calibrator(raw))
+
+
+# ----- recent departure rate (constant-hazard term) -------------------------------------
+DAY = 86_400.0
+NOW = 1e8
+POOLED = RsConfig(departure_weight=1.0)  # the term at full weight (default: off)
+
+
+def book_with_cuts(cut_times: list[float], up_since: float, config: RsConfig = POOLED,
+                   gap_s: float = 60.0) -> ReliabilityBook:
+    """One node online since `up_since`, cut off (DEAD verdict, back after `gap_s`) at each
+    of `cut_times`."""
+    book = ReliabilityBook(PRIOR, config)
+    book.session_started("n", up_since)
+    for cut in sorted(cut_times):
+        book.session_ended("n", cut, abrupt=True)
+        book.session_started("n", cut + gap_s)
+    return book
+
+
+def test_departure_term_is_one_without_departures_under_a_zero_prior_rate() -> None:
+    config = RsConfig(departure_prior_rate_per_day=0.0, departure_weight=1.0)
+    book = book_with_cuts([], up_since=0.0, config=config)
+    session_only = book_with_cuts([], up_since=0.0, config=RsConfig(departure_weight=0.0))
+    components = book.components("n", 3 * DAY, 4 * HOUR)
+    assert components.departures == 1.0
+    assert book.score("n", 3 * DAY, 4 * HOUR) == session_only.score("n", 3 * DAY, 4 * HOUR)
+    assert book.predicted_mtbf_s("n", 3 * DAY, 4 * HOUR) == session_only.predicted_mtbf_s(
+        "n", 3 * DAY, 4 * HOUR)
+    assert book.recent_departure_rate_many(None, 3 * DAY)[0] == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 6 * DAY), max_size=10), st.floats(0.0, 6 * DAY),
+       st.floats(1.0, 2 * DAY))
+def test_departure_term_never_rises_when_a_revocation_is_added(
+        cuts: list[float], extra_cut: float, duration: float) -> None:
+    spaced = sorted({round(c / 600.0) * 600.0 for c in cuts})
+    if any(abs(extra_cut - c) < 600.0 for c in spaced):
+        return  # two cuts in one gap cannot happen
+    now = 7 * DAY
+    before = book_with_cuts(spaced, up_since=-HOUR)
+    after = book_with_cuts([*spaced, extra_cut], up_since=-HOUR)
+    assert (after.departure_survival_many(None, now, duration)[0]
+            <= before.departure_survival_many(None, now, duration)[0] + 1e-12)
+    assert (after.recent_departure_rate_many(None, now)[0]
+            >= before.recent_departure_rate_many(None, now)[0] - 1e-15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions_strategy.filter(lambda s: any(not abrupt for _, abrupt in s)),
+       st.floats(0.0, DAY), st.floats(1.0, DAY))
+def test_recent_rs_never_rises_when_a_clean_session_turns_out_a_revocation(
+        sessions: list[tuple[float, bool]], uptime: float, duration: float) -> None:
+    """As the session-model property above, but with the history recent (inside the
+    departure window), so the departure term sees it too."""
+    history_end = sum(length for length, _ in sessions)
+    now = history_end + 600.0 + uptime
+    graceful_index = next(i for i, (_, abrupt) in enumerate(sessions) if not abrupt)
+    as_failure = list(sessions)
+    as_failure[graceful_index] = (sessions[graceful_index][0], True)
+    before = book_with(sessions, uptime, now=now, config=POOLED)
+    after = book_with(as_failure, uptime, now=now, config=POOLED)
+    assert after.components("n", now, duration).departures <= before.components(
+        "n", now, duration).departures + 1e-12
+    assert after.score("n", now, duration) <= before.score("n", now, duration) + 1e-12
+
+
+@settings(max_examples=60, deadline=None)
+@given(sessions_strategy, st.floats(0.0, 5 * DAY), st.floats(1.0, 5 * DAY), st.floats(1.0, DAY))
+def test_pooled_rs_still_rises_with_uptime(sessions: list[tuple[float, bool]], uptime: float,
+                                           extra: float, duration: float) -> None:
+    history_end = sum(length for length, _ in sessions)
+    young = book_with(sessions, uptime, now=history_end + 10 * DAY, config=POOLED)
+    older = book_with(sessions, uptime + extra, now=history_end + 10 * DAY, config=POOLED)
+    now = history_end + 10 * DAY
+    assert older.score("n", now, duration) >= young.score("n", now, duration) - 1e-12
+
+
+def test_recent_cuts_lower_rs_and_shorten_the_checkpoint_mtbf() -> None:
+    """Two nodes with the same sessions (twelve cut off after 6 h each, now up for 2 h): for
+    one the cuts are this week's, for the other two months old. The session model alone
+    cannot tell them apart; the recent-rate term can."""
+    def node(cuts_from: float, config: RsConfig = POOLED) -> ReliabilityBook:
+        book = book_with_cuts([cuts_from + (i + 1) * 6 * HOUR for i in range(12)],
+                              up_since=cuts_from, config=config)
+        book.session_ended("n", cuts_from + 13 * 6 * HOUR, abrupt=True)
+        book.session_started("n", NOW - 2 * HOUR)
+        return book
+
+    recent, old = node(NOW - 4 * DAY), node(NOW - 64 * DAY)
+    session_only = RsConfig(departure_weight=0.0)
+    assert node(NOW - 4 * DAY, session_only).score("n", NOW, 4 * HOUR) == pytest.approx(
+        node(NOW - 64 * DAY, session_only).score("n", NOW, 4 * HOUR))
+    assert recent.score("n", NOW, 4 * HOUR) < old.score("n", NOW, 4 * HOUR)
+    assert recent.predicted_mtbf_s("n", NOW, 4 * HOUR) < old.predicted_mtbf_s("n", NOW, 4 * HOUR)
+    assert recent.components("n", NOW, 4 * HOUR).departures < old.components(
+        "n", NOW, 4 * HOUR).departures
+    assert recent.recent_departure_rate_many(None, NOW)[0] * DAY > 2 * 0.5  # prior: 0.5/day
+
+
+def test_old_departures_are_forgotten() -> None:
+    config = RsConfig(departure_window_s=DAY, departure_weight=1.0)
+    recent = book_with_cuts([DAY + i * HOUR for i in range(10)], 0.0, config)
+    prior_rate = recent.departure_rate_prior
+    assert recent.recent_departure_rate_many(None, 2 * DAY)[0] > 3 * prior_rate
+    never_cut = book_with_cuts([], DAY + 9 * HOUR + 60.0, config)  # same running session
+    faded = recent.recent_departure_rate_many(None, 60 * DAY)[0]
+    assert faded == pytest.approx(never_cut.recent_departure_rate_many(None, 60 * DAY)[0],
+                                  rel=1e-3)
+
+
+def test_refit_pools_the_population_rate_that_new_nodes_start_from() -> None:
+    book = ReliabilityBook(PRIOR, RsConfig(departure_window_s=1e12))  # no decay: exact counts
+    for i in range(4):
+        book.session_started(f"n{i}", 0.0)
+        book.session_ended(f"n{i}", DAY, abrupt=i < 2)  # two DEAD verdicts over 4 node-days
+        book.session_started(f"n{i}", DAY + 60.0)
+    rate = book.refit_departure_rate(DAY + 60.0)
+    assert rate * DAY == pytest.approx(2 / 4, rel=1e-6)
+    book.session_started("new", DAY + 60.0)
+    assert book.recent_departure_rate_many(np.array([book.index_of("new")]), DAY + 60.0)[0] \
+        == pytest.approx(rate)
+
+
+def test_bad_departure_settings_are_refused() -> None:
+    for bad in (dict(departure_weight=1.5), dict(departure_window_s=0.0),
+                dict(departure_prior_rate_per_day=-1.0), dict(departure_prior_exposure_s=0.0)):
+        with pytest.raises(ValueError):
+            RsConfig(**bad)
