@@ -251,6 +251,17 @@ class VerdictOut(BaseModel):
     reasons: list[str]
 
 
+class NodeScoreOut(BaseModel):
+    node_id: str
+    duration_s: float  # the task duration T the RS is conditioned on
+    rs: float  # P(finishes a task of duration T and passes verification), as placement uses it
+    survival: float
+    pass_rate: float
+    stability: float
+    thermal: float
+    tier: int  # the tier work may use now (policy tier, HIGH only with a fresh handshake)
+
+
 class ScoreProofOut(BaseModel):
     epoch: int
     root: str

@@ -130,6 +130,10 @@ class MeshChain:
         names = [snake_case(component["name"]) for component in output["components"]]
         return dict(zip(names, values, strict=True))
 
+    def gas_used(self, tx_hash: str) -> int:
+        """Gas of a mined transaction someone else sent (e.g. the orchestrator's outbox)."""
+        return int(self.w3.eth.get_transaction_receipt(HexStr(tx_hash))["gasUsed"])
+
     # ------------------------------------------------------------------ token
 
     def token_balance(self, owner: str) -> int:

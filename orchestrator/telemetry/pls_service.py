@@ -50,6 +50,7 @@ from orchestrator.domain.reliability import (
     GpuSample,
     ProbeSample,
     ReliabilityBook,
+    RsComponents,
     TaskOutcome,
     commit_epoch,
     telemetry_digest,
@@ -369,6 +370,14 @@ class PlsService:
         elif tier is Tier.HIGH:
             tier = Tier.STANDARD
         return replace(spec, tier=tier)
+
+    def components(self, node_id: str, now: float, duration_s: float) -> RsComponents | None:
+        """The node's RS over `duration_s` and its factors, as placement sees them (None: a
+        node this service does not know)."""
+        with self._lock:
+            if node_id not in self._providers:
+                return None
+            return self.book.components(node_id, now, duration_s)
 
     def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
         """RS over the task's duration at least `min_rs`, and free stake covering the

@@ -28,6 +28,7 @@ from orchestrator.api.schemas import (
     ChallengeOut,
     GpuSampleIn,
     GpuSamplesIn,
+    NodeScoreOut,
     ProbeEchoIn,
     ProbeEchoOut,
     ProbeOut,
@@ -158,6 +159,22 @@ def latest_verdict(node_id: str, session: SessionDep) -> VerdictOut:
     return VerdictOut(node_id=record.node_id, passed=record.passed, tier=record.tier,
                       decided_at=record.decided_at, expires_at=record.expires_at,
                       reasons=list(record.reasons))
+
+
+@router.get("/nodes/{node_id}/score", response_model=NodeScoreOut,
+            summary="The node's Reliability Score over a task duration, and its usable tier")
+def node_score(node_id: str, session: SessionDep, ctx: CtxDep,
+               duration_s: Annotated[float, Query(gt=0, le=7 * 86400)] = 3600.0
+               ) -> NodeScoreOut:
+    node = crud.get_node(session, node_id=node_id)
+    now = ctx.now()
+    parts = ctx.pls.components(node_id, now, duration_s) if node is not None else None
+    if node is None or parts is None:
+        raise ApiError(404, "node_not_found", f"no node {node_id}")
+    return NodeScoreOut(node_id=node_id, duration_s=duration_s, rs=parts.calibrated,
+                        survival=parts.pooled, pass_rate=parts.pass_rate,
+                        stability=parts.stability, thermal=parts.thermal,
+                        tier=int(ctx.pls.effective_spec(crud.node_spec(node), now).tier))
 
 
 @router.get("/nodes/{address}/score-proof", response_model=ScoreProofOut,

@@ -1,0 +1,92 @@
+"""The orchestrator as a real server process: `mesh orchestrator serve` on a free port,
+configured only through MESH_* environment variables, its log kept in a file, always stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from orchestrator.chain.anvil import free_port
+
+ACCESS_LOG_LINE = re.compile(r'^INFO: +[0-9.]+:[0-9]+ - "')
+
+
+class ServiceError(RuntimeError):
+    """The orchestrator process did not come up, or died."""
+
+
+class OrchestratorProcess:
+    """`mesh orchestrator serve --port <free>` with `env` on top of ours; waits for /healthz."""
+
+    def __init__(self, env: Mapping[str, str], log_path: Path,
+                 startup_timeout_s: float = 60.0) -> None:
+        self.port = free_port()
+        self._env = {**os.environ, **env}
+        self._log_path = log_path
+        self._startup_timeout_s = startup_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> OrchestratorProcess:
+        with self._log_path.open("wb") as log:  # the child keeps its own copy of the handle
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.cli", "orchestrator", "serve",
+                 "--port", str(self.port)],
+                env=self._env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self._startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ServiceError(f"orchestrator exited with {self._process.returncode}:\n"
+                                   f"{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.base_url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise ServiceError(f"orchestrator did not answer /healthz within "
+                           f"{self._startup_timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The service's last log lines, leaving out uvicorn's one-line-per-request access log."""
+        try:
+            text = self._log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        kept = [line for line in text.splitlines() if not ACCESS_LOG_LINE.match(line)]
+        return "\n".join(kept[-lines:])
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
