@@ -84,11 +84,17 @@ def bench_churn(
 
 
 @orchestrator_app.command("serve")
-def serve(host: str = "127.0.0.1", port: int = 8400) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8400,
+    access_log: Annotated[bool, typer.Option(help="One log line per request.")] = True,
+    log_level: str = "info",
+) -> None:
     """Run the orchestrator API (uvicorn)."""
     import uvicorn
 
-    uvicorn.run("orchestrator.main:app", host=host, port=port)
+    uvicorn.run("orchestrator.main:app", host=host, port=port, access_log=access_log,
+                log_level=log_level)
 
 
 @app.command("demo")

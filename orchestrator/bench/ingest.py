@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
 import secrets
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
 from orchestrator.api.auth import SessionClaims, issue_token
-from orchestrator.chain.anvil import free_port
 from orchestrator.db import crud
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.types import NodeSpec
+from orchestrator.processes import OrchestratorProcess
 
 PROVIDER = "0x" + "ab" * 20
 CLIENT_PROCESSES = 2
@@ -80,20 +75,6 @@ def _client(args: tuple[str, int, list[tuple[str, str]], float]
     return asyncio.run(_hammer(*args))
 
 
-def _wait_ready(base_url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError("the orchestrator server exited during start")
-        try:
-            if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("the orchestrator server did not start in time")
-
-
 def run(nodes: int = 10_000, seconds: float = 10.0) -> dict[str, Any]:
     secret = secrets.token_hex(32)
     with tempfile.TemporaryDirectory() as scratch:
@@ -110,27 +91,15 @@ def run(nodes: int = 10_000, seconds: float = 10.0) -> dict[str, Any]:
         tokens = [(f"hb-{i}", issue_token(secret.encode(), SessionClaims(PROVIDER, f"hb-{i}",
                                                                           expires)))
                   for i in range(nodes)]
-        port = free_port()
-        env = {**os.environ, "MESH_DATABASE_URL": url, "MESH_DATA_DIR": scratch,
+        env = {"MESH_DATABASE_URL": url, "MESH_DATA_DIR": scratch,
                "MESH_SESSION_SECRET": secret, "MESH_PERIODIC_ENABLED": "false"}
-        server = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "orchestrator.main:app", "--host", "127.0.0.1",
-             "--port", str(port), "--no-access-log", "--log-level", "warning"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        base_url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(base_url, server)
+        with OrchestratorProcess(env, Path(scratch) / "server.log",
+                                 serve_args=["--no-access-log", "--log-level", "warning"]
+                                 ) as server:
             shares = [tokens[i::CLIENT_PROCESSES] for i in range(CLIENT_PROCESSES)]
             with multiprocessing.get_context("spawn").Pool(CLIENT_PROCESSES) as pool:
-                outcomes = pool.map(_client, [("127.0.0.1", port, share, seconds)
+                outcomes = pool.map(_client, [("127.0.0.1", server.port, share, seconds)
                                               for share in shares])
-        finally:
-            server.send_signal(signal.SIGINT)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
         engine = make_engine(url)
         with make_session_factory(engine)() as session:
             seen = crud.nodes_seen_since(session, since=expires - 3600)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from functools import cache
@@ -23,6 +22,7 @@ from web3 import Web3
 from web3.types import RPCEndpoint
 
 from orchestrator.chain.artifacts import REPO_ROOT
+from orchestrator.processes import free_port, stop_process
 
 # anvil's default mnemonic, so its funded dev accounts are the same keys everywhere.
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
@@ -48,12 +48,6 @@ def dev_account(index: int) -> LocalAccount:
     """The `index`-th account anvil funds from DEV_MNEMONIC (test keys: never hold value)."""
     Account.enable_unaudited_hdwallet_features()
     return Account.from_mnemonic(DEV_MNEMONIC, account_path=f"m/44'/60'/0'/0/{index}")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Anvil:
@@ -131,12 +125,7 @@ class Anvil:
         process, self._process = self._process, None
         if process is None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=5)
         if process.stderr is not None:
             process.stderr.close()
 

@@ -36,8 +36,8 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import Receipt, connect
 from orchestrator.chain.views import EscrowStatus
 from orchestrator.demo.actors import DemoError, ScriptedNode, Wallet, expect
-from orchestrator.demo.service import OrchestratorProcess, ServiceError
 from orchestrator.domain.types import Tier
+from orchestrator.processes import OrchestratorProcess, ServiceError
 
 TOKEN = 10**18
 FUNDING = 1_000 * TOKEN

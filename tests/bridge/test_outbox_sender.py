@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from web3 import HTTPProvider
 from web3.types import RPCEndpoint
 
-from orchestrator.chain.anvil import dev_account, free_port, increase_time, revert_to, snapshot
+from orchestrator.chain.anvil import dev_account, increase_time, revert_to, snapshot
 from orchestrator.chain.outbox_sender import (
     LEASE_NAME,
     FaultHooks,
@@ -35,6 +35,7 @@ from orchestrator.db import crud, work
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
+from orchestrator.processes import free_port
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.telemetry.metrics import MeshMetrics
 

@@ -1,22 +1,38 @@
-"""The orchestrator as a real server process: `mesh orchestrator serve` on a free port,
-configured only through MESH_* environment variables, its log kept in a file, always stopped."""
+"""Child processes the demo, benchmarks and tests run: a free loopback port, a stop that
+never leaves an orphan, and the orchestrator as a real server process (`mesh orchestrator
+serve` on a free port, configured only through MESH_* variables, its log kept in a file)."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 
-from orchestrator.chain.anvil import free_port
-
 ACCESS_LOG_LINE = re.compile(r'^INFO: +[0-9.]+:[0-9]+ - "')
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM (a graceful shutdown: uvicorn runs its lifespan end), then SIGKILL if it hangs."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class ServiceError(RuntimeError):
@@ -24,12 +40,14 @@ class ServiceError(RuntimeError):
 
 
 class OrchestratorProcess:
-    """`mesh orchestrator serve --port <free>` with `env` on top of ours; waits for /healthz."""
+    """`mesh orchestrator serve --port <free> [serve_args]` with `env` on top of ours; waits
+    for /healthz."""
 
-    def __init__(self, env: Mapping[str, str], log_path: Path,
-                 startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, env: Mapping[str, str], log_path: Path, startup_timeout_s: float = 60.0,
+                 serve_args: Sequence[str] = ()) -> None:
         self.port = free_port()
         self._env = {**os.environ, **env}
+        self._serve_args = list(serve_args)
         self._log_path = log_path
         self._startup_timeout_s = startup_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
@@ -42,7 +60,7 @@ class OrchestratorProcess:
         with self._log_path.open("wb") as log:  # the child keeps its own copy of the handle
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.cli", "orchestrator", "serve",
-                 "--port", str(self.port)],
+                 "--port", str(self.port), *self._serve_args],
                 env=self._env, stdout=log, stderr=subprocess.STDOUT)
         try:
             self._wait_healthy()
@@ -78,14 +96,8 @@ class OrchestratorProcess:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process, timeout_s=15)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
