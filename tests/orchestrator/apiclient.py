@@ -15,9 +15,33 @@ from orchestrator.api.auth import sign_request
 _nonces = itertools.count(1)
 
 
+class VirtualClock:
+    """Test time that moves only when told to."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def registration(node_id: str, **overrides: object) -> dict[str, object]:
+    """A node registration body with sensible defaults."""
+    body: dict[str, object] = {"node_id": node_id, "gpu_model": "RTX4090", "vram_gb": 24,
+                               "compute_capability": 8.9, "region": "eu",
+                               "price_per_gpu_hour": 100, "slots": 1}
+    body.update(overrides)
+    return body
+
+
 class Wallet:
-    def __init__(self, client: TestClient, *, chain_id: int, orchestrator_id: str,
-                 clock: Any, account: Any = None) -> None:
+    """Signs requests exactly as an agent or customer does (EIP-712, fresh nonce each time)."""
+
+    def __init__(self, client: TestClient, clock: VirtualClock, *, chain_id: int,
+                 orchestrator_id: str, account: Any = None) -> None:
         self.account = account or Account.create()
         self.client = client
         self.chain_id = chain_id

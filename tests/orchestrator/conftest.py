@@ -19,7 +19,7 @@ from orchestrator.db import crud
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.main import create_app
-from tests.orchestrator.apiclient import Wallet
+from tests.orchestrator.apiclient import VirtualClock, Wallet, registration
 
 PROVIDER = "0x" + "a" * 40
 CUSTOMER = "0x" + "c" * 40
@@ -66,19 +66,6 @@ def make_job(factory: sessionmaker[Session]) -> JobMaker:
     return build
 
 
-class VirtualClock:
-    """Test time that moves only when told to."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture
 def clock() -> VirtualClock:
     return VirtualClock()
@@ -120,14 +107,6 @@ class LiveNode:
 
     def post(self, path: str, payload: object = None) -> Response:
         return self.client.post(path, json=payload, headers=self.auth)
-
-
-def registration(node_id: str, **overrides: object) -> dict[str, object]:
-    body: dict[str, object] = {"node_id": node_id, "gpu_model": "RTX4090", "vram_gb": 24,
-                               "compute_capability": 8.9, "region": "eu",
-                               "price_per_gpu_hour": 100, "slots": 1}
-    body.update(overrides)
-    return body
 
 
 @pytest.fixture

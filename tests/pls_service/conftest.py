@@ -15,14 +15,8 @@ from orchestrator.config import Settings
 from orchestrator.domain.popw import DEFAULT_GPU_CLASSES, GpuClass, PopwConfig
 from orchestrator.main import create_app
 from orchestrator.telemetry.pls_service import PlsConfig
-from tests.pls_service.pls_harness import (
-    ADMIN_KEY,
-    Agent,
-    FixedStake,
-    VirtualClock,
-    Wallet,
-    registration,
-)
+from tests.orchestrator.apiclient import VirtualClock, Wallet, registration
+from tests.pls_service.pls_harness import ADMIN_KEY, Agent, FixedStake
 
 AppMaker = Callable[..., TestClient]
 

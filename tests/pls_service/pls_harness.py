@@ -4,38 +4,24 @@ stand-in for tests that are not about the chain (a fixed free-stake map), job bu
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from eth_account import Account
 from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.api.auth import sign_request
 from orchestrator.chain.views import ProviderStake
 from orchestrator.db import crud
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
+from tests.orchestrator.apiclient import VirtualClock, Wallet
 
 ADMIN_KEY = "pls-admin-key"
 ADMIN = {"x-admin-key": ADMIN_KEY}
 TOKEN = 10**18
 _nonces = itertools.count(1)
 _jobs = itertools.count(1)
-
-
-class VirtualClock:
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FixedStake:
@@ -49,26 +35,6 @@ class FixedStake:
         self.reads += 1
         free = self.free.get(provider, 0)
         return ProviderStake(provider=provider, bonded=free, locked=0, unbonding=0, tier=1)
-
-
-class Wallet:
-    def __init__(self, client: TestClient, clock: VirtualClock, *, chain_id: int,
-                 orchestrator_id: str, account: Any = None) -> None:
-        self.account = account or Account.create()
-        self.client, self.clock = client, clock
-        self.chain_id, self.orchestrator_id = chain_id, orchestrator_id
-
-    @property
-    def address(self) -> str:
-        return str(self.account.address)
-
-    def send(self, method: str, path: str, payload: Any = None) -> Response:
-        body = b"" if payload is None else json.dumps(payload).encode()
-        headers = sign_request(self.account.key, method=method, path=path, body=body,
-                               nonce=next(_nonces), expiry=int(self.clock()) + 60,
-                               chain_id=self.chain_id, orchestrator_id=self.orchestrator_id)
-        headers["content-type"] = "application/json"
-        return self.client.request(method, path, content=body, headers=headers)
 
 
 @dataclass
@@ -103,14 +69,6 @@ class Agent:
         echo = self.post(f"/v1/nodes/{self.node_id}/probe/echo", {"nonce": nonce})
         assert echo.status_code == 200, echo.text
         return float(echo.json()["rtt_ms"])
-
-
-def registration(node_id: str, **overrides: object) -> dict[str, object]:
-    body: dict[str, object] = {"node_id": node_id, "gpu_model": "RTX4090", "vram_gb": 24,
-                               "compute_capability": 8.9, "region": "eu",
-                               "price_per_gpu_hour": 100, "slots": 1}
-    body.update(overrides)
-    return body
 
 
 def gpu_sample(at: float, *, temperature_c: float = 60.0, throttle: int = 0,

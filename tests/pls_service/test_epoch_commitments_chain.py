@@ -20,7 +20,8 @@ from orchestrator.db.models import OutboxAction
 from orchestrator.domain.types import Tier
 from orchestrator.scheduling import pls_jobs
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.pls_service.pls_harness import Agent, VirtualClock, Wallet
+from tests.orchestrator.apiclient import VirtualClock, Wallet
+from tests.pls_service.pls_harness import Agent
 from tests.pls_service.test_placement_gates import pls_of
 
 STAKE = 1_000 * 10**18

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 
 from orchestrator.domain.types import Tier
-from tests.pls_service.pls_harness import Agent, VirtualClock, gpu_sample
+from tests.orchestrator.apiclient import VirtualClock
+from tests.pls_service.pls_harness import Agent, gpu_sample
 from tests.pls_service.test_placement_gates import pls_of
 from tests.pls_service.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 

@@ -17,7 +17,8 @@ from orchestrator.config import Settings
 from orchestrator.db.models import PopwVerdictRecord
 from orchestrator.domain import popw
 from orchestrator.domain.types import Tier
-from tests.pls_service.pls_harness import Agent, VirtualClock, Wallet, gpu_sample
+from tests.orchestrator.apiclient import VirtualClock, Wallet
+from tests.pls_service.pls_harness import Agent, gpu_sample
 
 
 def challenge_for(node: Agent, gpu_class: str = "rtx4090") -> dict[str, Any]:

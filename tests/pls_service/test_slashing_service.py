@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db.models import CollateralLock, OutboxAction, SlashRecord
 from orchestrator.domain.types import SlashReason
 from orchestrator.scheduling import pls_jobs
-from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, VirtualClock, make_job
+from tests.orchestrator.apiclient import VirtualClock
+from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
 from tests.pls_service.test_placement_gates import pls_of
 
 

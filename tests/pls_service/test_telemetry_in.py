@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import NodeSession, TelemetrySample
 from orchestrator.domain.reliability import telemetry_digest
-from tests.pls_service.pls_harness import Agent, VirtualClock, gpu_sample
+from tests.orchestrator.apiclient import VirtualClock
+from tests.pls_service.pls_harness import Agent, gpu_sample
 from tests.pls_service.test_placement_gates import pls_of
 from tests.pls_service.test_slashing_service import beat_rounds
 
