@@ -7,7 +7,12 @@ cd "$(dirname "$0")/.."
 root=$PWD
 stamps=.setup-stamps
 mkdir -p "$stamps"
-PYTHON=${PYTHON:-python3}
+# The pins (bpy and the ape stack among them) are for CPython 3.11.
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+  echo "setup: Python 3.11 is required (found $("$PYTHON" --version 2>&1)); set PYTHON=..." >&2
+  exit 1
+fi
 
 fresh() {  # fresh NAME FILE... : true when the stamp matches the files' hash
   local sum
