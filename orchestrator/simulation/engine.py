@@ -294,7 +294,9 @@ class Simulation:
             # computes on until it reconnects and hears of the revocation.
             saved, overhead, _ = attempt.progress(partition.start)
             _, _, consumed = attempt.progress(min(partition.end, process_end))
-            departed = False
+            # Partitions are clipped to the session, so one that lasts to the process end
+            # was the node leaving, not a cut it would have come back from.
+            departed = partition.end >= process_end
         else:
             saved, overhead, consumed = attempt.progress(min(process_end, self.now))
             departed = True

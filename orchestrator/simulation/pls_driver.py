@@ -210,12 +210,13 @@ class PlsDriver(PlacementObserver):
     # ----- helpers --------------------------------------------------------------------
     def _is_false(self, reason: SlashReason, task_id: str | None, node: int) -> bool:
         """A slash of an honest node for something it did not do: a partition or a
-        correlated outage read as abandonment, or a failed check of a correct result."""
+        correlated outage read as abandonment, or a failed check of a correct result.
+        A cheater is never counted: the rate's denominator is the honest nodes."""
+        if self.profiles[node].cheater:
+            return False
         if reason is SlashReason.ABANDONMENT and task_id is not None:
             return self._abandoned[task_id][1]
-        if reason is SlashReason.FAILED_VERIFICATION:
-            return not self.profiles[node].cheater
-        return False
+        return reason is SlashReason.FAILED_VERIFICATION
 
     def _unlock(self, node: int, finished: bool) -> int:
         """The node's attempt ended: release its collateral and teach the recalibrator."""

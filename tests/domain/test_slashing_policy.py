@@ -64,6 +64,17 @@ def test_short_partition_never_slashes() -> None:
     assert decide_after_delay(policy, 100.0) == []
 
 
+def test_node_that_left_during_a_partition_and_stayed_away_past_the_grace_is_slashed() -> None:
+    # Churn seed 3: heartbeats stopped a few seconds before the node's session ended, so the
+    # DEAD verdict fell inside that cut; the node came back hours later. A real abandonment.
+    policy = policy_with(10)
+    policy.node_departed("n0", 121_106.0)
+    policy.task_abandoned("n0", "task", 10**18, 121_106.0, EVIDENCE)
+    policy.node_returned("n0", 121_106.0 + CONFIG.reconnect_grace_s + 60.0)
+    assert decide_after_delay(policy, 121_106.0 + CONFIG.reconnect_grace_s) == [
+        SlashReason.ABANDONMENT]
+
+
 def test_real_departure_slashes_the_tasks_collateral_once_with_evidence() -> None:
     policy = policy_with(10)
     policy.node_departed("n3", 100.0)
