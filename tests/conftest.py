@@ -14,12 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, delete, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, create_engine, delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import Base
-from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
+from orchestrator.db.session import (
+    create_scratch_database,
+    drop_database,
+    make_engine,
+    make_session_factory,
+    upgrade_to_head,
+)
 
 # Chain fixtures (anvil, deployment, funded role accounts) for tests/chain and every package
 # that checks the service against a real chain. Imported, not listed in `pytest_plugins`:
@@ -65,16 +70,11 @@ def postgres_url() -> Iterator[str]:
     if base is None:
         pytest.skip("no PostgreSQL server (set MESH_TEST_POSTGRES_URL to require one)")
     name = f"mesh_test_{uuid.uuid4().hex[:12]}"
-    server = create_engine(base, isolation_level="AUTOCOMMIT")
-    with server.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(base).set(database=name).render_as_string(hide_password=False)
+    url = create_scratch_database(base, name)
     try:
         yield url
     finally:
-        with server.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        server.dispose()
+        drop_database(base, name)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from .conftest import TOKEN, UNBONDING_PERIOD, job_id
 
 
@@ -25,7 +27,8 @@ def test_settle_oneProvider_costsAtMost80kGas(
     assert receipt.gas_used <= 80_000
 
 
-def test_settleBatch_hundredJobs_costsAtMost15kGasPerJob(
+@pytest.fixture
+def hundred_locked_jobs(
     escrow: Any,
     orchestrator: Any,
     providers: list[Any],
@@ -33,18 +36,26 @@ def test_settleBatch_hundredJobs_costsAtMost15kGasPerJob(
     fund: Callable[..., None],
     customer: Any,
     chain: Any,
-) -> None:
+) -> list[tuple[bytes, Any]]:
+    """100 funded jobs, one provider each (providers repeat), collateral locked."""
     for p in providers:
         staked(p, 10_000 * TOKEN)
     fund(customer, 100 * 100 * TOKEN)
     deadline = chain.pending_timestamp + 3600
-    settlements = []
+    jobs = []
     for i in range(100):
         jid = job_id(f"gas-batch-{i}")
         p = providers[i % len(providers)]
         escrow.createJob(jid, 100 * TOKEN, deadline, b"\x02" * 32, sender=customer)
         escrow.lockCollateral(jid, [p], [10 * TOKEN], sender=orchestrator)
-        settlements.append((jid, [p], [90 * TOKEN], b"\x03" * 32))
+        jobs.append((jid, p))
+    return jobs
+
+
+def test_settleBatch_hundredJobs_costsAtMost15kGasPerJob(
+    escrow: Any, orchestrator: Any, hundred_locked_jobs: list[tuple[bytes, Any]]
+) -> None:
+    settlements = [(jid, [p], [90 * TOKEN], b"\x03" * 32) for jid, p in hundred_locked_jobs]
 
     receipt = escrow.settleBatch(settlements, sender=orchestrator)
 
@@ -54,28 +65,12 @@ def test_settleBatch_hundredJobs_costsAtMost15kGasPerJob(
 
 
 def test_settleBatchSolo_hundredJobs_costsAtMost12kGasPerJob(
-    escrow: Any,
-    orchestrator: Any,
-    providers: list[Any],
-    staked: Callable[..., None],
-    fund: Callable[..., None],
-    customer: Any,
-    chain: Any,
+    escrow: Any, orchestrator: Any, hundred_locked_jobs: list[tuple[bytes, Any]]
 ) -> None:
     """The packed single-provider form over repeat providers (whose ledger slot is warm after
     their first job in the batch). 100 distinct providers, ~14.9k a job, are measured by
     `mesh bench gas`: this suite has too few accounts for them."""
-    for p in providers:
-        staked(p, 10_000 * TOKEN)
-    fund(customer, 100 * 100 * TOKEN)
-    deadline = chain.pending_timestamp + 3600
-    settlements = []
-    for i in range(100):
-        jid = job_id(f"gas-solo-{i}")
-        p = providers[i % len(providers)]
-        escrow.createJob(jid, 100 * TOKEN, deadline, b"\x02" * 32, sender=customer)
-        escrow.lockCollateral(jid, [p], [10 * TOKEN], sender=orchestrator)
-        settlements.append((jid, p, 90 * TOKEN, b"\x03" * 32))
+    settlements = [(jid, p, 90 * TOKEN, b"\x03" * 32) for jid, p in hundred_locked_jobs]
 
     receipt = escrow.settleBatchSolo(settlements, sender=orchestrator)
 
