@@ -7,9 +7,13 @@
 
 RS is conditioned on the task's duration T and the node's current uptime, so a
 long task's P(fail) separates nodes far more than a short one's: long tasks go
-to nodes with high conditional survival, while short tasks mostly go to the
-cheapest. Nodes whose free on-chain stake cannot cover the risk-priced
-collateral (`collateral.py`) are dropped. A share of short tasks goes to the
+to nodes with high conditional survival. The cost is then weighted by the node's
+track record (`CostModel.record_share`) and, past the job's critical path, by how
+late a slow GPU would deliver (`CostModel.latency_share_per_hour`). Nodes whose
+free on-chain stake cannot cover the risk-priced collateral (`collateral.py`)
+are dropped, and long tasks go only to nodes with a verified record
+(`Probation`) while any such node is a candidate. `LeaseHold` decides whether a
+silent node's lease is kept through a silence its peers share. A share of short tasks goes to the
 best new node (few sessions observed) so newcomers can build a history; that
 choice is drawn from the policy's own seeded generator, so a run is
 reproducible given the seed and the sequence of calls.
@@ -41,18 +45,65 @@ class CostModel:
     # is worth about nothing to the customer. In `mesh bench churn` (1,000 nodes, 7 days) 0.1 /
     # 0.5 / 1.0 gave stable-vs-flaky earnings 1.84 / 2.10 / 2.31 with waste and ECE unchanged.
     delay_fraction: float = 1.0
-    # Share of the task value the customer loses per hour the task runs (wall clock, on the
-    # node's own speed): a slow GPU delivers a long render hours later. It grows with value x
-    # wall time, so it separates GPUs for long tasks and barely for short ones. Off by
-    # default: in `mesh bench churn` (1,000 nodes, 7 days, seeds 1/2) 0.1 cut PLS p99 from
-    # 27.3k/28.3k s to 18.9k/19.6k s (0.63x/0.64x uptime) but raised waste 10-15 % and cut
-    # stable-vs-flaky earnings from 1.66/1.73 to 1.37/1.32: a product choice, not a free win.
-    latency_share_per_hour: float = 0.0
-
+    # Share of the task value the customer loses per hour the task runs past the job's
+    # critical path (`TaskNeeds.critical_path_s`, its longest task in reference seconds): a
+    # job's result waits for its slowest task, so a long frame range on a slow GPU delays the
+    # whole render while a short one in the same job has slack. Priced only beyond that slack,
+    # it moves the long tasks to fast GPUs and leaves the rest to price and risk.
+    latency_share_per_hour: float = 0.1
+    # Ranking weight of the node's track record: cost x (1 + record_share x P(a fresh session
+    # of this node would end before the task does)), from `ReliabilityBook.record_survival_many`
+    # (every finished session, the running one censored). RS conditions on where the node
+    # stands in its current session, which is calibrated but forgets quickly (shape < 1); the
+    # record keeps a long-lived host ahead of a flaky one that happens to be up right now.
+    record_share: float = 8.0
     def __post_init__(self) -> None:
         if (self.rework_fraction < 0 or self.rescheduling_cost < 0 or self.delay_fraction < 0
-                or self.latency_share_per_hour < 0):
+                or self.latency_share_per_hour < 0 or self.record_share < 0):
             raise ValueError("cost model terms must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Probation:
+    """Long tasks go to nodes with a verified record. A node that returns wrong results is
+    found out by spot checks, but only after it has burnt a task; on probation that task is a
+    short one. A failed verification weighs `fail_weight` passes (BOINC likewise cuts a host's
+    quota at every invalid result and lets it earn it back slowly), so a node that cheats now
+    and then never earns long work back."""
+
+    max_task_s: float = 1200.0  # reference seconds: longer tasks need a record
+    min_passes: int = 3
+    fail_weight: float = 20.0
+
+    def trusted(self, passes: NDArray[np.float64], fails: NDArray[np.float64]
+                ) -> NDArray[np.bool_]:
+        return (passes >= self.min_passes) & (passes >= self.fail_weight * fails)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHold:
+    """Keep a silent node's lease for a while when its silence is shared by its region or
+    network peers. Many nodes of one ISP going quiet within a minute is one upstream cut, not
+    many departures: their processes most likely render on and reconnect, and revoking every
+    lease throws their work away (Kubernetes stops evicting in a disrupted zone for the same
+    reason). A lone silence is revoked at once, as the failure detector says. If the node is
+    not back within `hold_s`, or comes back as a new process, the lease is revoked then: the
+    work since its last checkpoint was lost either way, only the re-placement is later."""
+
+    window_s: float = 30.0  # DEAD verdicts this close together may be one cut
+    min_nodes: int = 2
+    min_share: float = 0.02  # of the nodes registered in the group
+    hold_s: float = 1800.0  # ISP outages last minutes (median ~5 min): most end inside this
+
+    def __post_init__(self) -> None:
+        if self.window_s <= 0 or self.hold_s < 0 or self.min_nodes < 2 or self.min_share < 0:
+            raise ValueError("window_s > 0, hold_s >= 0, min_nodes >= 2, min_share >= 0")
+
+    def hold_for(self, departures_near: Sequence[tuple[int, int]]) -> float:
+        """Seconds to keep the lease, given `StakingPolicy.departures_near`."""
+        shared = any(count >= max(self.min_nodes, self.min_share * size)
+                     for count, size in departures_near)
+        return self.hold_s if shared else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +133,8 @@ class Placement:
 class PlsPolicy:
     def __init__(self, book: ReliabilityBook, collateral: CollateralPolicy | None = None,
                  cost: CostModel | None = None, explore_share: float = 0.1,
-                 short_task_s: float = 600.0, new_node_sessions: int = 3, seed: int = 0) -> None:
+                 short_task_s: float = 600.0, new_node_sessions: int = 3,
+                 probation: Probation | None = None, seed: int = 0) -> None:
         if not 0.0 <= explore_share <= 1.0:
             raise ValueError("explore_share must lie in [0, 1]")
         self.book = book
@@ -91,6 +143,7 @@ class PlsPolicy:
         self.explore_share = explore_share
         self.short_task_s = short_task_s
         self.new_node_sessions = new_node_sessions
+        self.probation = probation or Probation()
         self._rng = np.random.default_rng(seed)
 
     def _expected_cost(self, prices: NDArray[np.float64], p_fail: NDArray[np.float64],
@@ -98,7 +151,9 @@ class PlsPolicy:
         compute = prices * (needs.expected_duration_s / 3600.0)
         failure = (self.cost.rework_fraction * compute + self.cost.rescheduling_cost
                    + self.cost.delay_fraction * needs.value)
-        latency = self.cost.latency_share_per_hour * needs.value * (np.asarray(wall_s) / 3600.0)
+        slack = max(needs.critical_path_s, needs.expected_duration_s)
+        late_s = np.maximum(np.asarray(wall_s) - slack, 0.0)
+        latency = self.cost.latency_share_per_hour * needs.value * late_s / 3600.0
         return compute + p_fail * failure + latency
 
     def rank_rows(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
@@ -116,10 +171,19 @@ class PlsPolicy:
         p_fail = 1.0 - rs
         collateral = self.collateral.required_many(needs.value, p_fail,
                                                    needs.expected_duration_s)
-        usable = np.flatnonzero((rs > 0.0) & (np.asarray(free_stake) >= collateral))
+        usable_mask = (rs > 0.0) & (np.asarray(free_stake) >= collateral)
+        if needs.expected_duration_s > self.probation.max_task_s:
+            passes, fails = self.book.verified_many(rows)
+            trusted = usable_mask & self.probation.trusted(passes, fails)
+            if trusted.any():  # nobody trusted yet (a new grid): the task cannot wait forever
+                usable_mask = trusted
+        usable = np.flatnonzero(usable_mask)
         wall = durations if np.ndim(durations) == 0 else np.asarray(durations)[usable]
         cost = self._expected_cost(np.asarray(prices, dtype=np.float64)[usable], p_fail[usable],
                                    needs, wall)
+        if self.cost.record_share > 0:
+            record = self.book.record_survival_many(rows[usable], now, wall)
+            cost = cost * (1.0 + self.cost.record_share * (1.0 - record))
         by_cost = np.argsort(cost, kind="stable")
         explored = False
         if (by_cost.size > 1 and needs.expected_duration_s <= self.short_task_s

@@ -469,6 +469,12 @@ class ReliabilityBook:
             history.tasks_failed += 1
             self._fails[row] += 1.0
 
+    def verified_many(self, rows: NDArray[np.intp]) -> tuple[NDArray[np.float64],
+                                                              NDArray[np.float64]]:
+        """(results that passed verification, results that failed it) per row."""
+        r = np.asarray(rows, dtype=np.intp)
+        return self._passes[r].copy(), self._fails[r].copy()
+
     def sessions_observed(self, node_id: str) -> int:
         return len(self._history[self.index_of(node_id)].sessions)
 
@@ -588,6 +594,20 @@ class ReliabilityBook:
         uptime = np.where(online, np.maximum(now - np.where(online, start, now), 0.0), 0.0)
         survival = ((b + uptime**k) / (b + (uptime + duration_s) ** k)) ** a
         return np.where(online, survival, 0.0)
+
+    def record_survival_many(self, rows: NDArray[np.intp], now: float, duration_s: Durations
+                             ) -> NDArray[np.float64]:
+        """P(a fresh session lasts `duration_s`) under the node's posterior, the running
+        session counted as censored: its track record, not where it stands in this session
+        (the population prior for a new node)."""
+        r = np.asarray(rows, dtype=np.intp)
+        k = self.prior.shape
+        start = self._session_start[r]
+        online = ~np.isnan(start)
+        uptime = np.where(online, np.maximum(now - np.where(online, start, now), 0.0), 0.0)
+        a = self.prior.rate_a + self._departures[r]
+        b = self.prior.rate_b + self._exposure[r] + uptime**k
+        return (b / (b + np.asarray(duration_s, dtype=np.float64) ** k)) ** a
 
     def _recent_rate_posterior(self, r: NDArray[np.intp], now: float
                                ) -> tuple[NDArray[np.float64], ...]:

@@ -206,6 +206,20 @@ class StakingPolicy:
             if len(recent) >= needed:
                 self._mark_outage(group, recent[0], at)
 
+    def departures_near(self, node_id: str, at: float, window_s: float
+                        ) -> list[tuple[int, int]]:
+        """For each of the node's groups: (DEAD verdicts in the `window_s` up to `at`, this
+        node's included, nodes registered in the group). How widely a silence is shared, for
+        deciding whether it looks like one upstream cut rather than a departure."""
+        if not 0.0 < window_s <= self.config.outage_window_s:
+            raise ValueError("window_s must lie in (0, outage_window_s]")
+        counts: list[tuple[int, int]] = []
+        for group in self._node(node_id).groups:
+            recent = self._recent_departures.get(group, ())
+            counts.append((sum(1 for t in recent if at - window_s <= t <= at),
+                           self._group_size[group]))
+        return counts
+
     def _mark_outage(self, group: str, start: float, end: float) -> None:
         spans = self._outages.setdefault(group, [])
         if spans and start <= spans[-1][1] + self.config.outage_window_s:

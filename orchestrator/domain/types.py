@@ -66,3 +66,6 @@ class TaskNeeds:
     priority: Priority = Priority.NORMAL
     expected_duration_s: float = 60.0
     value: int = 0  # token units the customer pays for this task
+    # The job's longest task, in the same reference seconds: the job's result waits for it,
+    # so this task may run that long on a slower node without delaying anyone. 0: its own.
+    critical_path_s: float = 0.0

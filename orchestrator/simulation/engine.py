@@ -21,7 +21,7 @@ from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds
 from orchestrator.simulation.jobs import VALUE_PER_REF_GPU_HOUR, Job
 from orchestrator.simulation.models import TOKEN, NodeProfile
 from orchestrator.simulation.policies import Policy, TaskView
-from orchestrator.simulation.world import World
+from orchestrator.simulation.world import NodeTimeline, Partition, World
 
 CANDIDATES_PER_PLACEMENT = 64  # sampled idle nodes a policy chooses among (power of k choices)
 CHECKPOINT_MB = 40.0  # finished tiles and render state uploaded per checkpoint
@@ -43,6 +43,7 @@ class Ev(IntEnum):
     NODE_REACHABLE = 4
     EPOCH = 5
     SCHEDULE = 6
+    LEASE_EXPIRY = 7
 
 
 @dataclass(slots=True)
@@ -54,6 +55,7 @@ class TaskState:
     status: TaskStatus = TaskStatus.PENDING
     saved_s: float = 0.0  # reference GPU-seconds safely checkpointed
     attempts: int = 0
+    queued_at: float = 0.0  # since when it has been waiting for a node
 
 
 @dataclass(slots=True)
@@ -69,7 +71,15 @@ class Attempt:
     upload_s: float  # result upload, counted once more per re-send
     resends: int
     predicted: float | None
+    attempt_id: int
     closed: bool = False
+    held_since: float | None = None  # the node went silent and the policy kept its lease
+    excused_until: float = -math.inf  # partitions starting by then were ridden out (held)
+
+    def revoking_partition(self, timeline: NodeTimeline, until: float) -> Partition | None:
+        """The first partition the detector called a departure that this attempt did not
+        ride out under a held lease."""
+        return timeline.next_revoking_partition(max(self.start, self.excused_until), until)
 
     def progress(self, stop: float) -> tuple[float, float, float]:
         """(reference work durably checkpointed, checkpoint stalls, reference work consumed)
@@ -248,6 +258,8 @@ class Simulation:
             elif kind == Ev.NODE_REACHABLE:
                 self.blocked[ref] = False
                 self._release(ref)
+            elif kind == Ev.LEASE_EXPIRY:
+                self._lease_expired(ref)
             else:
                 self._schedule_queued = False
                 self._schedule()
@@ -260,8 +272,9 @@ class Simulation:
             key = len(self.tasks)
             needs = TaskNeeds(
                 min_vram_gb=job.min_vram_gb, priority=job.priority, expected_duration_s=work,
-                value=round(work / 3600.0 * VALUE_PER_REF_GPU_HOUR))
-            self.tasks[key] = TaskState(key, job, work, needs)
+                value=round(work / 3600.0 * VALUE_PER_REF_GPU_HOUR),
+                critical_path_s=max(job.task_work_s))
+            self.tasks[key] = TaskState(key, job, work, needs, queued_at=self.now)
             heapq.heappush(self.pending, (PRIORITY_ORDER[job.priority], job.deadline_s, key))
         self.request_schedule()
 
@@ -271,7 +284,27 @@ class Simulation:
         self.accepted[node] = True
         self.blocked[node] = False
         self.policy.node_up(node, self.now)
+        attempt = self.running[node]
+        if attempt is not None and attempt.held_since is not None:
+            self._reconnected(attempt)
         self._release(node)
+
+    def _reconnected(self, attempt: Attempt) -> None:
+        """A node whose lease was held is heard from again: the same process resumes its
+        lease (its checkpoints upload now); a restarted one reports the lease lost."""
+        timeline = self.timelines[attempt.node]
+        if timeline.alive_interval(attempt.start) != timeline.alive_interval(self.now):
+            self._lose(attempt)
+            return
+        attempt.held_since = None
+        attempt.excused_until = self.now
+        if attempt.start + attempt.duration_s <= self.now:
+            self._attempt_end(attempt.attempt_id)  # it finished while cut off
+
+    def _lease_expired(self, attempt_id: int) -> None:
+        attempt = self.attempts[attempt_id]
+        if not attempt.closed and attempt.held_since is not None:
+            self._lose(attempt)
 
     def _node_down(self, node: int) -> None:
         if not self.accepted[node]:
@@ -280,7 +313,13 @@ class Simulation:
         self.pool.remove(node)
         self.policy.node_down(node, self.now)
         attempt = self.running[node]
-        if attempt is not None:
+        if attempt is None or attempt.held_since is not None:
+            return
+        hold = self.policy.lease_hold_s(node, self.now)
+        if hold > 0.0:
+            attempt.held_since = self.now
+            self.push(self.now + hold, Ev.LEASE_EXPIRY, attempt.attempt_id)
+        else:
             self._lose(attempt)
 
     def _lose(self, attempt: Attempt) -> None:
@@ -288,7 +327,7 @@ class Simulation:
         timeline = self.timelines[attempt.node]
         alive = timeline.alive_interval(attempt.start)
         process_end = alive[1] if alive is not None else attempt.start
-        partition = timeline.next_revoking_partition(attempt.start, process_end)
+        partition = attempt.revoking_partition(timeline, process_end)
         if partition is not None and partition.start <= self.now:
             # Revoked while partitioned: checkpoints stop at the partition, yet the node
             # computes on until it reconnects and hears of the revocation.
@@ -324,13 +363,13 @@ class Simulation:
 
     def _attempt_end(self, attempt_id: int) -> None:
         attempt = self.attempts.get(attempt_id)
-        if attempt is None or attempt.closed:
-            return
+        if attempt is None or attempt.closed or attempt.held_since is not None:
+            return  # a held lease ends when its node reconnects (`_reconnected`)
         timeline = self.timelines[attempt.node]
         end = attempt.start + attempt.duration_s
         alive = timeline.alive_interval(attempt.start)
-        if alive is None or alive[1] < end or timeline.next_revoking_partition(
-                attempt.start, end) is not None:
+        if alive is None or alive[1] < end or attempt.revoking_partition(
+                timeline, end) is not None:
             return  # the node died or is cut off first; its NODE_DOWN closes the attempt
         partition = timeline.partition_at(self.now)
         if partition is not None:
@@ -406,6 +445,7 @@ class Simulation:
             self.request_schedule()
 
     def _requeue(self, task: TaskState) -> None:
+        task.queued_at = self.now
         heapq.heappush(self.pending, (PRIORITY_ORDER[task.job.priority], task.job.deadline_s,
                                       task.key))
         self.request_schedule()
@@ -459,7 +499,8 @@ class Simulation:
         needs = dataclasses.replace(
             task.needs, expected_duration_s=remaining,
             value=round(remaining / 3600.0 * VALUE_PER_REF_GPU_HOUR))
-        view = TaskView(task.key, needs, remaining)
+        view = TaskView(task.key, needs, remaining, waited_s=self.now - task.queued_at,
+                        deadline_s=task.job.deadline_s)
         choice = self.policy.choose(view, candidates, self.now)
         if choice is None:
             if whole_pool:
@@ -495,11 +536,10 @@ class Simulation:
             interval_s=interval, cost_s=cost,
             durable_lag_s=CHECKPOINT_MB * 8.0 / profile.upload_mbps,
             compute_s=view.remaining_work_s / profile.effective_speed, upload_s=upload,
-            resends=resends, predicted=choice.predicted)
+            resends=resends, predicted=choice.predicted, attempt_id=len(self.attempts))
         self.running[node] = attempt
-        attempt_id = len(self.attempts)
-        self.attempts[attempt_id] = attempt
-        self.push(self.now + attempt.duration_s, Ev.ATTEMPT_END, attempt_id)
+        self.attempts[attempt.attempt_id] = attempt
+        self.push(self.now + attempt.duration_s, Ev.ATTEMPT_END, attempt.attempt_id)
         for observer in self.observers:
             observer.placed(self, attempt)
         return True

@@ -1,6 +1,7 @@
 """DePIN Mesh as built, driven in the simulator: the PLS engineer's `ReliabilityBook`,
-`PlsPolicy` (expected-cost ranking with exploration), risk-priced `CollateralPolicy`,
-Young/Daly `CheckpointPolicy` and the `StakingPolicy` that slashes and re-tiers.
+`PlsPolicy` (expected-cost ranking with track record, critical-path latency, probation and
+exploration), risk-priced `CollateralPolicy`, Young/Daly `CheckpointPolicy`, the
+`StakingPolicy` that slashes and re-tiers, and `LeaseHold` through correlated silences.
 
 It sees only what a real orchestrator observes: detector verdicts (session starts and
 abrupt ends), signed probes (RTT, loss), agent GPU telemetry, measured upload throughput and
@@ -16,7 +17,7 @@ from eth_utils import to_checksum_address
 
 from orchestrator.domain.calibration import OnlineRecalibrator
 from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
-from orchestrator.domain.pls import PlsPolicy
+from orchestrator.domain.pls import LeaseHold, PlsPolicy
 from orchestrator.domain.popw import PopwConfig, PopwVerdict
 from orchestrator.domain.reliability import (
     GpuSample,
@@ -72,6 +73,7 @@ class PlsDriver(PlacementObserver):
         self.policy = PlsPolicy(self.book, seed=seed)
         self.staking = StakingPolicy()
         self.checkpoints = CheckpointPolicy()
+        self.lease_hold = LeaseHold()
         self.popw = PopwConfig()
         self.rng = rng
         n = len(profiles)
@@ -123,6 +125,11 @@ class PlsDriver(PlacementObserver):
                                           max(expected_wall, 60.0))
         return self.checkpoints.interval(self.checkpoint_cost[node].value, max(mtbf, 1.0))
 
+    def lease_hold_s(self, node: int, now: float) -> float:
+        """Hold the lease when the node's region or network peers went silent with it."""
+        return self.lease_hold.hold_for(self.staking.departures_near(
+            self.profiles[node].node_id, now, self.lease_hold.window_s))
+
     # ----- observations ---------------------------------------------------------------
     def node_up(self, node: int, now: float) -> None:
         node_id = self.profiles[node].node_id
@@ -162,8 +169,11 @@ class PlsDriver(PlacementObserver):
         node_id = self.profiles[attempt.node].node_id
         task_id = f"{attempt.task.key}:{attempt.task.attempts}"
         self._abandoned[task_id] = (attempt.node, blameless)
-        evidence = telemetry_digest(self.book.summary(node_id, sim.now))
-        self.staking.task_abandoned(node_id, task_id, collateral, sim.now, evidence)
+        # Dated at the DEAD verdict, also when the lease was held past it: the staking
+        # policy judges the departure (partition? outage?), not the revocation.
+        left_at = sim.now if attempt.held_since is None else attempt.held_since
+        evidence = telemetry_digest(self.book.summary(node_id, left_at))
+        self.staking.task_abandoned(node_id, task_id, collateral, left_at, evidence)
 
     def verification_failed(self, sim: Simulation, attempt: Attempt) -> None:
         collateral = self._unlock(attempt.node, finished=False)

@@ -38,6 +38,8 @@ class TaskView:
     task_key: int
     needs: TaskNeeds
     remaining_work_s: float  # reference GPU-seconds still to do
+    waited_s: float = 0.0  # queued since it arrived or was last requeued
+    deadline_s: float = math.inf  # the job's
 
 
 class Policy(Protocol):
@@ -49,6 +51,11 @@ class Policy(Protocol):
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         """Compute seconds between checkpoints for this placement."""
+        ...
+
+    def lease_hold_s(self, node: int, now: float) -> float:
+        """The detector just called `node` (running a task) dead: seconds to keep its lease
+        before revoking it; 0 revokes now, as every baseline does."""
         ...
 
     def node_up(self, node: int, now: float) -> None: ...
@@ -73,6 +80,9 @@ class RandomPolicy:
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
+
+    def lease_hold_s(self, node: int, now: float) -> float:
+        return 0.0
 
     def node_up(self, node: int, now: float) -> None:
         return None
@@ -119,6 +129,9 @@ class UptimePolicy:
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
+
+    def lease_hold_s(self, node: int, now: float) -> float:
+        return 0.0
 
     def node_up(self, node: int, now: float) -> None:
         if math.isnan(self._first_seen[node]):
@@ -168,6 +181,9 @@ class OraclePolicy:
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return math.inf
+
+    def lease_hold_s(self, node: int, now: float) -> float:
+        return 0.0
 
     def node_up(self, node: int, now: float) -> None:
         return None

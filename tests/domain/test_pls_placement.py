@@ -9,8 +9,8 @@ import pytest
 
 from orchestrator.domain.collateral import CollateralPolicy
 from orchestrator.domain.matching import Candidate, rank
-from orchestrator.domain.pls import CostModel, PlsPolicy
-from orchestrator.domain.reliability import PopulationPrior, ReliabilityBook
+from orchestrator.domain.pls import CostModel, LeaseHold, PlsPolicy, Probation
+from orchestrator.domain.reliability import PopulationPrior, ReliabilityBook, TaskOutcome
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 
 HOUR = 3600.0
@@ -45,8 +45,10 @@ PAIR = [Candidate(FLAKY_CHEAP, 1), Candidate(STABLE_DEAR, 1)]
 
 
 def policy(book: ReliabilityBook = BOOK, explore_share: float = 0.0, seed: int = 0) -> PlsPolicy:
+    """The expected-cost terms alone: no latency price, no track-record weight."""
     return PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
-                     CostModel(rework_fraction=1.0, rescheduling_cost=TOKEN // 100),
+                     CostModel(rework_fraction=1.0, rescheduling_cost=TOKEN // 100,
+                               latency_share_per_hour=0.0, record_share=0.0),
                      explore_share=explore_share, seed=seed)
 
 
@@ -179,29 +181,96 @@ def test_faster_gpu_is_asked_to_survive_a_shorter_time() -> None:
     assert ranked.raw_rs.tolist() == ranked.rs.tolist()  # no recalibrator set
 
 
-def test_latency_share_sends_long_tasks_to_the_faster_of_equally_reliable_nodes() -> None:
-    """Same history and same price per reference hour, one GPU four times faster. Without a
-    latency price the longer exposure alone decides; with it, the gap grows with the task."""
-    book = book_of({"slow": (3 * 86_400.0, 5, 86_400.0), "fast": (3 * 86_400.0, 5, 86_400.0)})
-    rows = np.array([book.index_of("slow"), book.index_of("fast")])
-    stake = np.array([1e24, 1e24])
-    latency = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
-                        CostModel(rework_fraction=1.0, rescheduling_cost=TOKEN // 100,
-                                  latency_share_per_hour=0.1), explore_share=0.0)
+def test_latency_is_priced_only_past_the_jobs_critical_path() -> None:
+    """Same history and price per reference hour; one GPU half as fast. A job's result waits
+    for its longest task, so only hours past that are late."""
+    book = book_of({"slow": (3 * 86_400.0, 5, 86_400.0), "ref": (3 * 86_400.0, 5, 86_400.0)})
+    rows = np.array([book.index_of("slow"), book.index_of("ref")])
+    work_s = 4 * HOUR
 
-    def cost_gap(policy: PlsPolicy, work_s: float) -> float:
-        needs = TaskNeeds(expected_duration_s=work_s, value=round(work_s / HOUR * TOKEN))
-        ranked = policy.rank_rows(rows, np.array([5e17, 5e17]), stake, needs, NOW,
-                                  wall_durations_s=np.array([work_s, work_s / 4]))
-        assert ranked.rows.tolist() == [rows[1], rows[0]]
-        return float(ranked.expected_cost[1] - ranked.expected_cost[0]) / needs.value
+    def gap(share: float, critical_path_s: float) -> float:
+        """(cost on the slow GPU - cost on the reference one) / task value."""
+        cost = CostModel(rework_fraction=1.0, rescheduling_cost=TOKEN // 100,
+                         latency_share_per_hour=share, record_share=0.0)
+        pls = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24), cost, explore_share=0.0)
+        needs = TaskNeeds(expected_duration_s=work_s, value=round(work_s / HOUR * TOKEN),
+                          critical_path_s=critical_path_s)
+        ranked = pls.rank_rows(rows, np.array([5e17, 5e17]), np.array([1e24, 1e24]), needs,
+                               NOW, wall_durations_s=np.array([2 * work_s, work_s]))
+        costs = dict(zip(ranked.rows.tolist(), ranked.expected_cost.tolist(), strict=True))
+        return (costs[int(rows[0])] - costs[int(rows[1])]) / needs.value
 
-    plain = policy(book)
-    assert cost_gap(latency, 4 * HOUR) == pytest.approx(cost_gap(plain, 4 * HOUR) + 0.1 * 3,
-                                                        rel=1e-3)  # 3 h later x 0.1
-    assert cost_gap(latency, 600.0) < 0.1 * cost_gap(latency, 4 * HOUR)
+    # The job's longest task: the slow GPU delivers it 4 h later, at 0.1 of its value per hour.
+    assert gap(0.1, 0.0) == pytest.approx(gap(0.0, 0.0) + 0.1 * 4, rel=1e-3)
+    # A 4 h task of a job whose longest task takes 10 h: its 8 h on the slow GPU delay nobody.
+    assert gap(0.1, 10 * HOUR) == pytest.approx(gap(0.0, 10 * HOUR))
 
 
-def test_negative_latency_share_is_refused() -> None:
+def test_track_record_ranks_a_long_lived_host_above_a_flaky_one_up_as_long() -> None:
+    """Both up for 6 h now; one's past sessions lasted days, the other's half an hour."""
+    book = book_of({"flaky": (1800.0, 20, 6 * HOUR), "steady": (3 * 86_400.0, 3, 6 * HOUR)})
+    rows = np.array([book.index_of("flaky"), book.index_of("steady")])
+    short = TaskNeeds(expected_duration_s=600.0, value=TOKEN // 6)
+    cheap_flaky = np.array([1e17, 2e17])  # the flaky host asks half the price
+
+    def first(record_share: float) -> int:
+        cost = CostModel(latency_share_per_hour=0.0, record_share=record_share)
+        pls = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24), cost, explore_share=0.0)
+        ranked = pls.rank_rows(rows, cheap_flaky, np.array([1e24, 1e24]), short, NOW)
+        return int(ranked.rows[0])
+
+    record = book.record_survival_many(rows, NOW, 2 * HOUR)
+    assert record[1] > record[0]
+    assert first(0.0) == rows[0]  # RS alone: a short task is safe on either, price decides
+    assert first(5.0) == rows[1]
+
+
+def test_record_survival_counts_the_running_session() -> None:
+    book = book_of({"new": (HOUR, 0, 60.0), "week_up": (HOUR, 0, 7 * 86_400.0)})
+    rows = np.array([book.index_of("new"), book.index_of("week_up")])
+    record = book.record_survival_many(rows, NOW, 4 * HOUR)
+    assert 0.0 < record[0] < record[1] < 1.0
+
+
+def test_long_tasks_wait_for_a_verified_record_while_short_ones_do_not() -> None:
+    book = book_of({"new": (3 * 86_400.0, 3, 86_400.0), "proven": (3 * 86_400.0, 3, 86_400.0),
+                    "cheat": (3 * 86_400.0, 3, 86_400.0)})
+    for _ in range(5):
+        book.record_task_outcome("proven", TaskOutcome.COMPLETED)
+        book.record_task_outcome("cheat", TaskOutcome.COMPLETED)
+    book.record_task_outcome("cheat", TaskOutcome.FAILED_VERIFICATION)
+    rows = np.array([book.index_of(n) for n in ("new", "cheat", "proven")])
+    prices = np.array([1e17, 1e17, 5e17])  # the unproven ones are cheaper
+    stake = np.array([1e24, 1e24, 1e24])
+    pls = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
+                    CostModel(latency_share_per_hour=0.0, record_share=0.0), explore_share=0.0)
+    long_task = TaskNeeds(expected_duration_s=2 * HOUR, value=2 * TOKEN)
+    assert pls.rank_rows(rows, prices, stake, long_task, NOW).rows.tolist() == [rows[2]]
+    short = TaskNeeds(expected_duration_s=600.0, value=TOKEN // 6)
+    assert set(pls.rank_rows(rows, prices, stake, short, NOW).rows.tolist()) == set(rows.tolist())
+    # A new grid where nobody has a record yet: long work still gets placed.
+    assert pls.rank_rows(rows[:1], prices[:1], stake[:1], long_task, NOW).rows.tolist() == [
+        rows[0]]
+
+
+def test_probation_weighs_a_failed_check_as_many_passes() -> None:
+    probation = Probation(min_passes=3, fail_weight=20.0)
+    trusted = probation.trusted(np.array([2.0, 3.0, 19.0, 20.0]), np.array([0.0, 0.0, 1.0, 1.0]))
+    assert trusted.tolist() == [False, True, False, True]
+
+
+def test_lease_hold_only_for_silences_shared_by_peers() -> None:
+    hold = LeaseHold(window_s=30.0, min_nodes=2, min_share=0.02, hold_s=1800.0)
+    assert hold.hold_for([(1, 40), (1, 200)]) == 0.0  # alone in region and network
+    assert hold.hold_for([(1, 40), (2, 50)]) == 1800.0  # two of one ISP at once
+    assert hold.hold_for([(2, 500), (1, 500)]) == 0.0  # 2 of 500: coincidence is likely
+    assert hold.hold_for([(10, 500), (1, 500)]) == 1800.0
+    with pytest.raises(ValueError):
+        LeaseHold(min_nodes=1)
+
+
+def test_negative_latency_share_or_record_share_is_refused() -> None:
     with pytest.raises(ValueError):
         CostModel(latency_share_per_hour=-0.1)
+    with pytest.raises(ValueError):
+        CostModel(record_share=-1.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -280,3 +281,16 @@ def test_background_node_is_not_slashed_again_for_low_score() -> None:
     _, changes, reasons = feed_scores(policy, "n0", [0.3] * 48)
     assert reasons == [SlashReason.LOW_SCORE]  # once, with the demotion
     assert [c.new for c in changes] == [Tier.BACKGROUND]
+
+
+def test_departures_near_counts_each_group_within_the_window() -> None:
+    policy = policy_with(10)
+    policy.register("far", provider(99), "us", "AS2", now=0.0)
+    for node, at in (("n0", 100.0), ("n1", 110.0), ("n2", 200.0), ("far", 111.0)):
+        policy.node_departed(node, at)
+    # n1's silence: n0 and n1 within 30 s in region "eu" and network AS1 (10 registered each).
+    assert policy.departures_near("n1", 111.0, 30.0) == [(2, 10), (2, 10)]
+    assert policy.departures_near("far", 111.0, 30.0) == [(1, 1), (1, 1)]
+    assert policy.departures_near("n2", 200.0, 30.0) == [(1, 10), (1, 10)]
+    with pytest.raises(ValueError):
+        policy.departures_near("n2", 200.0, CONFIG.outage_window_s + 1.0)

@@ -43,8 +43,9 @@ class Prefer:
 
     name = "prefer"
 
-    def __init__(self, node: int) -> None:
+    def __init__(self, node: int, hold_s: float = 0.0) -> None:
         self.node = node
+        self.hold_s = hold_s
 
     def choose(self, task: TaskView, candidates: Sequence[int], now: float) -> Choice | None:
         nodes = list(candidates)
@@ -52,6 +53,9 @@ class Prefer:
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
+
+    def lease_hold_s(self, node: int, now: float) -> float:
+        return self.hold_s
 
     def node_up(self, node: int, now: float) -> None:
         return None
@@ -134,7 +138,7 @@ def test_attempt_progress_counts_finished_checkpoints_only() -> None:
     task = TaskState(0, one_job(10_000.0), 10_000.0, None)  # type: ignore[arg-type]
     attempt = Attempt(task=task, node=0, start=100.0, speed=2.0, interval_s=600.0, cost_s=10.0,
                       durable_lag_s=30.0, compute_s=5_000.0, upload_s=5.0, resends=0,
-                      predicted=None)
+                      predicted=None, attempt_id=0)
     saved, overhead, consumed = attempt.progress(100.0 + 2 * 610.0 + 300.0)
     assert saved == pytest.approx(2 * 600.0 * 2.0)
     assert overhead == pytest.approx(2 * 10.0 * 2.0)
