@@ -33,7 +33,8 @@ API_PREFIX = "/v1"
 
 def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     def sweep(session: Session, now: float) -> None:
-        result = work.sweep(session, detector=ctx.detector, now=now)
+        result = work.sweep(session, detector=ctx.detector, now=now,
+                            lease_holds=ctx.pls.lease_holds)
         pls_jobs.after_sweep(ctx.pls, session, result, now)
         ctx.metrics.node_failures.inc(len(result.dead_nodes))
         ctx.metrics.retries.labels("lapsed").inc(result.expired_leases)

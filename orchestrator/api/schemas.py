@@ -161,6 +161,7 @@ class BlobOut(BaseModel):
 class SweepOut(BaseModel):
     expired_leases: int
     dead_nodes: list[str]
+    held_nodes: list[str] = []  # of dead_nodes: a shared silence, leases kept for a while
     placed: int
 
 

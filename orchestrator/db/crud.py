@@ -262,6 +262,17 @@ def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str
     return moved
 
 
+def hold_node_leases(session: Session, *, node_id: str, until: float) -> int:
+    """Keep a silent node's started leases live until `until` instead of revoking them;
+    its renewals take over again if it comes back. Returns how many were held."""
+    held = 0
+    for lease in live_leases(session, node_id=node_id):
+        if lease.state == "active":
+            lease.expires_at = max(lease.expires_at, until)
+            held += 1
+    return held
+
+
 def expire_leases(session: Session, *, now: float) -> int:
     """Release reservations never started and running leases whose renewals stopped."""
     expired = list(session.scalars(select(Lease).where(Lease.released_at.is_(None),

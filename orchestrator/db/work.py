@@ -6,7 +6,7 @@ status move goes through the domain tables. Errors are `WorkError` with a stable
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -228,29 +228,46 @@ class SweepResult:
     draining_dead: set[str] = field(default_factory=set)  # of dead_nodes: a graceful end
     abandoned: list[tuple[str, int]] = field(default_factory=list)  # (node, started task) lost
     returned: list[str] = field(default_factory=list)  # dead nodes heard from again
+    held: list[str] = field(default_factory=list)  # of dead_nodes: leases kept, not revoked
 
 
-def sweep(session: Session, *, detector: PhiAccrualDetector, now: float) -> SweepResult:
+LeaseHolds = Callable[[Sequence[str], float], Mapping[str, float]]
+"""Nodes just called DEAD (not draining) -> seconds to keep each one's leases (`PlsService`)."""
+
+
+def sweep(session: Session, *, detector: PhiAccrualDetector, now: float,
+          lease_holds: LeaseHolds | None = None) -> SweepResult:
     """One reconcile pass: sync heartbeats from the DB into the detector (any replica may have
-    received them), act on its verdicts, then release lapsed leases."""
+    received them), act on its verdicts, then release lapsed leases. A node just called DEAD
+    loses its leases at once unless `lease_holds` keeps them for a while (a silence its peers
+    share); a held lease lapses like any other if the node stays silent."""
     nodes = list(session.scalars(select(Node)))
     for node in nodes:
         if node.last_heartbeat_at is not None:
             detector.heartbeat(node.id, node.last_heartbeat_at)
-    dead: list[str] = []
+    verdicts = {node.id: detector.health(node.id, now) for node in nodes if node.id in detector}
+    dead = [node.id for node in nodes if verdicts.get(node.id) is NodeHealth.DEAD
+            and node.health != NodeHealth.DEAD.value]
+    holds = (lease_holds([node.id for node in nodes if node.id in dead and not node.draining],
+                         now) if lease_holds is not None and dead else {})
     revoked = 0
     abandoned: list[tuple[str, int]] = []
     returned: list[str] = []
+    held: list[str] = []
     for node in nodes:
-        if node.id not in detector:
+        verdict = verdicts.get(node.id)
+        if verdict is None:
             continue
-        verdict = detector.health(node.id, now)
-        if verdict is NodeHealth.DEAD and node.health != NodeHealth.DEAD.value:
-            dead.append(node.id)
-            abandoned.extend((node.id, lease.task_id)
-                             for lease in crud.live_leases(session, node_id=node.id)
-                             if lease.state == "active")
-            revoked += crud.revoke_node_leases(session, node_id=node.id, now=now, cause="dead")
+        if node.id in dead:
+            if holds.get(node.id, 0.0) > 0.0:
+                crud.hold_node_leases(session, node_id=node.id, until=now + holds[node.id])
+                held.append(node.id)
+            else:
+                abandoned.extend((node.id, lease.task_id)
+                                 for lease in crud.live_leases(session, node_id=node.id)
+                                 if lease.state == "active")
+                revoked += crud.revoke_node_leases(session, node_id=node.id, now=now,
+                                                   cause="dead")
         elif verdict is not NodeHealth.DEAD and node.health == NodeHealth.DEAD.value:
             returned.append(node.id)
         crud.set_node_health(session, node=node, health=verdict, now=now, reason="detector")
@@ -259,7 +276,7 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, now: float) -> Swee
     draining = {node.id for node in nodes if node.draining}
     return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked,
                        draining_dead=draining & set(dead), abandoned=abandoned,
-                       returned=returned)
+                       returned=returned, held=held)
 
 
 OPEN_JOB_STATUSES = (JobStatus.SUBMITTED, JobStatus.FUNDED, JobStatus.SCHEDULED, JobStatus.RUNNING)

@@ -35,7 +35,7 @@ from orchestrator.db.placement import Admission
 from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
 from orchestrator.domain.collateral import CollateralPolicy
 from orchestrator.domain.matching import ScoreFn
-from orchestrator.domain.pls import PlsPolicy
+from orchestrator.domain.pls import LeaseHold, PlsPolicy
 from orchestrator.domain.popw import (
     Challenge,
     ChallengeBook,
@@ -86,6 +86,7 @@ class PlsConfig:
     checkpoints: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     popw: PopwConfig = field(default_factory=PopwConfig)
     slashing: SlashingConfig = field(default_factory=SlashingConfig)
+    lease_hold: LeaseHold = field(default_factory=LeaseHold)
 
 
 class StakeUnavailable(Exception):
@@ -179,6 +180,19 @@ class PlsService:
                                  node.registered_at, Tier(node.tier))
             self.book.add_node(node.id)
             self._providers[node.id] = node.provider
+
+    def lease_holds(self, node_ids: Sequence[str], now: float) -> dict[str, float]:
+        """Nodes the detector just called DEAD, all at once: how long to keep each one's leases.
+        Their departures are recorded first, so a silence shared within this sweep counts."""
+        hold = self.config.lease_hold
+        with self._lock:
+            known = [node_id for node_id in node_ids if node_id in self._providers]
+            for node_id in known:
+                self.policy.node_departed(node_id, now)
+            holds = {node_id: hold.hold_for(self.policy.departures_near(node_id, now,
+                                                                        hold.window_s))
+                     for node_id in known}
+        return {node_id: seconds for node_id, seconds in holds.items() if seconds > 0.0}
 
     def node_registered(self, session: Session, *, node: Node, now: float) -> None:
         """A node (re)registered: it is online from now on."""

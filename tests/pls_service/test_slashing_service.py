@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db.models import CollateralLock, OutboxAction, SlashRecord
+from orchestrator.db.models import CollateralLock, Lease, OutboxAction, SlashRecord
 from orchestrator.domain.types import SlashReason
 from orchestrator.scheduling import pls_jobs
 from tests.orchestrator.apiclient import VirtualClock
@@ -91,6 +91,53 @@ def test_region_wide_outage_through_the_heartbeat_path_slashes_nobody(
     assert slash_actions(factory) == []
     with factory() as session:
         assert list(session.scalars(select(SlashRecord))) == []
+
+
+def live_tasks(factory: sessionmaker[Session]) -> dict[str, int]:
+    with factory() as session:
+        return {lease.node_id: lease.task_id for lease in session.scalars(
+            select(Lease).where(Lease.released_at.is_(None)))}
+
+
+def test_region_wide_silence_holds_the_leases_and_the_nodes_resume_them(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    region = [agent(f"gpu-eu-{i}", region="eu") for i in range(4)]
+    elsewhere = agent("gpu-us", region="us")
+    start_tasks(region, stake, factory, clock)
+    before = live_tasks(factory)
+    beat_rounds(client, clock, [*region, elsewhere], 30)
+    clock.advance(5)
+    elsewhere.beat()
+    client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+    for _ in range(14):  # the whole region's ISP drops for a little over a minute
+        swept = client.post("/v1/admin/sweep", headers=ADMIN).json()
+        if swept["dead_nodes"]:
+            assert sorted(swept["held_nodes"]) == sorted(swept["dead_nodes"])
+        clock.advance(5)
+        elsewhere.beat()
+        client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+    assert live_tasks(factory) == before  # nothing revoked, nothing moved
+    beat_rounds(client, clock, [*region, elsewhere], 3)  # back: the same leases go on
+    for node in region:
+        done = node.post(f"/v1/tasks/{before[node.node_id]}/progress", {"progress": 0.6})
+        assert done.status_code == 200, done.text
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []
+
+
+def test_a_held_lease_lapses_when_the_silence_outlasts_the_hold(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    region = [agent(f"gpu-eu-{i}", region="eu") for i in range(3)]
+    elsewhere = agent("gpu-us", region="us")
+    start_tasks(region, stake, factory, clock)
+    beat_rounds(client, clock, [*region, elsewhere], 30)
+    assert sorted(beat_rounds(client, clock, [elsewhere], 15)) == [n.node_id for n in region]
+    assert set(live_tasks(factory)) == {n.node_id for n in region}
+    clock.advance(pls_of(client).config.lease_hold.hold_s)
+    assert client.post("/v1/admin/sweep", headers=ADMIN).json()["expired_leases"] == 3
+    assert live_tasks(factory) == {}  # requeued for other nodes
 
 
 def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(

@@ -23,14 +23,15 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
 @router.post("/sweep", response_model=SweepOut,
              summary="Run the failure/lease sweep now (it also runs periodically)")
 def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
-    result = work.sweep(session, detector=ctx.detector, now=ctx.now())
+    result = work.sweep(session, detector=ctx.detector, now=ctx.now(),
+                        lease_holds=ctx.pls.lease_holds)
     pls_jobs.after_sweep(ctx.pls, session, result, ctx.now())
     session.commit()
     ctx.metrics.node_failures.inc(len(result.dead_nodes))
     ctx.metrics.retries.labels("lapsed").inc(result.expired_leases)
     ctx.metrics.retries.labels("dead").inc(result.revoked)
     return SweepOut(expired_leases=result.expired_leases, dead_nodes=result.dead_nodes,
-                    placed=0)
+                    held_nodes=result.held, placed=0)
 
 
 @router.post("/jobs/{job_id}/accept", response_model=JobOut,
