@@ -19,15 +19,19 @@ from tests.pls_service.test_placement_gates import pls_of
 
 
 def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[Agent],
-                rounds: int) -> list[str]:
-    """Every 5 s the `beating` agents send a heartbeat; the sweep runs each time."""
+                rounds: int, held: list[str] | None = None) -> list[str]:
+    """Every 5 s the `beating` agents send a heartbeat; the sweep runs each time. Returns the
+    nodes called dead; those whose leases were held go to `held`."""
     dead: list[str] = []
     for _ in range(rounds):
         clock.advance(5)
         for node in beating:
             node.beat()
         client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
-        dead += client.post("/v1/admin/sweep", headers=ADMIN).json()["dead_nodes"]
+        swept = client.post("/v1/admin/sweep", headers=ADMIN).json()
+        dead += swept["dead_nodes"]
+        if held is not None:
+            held += swept["held_nodes"]
     return dead
 
 
@@ -78,63 +82,54 @@ def test_lone_departure_holding_a_task_slashes_its_collateral_once(
     assert "mesh_reliability_score_count 2.0" in metrics  # gpu-ok, once per decision run
 
 
-def test_region_wide_outage_through_the_heartbeat_path_slashes_nobody(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
-        factory: sessionmaker[Session], clock: VirtualClock) -> None:
-    region = [agent(f"gpu-eu-{i}", region="eu") for i in range(4)]
-    elsewhere = agent("gpu-us", region="us")
-    start_tasks(region, stake, factory, clock)
-    beat_rounds(client, clock, [*region, elsewhere], 30)
-    dead = beat_rounds(client, clock, [elsewhere], 15)  # the whole region drops at once
-    assert sorted(dead) == [node.node_id for node in region]
-    decide_after_delay(client, factory, clock)
-    assert slash_actions(factory) == []
-    with factory() as session:
-        assert list(session.scalars(select(SlashRecord))) == []
-
-
 def live_tasks(factory: sessionmaker[Session]) -> dict[str, int]:
     with factory() as session:
         return {lease.node_id: lease.task_id for lease in session.scalars(
             select(Lease).where(Lease.released_at.is_(None)))}
 
 
+def region_goes_silent(agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+                       factory: sessionmaker[Session], clock: VirtualClock, size: int
+                       ) -> list[Agent]:
+    """`size` nodes in region eu run a task each, then all go silent at once for 75 s while a
+    node elsewhere beats on: the detector calls every one dead, and their leases are held."""
+    region = [agent(f"gpu-eu-{i}", region="eu") for i in range(size)]
+    elsewhere = agent("gpu-us", region="us")
+    start_tasks(region, stake, factory, clock)
+    beat_rounds(client, clock, [*region, elsewhere], 30)
+    held: list[str] = []
+    dead = beat_rounds(client, clock, [elsewhere], 15, held)
+    assert sorted(dead) == sorted(held) == [node.node_id for node in region]
+    return region
+
+
+def test_region_wide_outage_through_the_heartbeat_path_slashes_nobody(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    region_goes_silent(agent, client, stake, factory, clock, 4)
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []
+    with factory() as session:
+        assert list(session.scalars(select(SlashRecord))) == []
+
+
 def test_region_wide_silence_holds_the_leases_and_the_nodes_resume_them(
         agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
-    region = [agent(f"gpu-eu-{i}", region="eu") for i in range(4)]
-    elsewhere = agent("gpu-us", region="us")
-    start_tasks(region, stake, factory, clock)
-    before = live_tasks(factory)
-    beat_rounds(client, clock, [*region, elsewhere], 30)
-    clock.advance(5)
-    elsewhere.beat()
-    client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
-    for _ in range(14):  # the whole region's ISP drops for a little over a minute
-        swept = client.post("/v1/admin/sweep", headers=ADMIN).json()
-        if swept["dead_nodes"]:
-            assert sorted(swept["held_nodes"]) == sorted(swept["dead_nodes"])
-        clock.advance(5)
-        elsewhere.beat()
-        client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
-    assert live_tasks(factory) == before  # nothing revoked, nothing moved
-    beat_rounds(client, clock, [*region, elsewhere], 3)  # back: the same leases go on
+    region = region_goes_silent(agent, client, stake, factory, clock, 4)
+    held = live_tasks(factory)
+    assert sorted(held) == [node.node_id for node in region]  # nothing revoked or moved
+    beat_rounds(client, clock, region, 3)  # back: the same leases go on
     for node in region:
-        done = node.post(f"/v1/tasks/{before[node.node_id]}/progress", {"progress": 0.6})
-        assert done.status_code == 200, done.text
-    decide_after_delay(client, factory, clock)
-    assert slash_actions(factory) == []
+        progress = node.post(f"/v1/tasks/{held[node.node_id]}/progress", {"progress": 0.6})
+        assert progress.status_code == 200, progress.text
+    assert live_tasks(factory) == held
 
 
 def test_a_held_lease_lapses_when_the_silence_outlasts_the_hold(
         agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
-    region = [agent(f"gpu-eu-{i}", region="eu") for i in range(3)]
-    elsewhere = agent("gpu-us", region="us")
-    start_tasks(region, stake, factory, clock)
-    beat_rounds(client, clock, [*region, elsewhere], 30)
-    assert sorted(beat_rounds(client, clock, [elsewhere], 15)) == [n.node_id for n in region]
-    assert set(live_tasks(factory)) == {n.node_id for n in region}
+    region_goes_silent(agent, client, stake, factory, clock, 3)
     clock.advance(pls_of(client).config.lease_hold.hold_s)
     assert client.post("/v1/admin/sweep", headers=ADMIN).json()["expired_leases"] == 3
     assert live_tasks(factory) == {}  # requeued for other nodes
