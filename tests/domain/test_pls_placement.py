@@ -232,7 +232,7 @@ def test_record_survival_counts_the_running_session() -> None:
     assert 0.0 < record[0] < record[1] < 1.0
 
 
-def test_long_tasks_wait_for_a_verified_record_while_short_ones_do_not() -> None:
+def test_long_tasks_need_a_verified_record_and_a_caught_node_comes_last() -> None:
     book = book_of({"new": (3 * 86_400.0, 3, 86_400.0), "proven": (3 * 86_400.0, 3, 86_400.0),
                     "cheat": (3 * 86_400.0, 3, 86_400.0)})
     for _ in range(5):
@@ -247,16 +247,25 @@ def test_long_tasks_wait_for_a_verified_record_while_short_ones_do_not() -> None
     long_task = TaskNeeds(expected_duration_s=2 * HOUR, value=2 * TOKEN)
     assert pls.rank_rows(rows, prices, stake, long_task, NOW).rows.tolist() == [rows[2]]
     short = TaskNeeds(expected_duration_s=600.0, value=TOKEN // 6)
-    assert set(pls.rank_rows(rows, prices, stake, short, NOW).rows.tolist()) == set(rows.tolist())
+    assert set(pls.rank_rows(rows, prices, stake, short, NOW).rows.tolist()) == {rows[0], rows[2]}
     # A new grid where nobody has a record yet: long work still gets placed.
     assert pls.rank_rows(rows[:1], prices[:1], stake[:1], long_task, NOW).rows.tolist() == [
         rows[0]]
+    # A node caught cheating: short work only when nobody else can take it, long work never.
+    assert pls.rank_rows(rows[1:2], prices[1:2], stake[1:2], short, NOW).rows.tolist() == [
+        rows[1]]
+    assert pls.rank_rows(rows[1:2], prices[1:2], stake[1:2], long_task, NOW).rows.size == 0
 
 
 def test_probation_weighs_a_failed_check_as_many_passes() -> None:
     probation = Probation(min_passes=3, fail_weight=20.0)
-    trusted = probation.trusted(np.array([2.0, 3.0, 19.0, 20.0]), np.array([0.0, 0.0, 1.0, 1.0]))
-    assert trusted.tolist() == [False, True, False, True]
+    passes, fails = np.array([2.0, 3.0, 19.0, 20.0]), np.array([0.0, 0.0, 1.0, 1.0])
+    assert probation.trusted(passes, fails).tolist() == [False, True, False, True]
+    record, clean = probation.ladder(passes, fails, long_task=True)
+    assert (record == probation.trusted(passes, fails)).all()
+    assert clean.tolist() == [True, True, False, False]
+    uncaught, anyone = probation.ladder(passes, fails, long_task=False)
+    assert uncaught.tolist() == [True, True, False, True] and anyone.all()
 
 
 def test_lease_hold_only_for_silences_shared_by_peers() -> None:
