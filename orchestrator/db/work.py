@@ -248,7 +248,8 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, now: float,
     verdicts = {node.id: detector.health(node.id, now) for node in nodes if node.id in detector}
     dead = [node.id for node in nodes if verdicts.get(node.id) is NodeHealth.DEAD
             and node.health != NodeHealth.DEAD.value]
-    holds = (lease_holds([node.id for node in nodes if node.id in dead and not node.draining],
+    newly_dead = set(dead)
+    holds = (lease_holds([node.id for node in nodes if node.id in newly_dead and not node.draining],
                          now) if lease_holds is not None and dead else {})
     revoked = 0
     abandoned: list[tuple[str, int]] = []
@@ -258,7 +259,7 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, now: float,
         verdict = verdicts.get(node.id)
         if verdict is None:
             continue
-        if node.id in dead:
+        if node.id in newly_dead:
             if holds.get(node.id, 0.0) > 0.0:
                 crud.hold_node_leases(session, node_id=node.id, until=now + holds[node.id])
                 held.append(node.id)
@@ -275,7 +276,7 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, now: float,
     expire_overdue_jobs(session, now=now)
     draining = {node.id for node in nodes if node.draining}
     return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked,
-                       draining_dead=draining & set(dead), abandoned=abandoned,
+                       draining_dead=draining & newly_dead, abandoned=abandoned,
                        returned=returned, held=held)
 
 

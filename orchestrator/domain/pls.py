@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from orchestrator.domain.collateral import CollateralPolicy
 from orchestrator.domain.matching import Candidate, ScoreFn, eligible
 from orchestrator.domain.reliability import Durations, ReliabilityBook
+from orchestrator.domain.slashing import StakingPolicy
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 
 
@@ -113,6 +114,11 @@ class LeaseHold:
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.hold_s < 0 or self.min_nodes < 2 or self.min_share < 0:
             raise ValueError("window_s > 0, hold_s >= 0, min_nodes >= 2, min_share >= 0")
+
+    def for_node(self, staking: StakingPolicy, node_id: str, now: float) -> float:
+        """Seconds to keep the leases of `node_id`, just called DEAD (its departure already
+        told to `staking`)."""
+        return self.hold_for(staking.departures_near(node_id, now, self.window_s))
 
     def hold_for(self, departures_near: Sequence[tuple[int, int]]) -> float:
         """Seconds to keep the lease, given `StakingPolicy.departures_near`."""

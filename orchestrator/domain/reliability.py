@@ -579,6 +579,13 @@ class ReliabilityBook:
     def _all_rows(self, rows: NDArray[np.intp] | None) -> NDArray[np.intp]:
         return np.arange(len(self._ids)) if rows is None else np.asarray(rows, dtype=np.intp)
 
+    def _uptimes(self, r: NDArray[np.intp], now: float
+                 ) -> tuple[NDArray[np.bool_], NDArray[np.float64]]:
+        """(online?, seconds into the running session; 0 when offline) per row."""
+        start = self._session_start[r]
+        online = ~np.isnan(start)
+        return online, np.where(online, np.maximum(now - np.where(online, start, now), 0.0), 0.0)
+
     def survival_many(self, rows: NDArray[np.intp] | None, now: float, duration_s: Durations
                       ) -> NDArray[np.float64]:
         """P(session lasts `duration_s` more | up for its current uptime); 0 when offline.
@@ -589,9 +596,7 @@ class ReliabilityBook:
         k = self.prior.shape
         a = self.prior.rate_a + self._departures[r]
         b = self.prior.rate_b + self._exposure[r]
-        start = self._session_start[r]
-        online = ~np.isnan(start)
-        uptime = np.where(online, np.maximum(now - np.where(online, start, now), 0.0), 0.0)
+        online, uptime = self._uptimes(r, now)
         survival = ((b + uptime**k) / (b + (uptime + duration_s) ** k)) ** a
         return np.where(online, survival, 0.0)
 
@@ -602,9 +607,7 @@ class ReliabilityBook:
         (the population prior for a new node)."""
         r = np.asarray(rows, dtype=np.intp)
         k = self.prior.shape
-        start = self._session_start[r]
-        online = ~np.isnan(start)
-        uptime = np.where(online, np.maximum(now - np.where(online, start, now), 0.0), 0.0)
+        _, uptime = self._uptimes(r, now)
         a = self.prior.rate_a + self._departures[r]
         b = self.prior.rate_b + self._exposure[r] + uptime**k
         return (b / (b + np.asarray(duration_s, dtype=np.float64) ** k)) ** a
@@ -615,9 +618,7 @@ class ReliabilityBook:
         weighted online seconds of finished sessions) as of `now`."""
         tau = self.config.departure_window_s
         decay = np.exp(-np.maximum(now - self._recent_at[r], 0.0) / tau)
-        start = self._session_start[r]
-        online = ~np.isnan(start)
-        running = np.where(online, np.maximum(now - np.where(online, start, now), 0.0), 0.0)
+        _, running = self._uptimes(r, now)
         finished = self._recent_exposure[r] * decay
         return self._recent_departures[r] * decay, finished - tau * np.expm1(-running / tau), \
             finished

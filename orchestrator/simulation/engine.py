@@ -55,7 +55,6 @@ class TaskState:
     status: TaskStatus = TaskStatus.PENDING
     saved_s: float = 0.0  # reference GPU-seconds safely checkpointed
     attempts: int = 0
-    queued_at: float = 0.0  # since when it has been waiting for a node
 
 
 @dataclass(slots=True)
@@ -274,7 +273,7 @@ class Simulation:
                 min_vram_gb=job.min_vram_gb, priority=job.priority, expected_duration_s=work,
                 value=round(work / 3600.0 * VALUE_PER_REF_GPU_HOUR),
                 critical_path_s=max(job.task_work_s))
-            self.tasks[key] = TaskState(key, job, work, needs, queued_at=self.now)
+            self.tasks[key] = TaskState(key, job, work, needs)
             heapq.heappush(self.pending, (PRIORITY_ORDER[job.priority], job.deadline_s, key))
         self.request_schedule()
 
@@ -445,7 +444,6 @@ class Simulation:
             self.request_schedule()
 
     def _requeue(self, task: TaskState) -> None:
-        task.queued_at = self.now
         heapq.heappush(self.pending, (PRIORITY_ORDER[task.job.priority], task.job.deadline_s,
                                       task.key))
         self.request_schedule()
@@ -499,8 +497,7 @@ class Simulation:
         needs = dataclasses.replace(
             task.needs, expected_duration_s=remaining,
             value=round(remaining / 3600.0 * VALUE_PER_REF_GPU_HOUR))
-        view = TaskView(task.key, needs, remaining, waited_s=self.now - task.queued_at,
-                        deadline_s=task.job.deadline_s)
+        view = TaskView(task.key, needs, remaining)
         choice = self.policy.choose(view, candidates, self.now)
         if choice is None:
             if whole_pool:

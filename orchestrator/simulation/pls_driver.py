@@ -127,8 +127,7 @@ class PlsDriver(PlacementObserver):
 
     def lease_hold_s(self, node: int, now: float) -> float:
         """Hold the lease when the node's region or network peers went silent with it."""
-        return self.lease_hold.hold_for(self.staking.departures_near(
-            self.profiles[node].node_id, now, self.lease_hold.window_s))
+        return self.lease_hold.for_node(self.staking, self.profiles[node].node_id, now)
 
     # ----- observations ---------------------------------------------------------------
     def node_up(self, node: int, now: float) -> None:

@@ -38,8 +38,6 @@ class TaskView:
     task_key: int
     needs: TaskNeeds
     remaining_work_s: float  # reference GPU-seconds still to do
-    waited_s: float = 0.0  # queued since it arrived or was last requeued
-    deadline_s: float = math.inf  # the job's
 
 
 class Policy(Protocol):
@@ -67,19 +65,9 @@ class Policy(Protocol):
         ...
 
 
-class RandomPolicy:
-    """Any matching node, uniformly: what a grid without reliability data does."""
-
-    name = "random"
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self._rng = rng
-
-    def choose(self, task: TaskView, candidates: Sequence[int], now: float) -> Choice | None:
-        return Choice(int(self._rng.integers(len(candidates))), None)
-
-    def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
-        return FIXED_CHECKPOINT_S
+class Unobservant:
+    """The hooks a policy that keeps no state of its own leaves empty: it observes nothing,
+    decides nothing per epoch, and revokes a lease at the detector's verdict."""
 
     def lease_hold_s(self, node: int, now: float) -> float:
         return 0.0
@@ -94,7 +82,23 @@ class RandomPolicy:
         return None
 
 
-class UptimePolicy:
+class RandomPolicy(Unobservant):
+    """Any matching node, uniformly: what a grid without reliability data does."""
+
+    name = "random"
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def choose(self, task: TaskView, candidates: Sequence[int], now: float) -> Choice | None:
+        return Choice(int(self._rng.integers(len(candidates))), None)
+
+    def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
+        return FIXED_CHECKPOINT_S
+
+
+
+class UptimePolicy(Unobservant):
     """What uptime-based staking rewards: the largest observed uptime share, then stake.
 
     The share is measured from the detector's verdicts since the node was first seen, the
@@ -130,9 +134,6 @@ class UptimePolicy:
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
 
-    def lease_hold_s(self, node: int, now: float) -> float:
-        return 0.0
-
     def node_up(self, node: int, now: float) -> None:
         if math.isnan(self._first_seen[node]):
             self._first_seen[node] = now
@@ -143,11 +144,8 @@ class UptimePolicy:
             self._up_total[node] += now - self._up_since[node]
             self._up_since[node] = math.nan
 
-    def epoch(self, sim: Simulation, now: float) -> None:
-        return None
 
-
-class OraclePolicy:
+class OraclePolicy(Unobservant):
     """Knows every future departure, partition verdict and bad result: an upper bound.
 
     It places a task on the fastest candidate that will finish it undisturbed, and never
@@ -182,14 +180,3 @@ class OraclePolicy:
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return math.inf
 
-    def lease_hold_s(self, node: int, now: float) -> float:
-        return 0.0
-
-    def node_up(self, node: int, now: float) -> None:
-        return None
-
-    def node_down(self, node: int, now: float) -> None:
-        return None
-
-    def epoch(self, sim: Simulation, now: float) -> None:
-        return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,31 +54,36 @@ def _check_header(path: Path, header: list[str] | None, expected: tuple[str, ...
         raise TraceError(f"{path}: header must be {','.join(expected)!r}, got {','.join(got)!r}")
 
 
-def parse_trace_csv(path: Path) -> Trace:
-    """Sessions per node; refuses bad headers, malformed rows, negative times and overlaps."""
-    trace: Trace = {}
+def _rows(path: Path, header: tuple[str, ...]) -> Iterator[tuple[str, list[str]]]:
+    """(`file:line`, stripped cells) of each non-blank data row, after checking the header
+    and each row's field count."""
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
-        _check_header(path, next(reader, None), TRACE_HEADER)
+        _check_header(path, next(reader, None), header)
         for line_no, row in enumerate(reader, start=2):
             where = f"{path}:{line_no}"
             if not row or all(not cell.strip() for cell in row):
                 continue
-            if len(row) != len(TRACE_HEADER):
-                raise TraceError(f"{where}: expected 3 fields, got {len(row)}")
-            node_id = row[0].strip()
-            if not node_id:
-                raise TraceError(f"{where}: node_id is empty")
-            online_at = _number(row[1].strip(), where=where, field="online_at")
-            offline_text = row[2].strip()
-            offline_at = (math.inf if not offline_text
-                          else _number(offline_text, where=where, field="offline_at"))
-            if online_at < 0 or offline_at < 0:
-                raise TraceError(f"{where}: times must not be negative")
-            if offline_at <= online_at:
-                raise TraceError(f"{where}: offline_at {offline_at} is not after online_at "
-                                 f"{online_at}")
-            trace.setdefault(node_id, []).append(Session(online_at, offline_at))
+            if len(row) != len(header):
+                raise TraceError(f"{where}: expected {len(header)} fields, got {len(row)}")
+            yield where, [cell.strip() for cell in row]
+
+
+def parse_trace_csv(path: Path) -> Trace:
+    """Sessions per node; refuses bad headers, malformed rows, negative times and overlaps."""
+    trace: Trace = {}
+    for where, (node_id, online_text, offline_text) in _rows(path, TRACE_HEADER):
+        if not node_id:
+            raise TraceError(f"{where}: node_id is empty")
+        online_at = _number(online_text, where=where, field="online_at")
+        offline_at = (math.inf if not offline_text
+                      else _number(offline_text, where=where, field="offline_at"))
+        if online_at < 0 or offline_at < 0:
+            raise TraceError(f"{where}: times must not be negative")
+        if offline_at <= online_at:
+            raise TraceError(f"{where}: offline_at {offline_at} is not after online_at "
+                             f"{online_at}")
+        trace.setdefault(node_id, []).append(Session(online_at, offline_at))
     if not trace:
         raise TraceError(f"{path}: no sessions")
     for node_id, sessions in trace.items():
@@ -94,31 +100,23 @@ def parse_trace_csv(path: Path) -> Trace:
 def parse_profiles_csv(path: Path, rng: np.random.Generator) -> dict[str, NodeProfile]:
     """Hardware and link per node; fields the format lacks (region, upload, stake) are drawn."""
     profiles: dict[str, NodeProfile] = {}
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
-        _check_header(path, next(reader, None), PROFILE_HEADER)
-        for line_no, row in enumerate(reader, start=2):
-            where = f"{path}:{line_no}"
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != len(PROFILE_HEADER):
-                raise TraceError(f"{where}: expected {len(PROFILE_HEADER)} fields, got {len(row)}")
-            node_id, gpu = row[0].strip(), row[1].strip()
-            if not node_id:
-                raise TraceError(f"{where}: node_id is empty")
-            if node_id in profiles:
-                raise TraceError(f"{where}: node {node_id!r} listed twice")
-            if gpu not in GPU_CLASSES:
-                raise TraceError(f"{where}: unknown gpu {gpu!r}; known: {sorted(GPU_CLASSES)}")
-            vram, rtt, jitter, loss, throttle = (
-                _number(row[i].strip(), where=where, field=PROFILE_HEADER[i]) for i in range(2, 7))
-            if min(vram, rtt, jitter) < 0:
-                raise TraceError(f"{where}: vram_gb, rtt_ms and jitter_ms must not be negative")
-            if not (0.0 <= loss < 1.0 and 0.0 <= throttle <= 1.0):
-                raise TraceError(f"{where}: loss must be in [0, 1) and throttle_rate in [0, 1]")
-            profiles[node_id] = generate_link_fields(
-                rng, node_id, gpu, int(vram), rtt_ms=rtt, jitter_ms=jitter, loss=loss,
-                throttle_rate=throttle)
+    for where, row in _rows(path, PROFILE_HEADER):
+        node_id, gpu = row[0], row[1]
+        if not node_id:
+            raise TraceError(f"{where}: node_id is empty")
+        if node_id in profiles:
+            raise TraceError(f"{where}: node {node_id!r} listed twice")
+        if gpu not in GPU_CLASSES:
+            raise TraceError(f"{where}: unknown gpu {gpu!r}; known: {sorted(GPU_CLASSES)}")
+        vram, rtt, jitter, loss, throttle = (
+            _number(row[i], where=where, field=PROFILE_HEADER[i]) for i in range(2, 7))
+        if min(vram, rtt, jitter) < 0:
+            raise TraceError(f"{where}: vram_gb, rtt_ms and jitter_ms must not be negative")
+        if not (0.0 <= loss < 1.0 and 0.0 <= throttle <= 1.0):
+            raise TraceError(f"{where}: loss must be in [0, 1) and throttle_rate in [0, 1]")
+        profiles[node_id] = generate_link_fields(
+            rng, node_id, gpu, int(vram), rtt_ms=rtt, jitter_ms=jitter, loss=loss,
+            throttle_rate=throttle)
     return profiles
 
 

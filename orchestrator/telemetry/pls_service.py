@@ -184,13 +184,11 @@ class PlsService:
     def lease_holds(self, node_ids: Sequence[str], now: float) -> dict[str, float]:
         """Nodes the detector just called DEAD, all at once: how long to keep each one's leases.
         Their departures are recorded first, so a silence shared within this sweep counts."""
-        hold = self.config.lease_hold
         with self._lock:
             known = [node_id for node_id in node_ids if node_id in self._providers]
             for node_id in known:
                 self.policy.node_departed(node_id, now)
-            holds = {node_id: hold.hold_for(self.policy.departures_near(node_id, now,
-                                                                        hold.window_s))
+            holds = {node_id: self.config.lease_hold.for_node(self.policy, node_id, now)
                      for node_id in known}
         return {node_id: seconds for node_id, seconds in holds.items() if seconds > 0.0}
 

@@ -20,7 +20,7 @@ from orchestrator.simulation import world as world_module
 from orchestrator.simulation.engine import Attempt, Simulation, TaskState
 from orchestrator.simulation.jobs import Job
 from orchestrator.simulation.models import TOKEN, NodeProfile
-from orchestrator.simulation.policies import FIXED_CHECKPOINT_S, Choice, TaskView
+from orchestrator.simulation.policies import FIXED_CHECKPOINT_S, Choice, TaskView, Unobservant
 from orchestrator.simulation.traces import Session, TraceError
 from orchestrator.simulation.world import World
 
@@ -38,8 +38,9 @@ def spec(p: NodeProfile) -> NodeSpec:
                     p.price_per_gpu_hour, 1, Tier.STANDARD)
 
 
-class Prefer:
-    """Test policy: always the named node when it is a candidate, else the first one."""
+class Prefer(Unobservant):
+    """Test policy: always the named node when it is a candidate, else the first one; it keeps
+    a silent node's lease for `hold_s`."""
 
     name = "prefer"
 
@@ -56,15 +57,6 @@ class Prefer:
 
     def lease_hold_s(self, node: int, now: float) -> float:
         return self.hold_s
-
-    def node_up(self, node: int, now: float) -> None:
-        return None
-
-    def node_down(self, node: int, now: float) -> None:
-        return None
-
-    def epoch(self, sim: Simulation, now: float) -> None:
-        return None
 
 
 @pytest.fixture
