@@ -269,7 +269,7 @@ class RecoveryEvent(Base):
 
 class NodeSession(Base):
     """One online interval of a node: `abrupt` = the failure detector called it dead (not a
-    graceful drain); an open session has `ended_at` NULL."""
+    graceful drain, nor a silence its peers shared); an open session has `ended_at` NULL."""
 
     __tablename__ = "node_sessions"
 

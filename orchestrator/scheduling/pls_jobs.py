@@ -15,8 +15,10 @@ log = logging.getLogger("orchestrator.pls")
 
 
 def sweep_facts(result: SweepResult) -> SweepFacts:
-    return SweepFacts(dead=[(node_id, node_id not in result.draining_dead)
-                            for node_id in result.dead_nodes],
+    """A drained node left cleanly and a held one went silent with its peers (`LeaseHold`):
+    neither session ends in a departure of the node's own."""
+    own = set(result.dead_nodes) - result.draining_dead - set(result.held)
+    return SweepFacts(dead=[(node_id, node_id in own) for node_id in result.dead_nodes],
                       abandoned=result.abandoned, returned=result.returned)
 
 

@@ -351,7 +351,6 @@ class Simulation:
         r.wasted_s += max(consumed - saved, 0.0)
         r.useful_s += saved
         r.reassignments += 1
-        self._pay(attempt, saved)
         self._record_prediction(attempt, 0)
         task = attempt.task
         task.saved_s += saved
@@ -402,7 +401,7 @@ class Simulation:
         r.waste_checkpoint_s += overhead
         r.waste_resend_s += resend
         r.wasted_s += overhead + resend
-        self._pay(attempt, remaining)
+        self._pay(attempt, task.work_s)
         self._record_prediction(attempt, 1)
         task.saved_s = task.work_s
         self._close(attempt, TaskStatus.VERIFIED, "verified", from_status=TaskStatus.DONE)
@@ -416,7 +415,10 @@ class Simulation:
 
     # ----- helpers --------------------------------------------------------------------
     def _pay(self, attempt: Attempt, reference_work_s: float) -> None:
-        """Providers are paid their asking price for the GPU-hours that went into results."""
+        """Providers are paid by tasks delivered, as the orchestrator settles a job
+        (`db.work.accept_job`): whoever delivers the verified result is paid for the whole
+        task, at its asking price; a node that left mid-task is paid nothing for it (its
+        checkpoints went to whoever resumed)."""
         price = self.profiles[attempt.node].price_per_gpu_hour / TOKEN
         self.result.earnings[attempt.node] += price * reference_work_s / attempt.speed / 3600.0
 

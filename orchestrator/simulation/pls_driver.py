@@ -89,6 +89,7 @@ class PlsDriver(PlacementObserver):
         self.verdict_expires = np.zeros(n)
         self.online = np.zeros(n, dtype=bool)
         self.next_refit = PRIOR_REFIT_S
+        self._lease_hold_s = np.zeros(n)  # per node, decided at its last DEAD verdict
         self.prior_refits = 0
         self._collateral: dict[int, int] = {}  # node -> collateral locked for its task
         self._raw_rs: dict[int, float] = {}  # node -> raw RS its running task was placed at
@@ -127,7 +128,7 @@ class PlsDriver(PlacementObserver):
 
     def lease_hold_s(self, node: int, now: float) -> float:
         """Hold the lease when the node's region or network peers went silent with it."""
-        return self.lease_hold.for_node(self.staking, self.profiles[node].node_id, now)
+        return float(self._lease_hold_s[node])
 
     # ----- observations ---------------------------------------------------------------
     def node_up(self, node: int, now: float) -> None:
@@ -139,10 +140,14 @@ class PlsDriver(PlacementObserver):
         self._handshake(node, now)
 
     def node_down(self, node: int, now: float) -> None:
+        """A DEAD verdict. A silence its peers share (`LeaseHold`) keeps the lease and ends
+        the session censored, as `PlsService` does: not the node's own departure."""
         node_id = self.profiles[node].node_id
         self.online[node] = False
-        self.book.session_ended(node_id, now, abrupt=True)
         self.staking.node_departed(node_id, now)
+        hold = self.lease_hold.for_node(self.staking, node_id, now)
+        self._lease_hold_s[node] = hold
+        self.book.session_ended(node_id, now, abrupt=hold == 0.0)
 
     def placed(self, sim: Simulation, attempt: Attempt) -> None:
         """The lease started: lock the collateral priced at the choice."""

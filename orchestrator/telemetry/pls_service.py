@@ -132,7 +132,7 @@ class StakeCache:
 class SweepFacts:
     """What a failure sweep found, for the staking side."""
 
-    dead: Sequence[tuple[str, bool]]  # (node id, abrupt: not draining)
+    dead: Sequence[tuple[str, bool]]  # (node id, abrupt: neither draining nor a shared silence)
     abandoned: Sequence[tuple[str, int]]  # (node id, task id) running on a node that died
     returned: Sequence[str]
 
@@ -206,9 +206,9 @@ class PlsService:
             self.book.session_ended(node_id, now, abrupt)
 
     def after_sweep(self, session: Session, *, facts: SweepFacts, now: float) -> None:
-        """Departures end sessions (abrupt = DEAD, graceful = drained), running tasks on a
-        dead node are reported as abandoned with the collateral locked for them, returns start
-        a new session; then overdue probes count as lost."""
+        """Departures end sessions (abrupt = DEAD; censored = drained, or a silence shared with
+        peers), running tasks on a dead node are reported as abandoned with the collateral
+        locked for them, returns start a new session; then overdue probes count as lost."""
         with self._lock:
             for node_id, abrupt in facts.dead:
                 if node_id not in self._providers:

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db.models import CollateralLock, Lease, OutboxAction, SlashRecord
+from orchestrator.db.models import CollateralLock, Lease, NodeSession, OutboxAction, SlashRecord
 from orchestrator.domain.types import SlashReason
 from orchestrator.scheduling import pls_jobs
 from tests.orchestrator.apiclient import VirtualClock
@@ -124,6 +124,33 @@ def test_region_wide_silence_holds_the_leases_and_the_nodes_resume_them(
         progress = node.post(f"/v1/tasks/{held[node.node_id]}/progress", {"progress": 0.6})
         assert progress.status_code == 200, progress.text
     assert live_tasks(factory) == held
+
+
+def ended_sessions(factory: sessionmaker[Session]) -> dict[str, bool | None]:
+    """node id -> `abrupt` of its ended sessions (one each in these tests)."""
+    with factory() as session:
+        return {row.node_id: row.abrupt for row in session.scalars(
+            select(NodeSession).where(NodeSession.ended_at.is_not(None)))}
+
+
+def test_a_silence_the_region_shares_is_kept_out_of_each_nodes_record(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    region = region_goes_silent(agent, client, stake, factory, clock, 4)
+    assert ended_sessions(factory) == {node.node_id: False for node in region}
+    book = pls_of(client).book
+    assert all(book.summary(node.node_id, clock()).abrupt_departures == 0 for node in region)
+
+
+def test_a_lone_silence_counts_as_the_nodes_own_departure(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    doomed, survivor = agent("gpu-doomed", region="us"), agent("gpu-ok", region="eu")
+    start_tasks([doomed], stake, factory, clock)
+    beat_rounds(client, clock, [doomed, survivor], 30)
+    assert beat_rounds(client, clock, [survivor], 15) == ["gpu-doomed"]
+    assert ended_sessions(factory) == {"gpu-doomed": True}
+    assert pls_of(client).book.summary("gpu-doomed", clock()).abrupt_departures == 1
 
 
 def test_a_held_lease_lapses_when_the_silence_outlasts_the_hold(
