@@ -59,13 +59,20 @@ def slash_actions(factory: sessionmaker[Session]) -> list[OutboxAction]:
         return list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "slash")))
 
 
-def test_lone_departure_holding_a_task_slashes_its_collateral_once(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
-        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+def lone_node_goes_silent(agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+                          factory: sessionmaker[Session], clock: VirtualClock) -> Agent:
+    """gpu-doomed (us) runs a task and goes silent while gpu-ok (eu) beats on."""
     doomed, survivor = agent("gpu-doomed", region="us"), agent("gpu-ok", region="eu")
     start_tasks([doomed], stake, factory, clock)
     beat_rounds(client, clock, [doomed, survivor], 30)
     assert beat_rounds(client, clock, [survivor], 15) == ["gpu-doomed"]
+    return doomed
+
+
+def test_lone_departure_holding_a_task_slashes_its_collateral_once(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    doomed = lone_node_goes_silent(agent, client, stake, factory, clock)
     decide_after_delay(client, factory, clock)
     decide_after_delay(client, factory, clock)  # a second run decides nothing new
     (action,) = slash_actions(factory)
@@ -145,10 +152,7 @@ def test_a_silence_the_region_shares_is_kept_out_of_each_nodes_record(
 def test_a_lone_silence_counts_as_the_nodes_own_departure(
         agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
-    doomed, survivor = agent("gpu-doomed", region="us"), agent("gpu-ok", region="eu")
-    start_tasks([doomed], stake, factory, clock)
-    beat_rounds(client, clock, [doomed, survivor], 30)
-    assert beat_rounds(client, clock, [survivor], 15) == ["gpu-doomed"]
+    lone_node_goes_silent(agent, client, stake, factory, clock)
     assert ended_sessions(factory) == {"gpu-doomed": True}
     assert pls_of(client).book.summary("gpu-doomed", clock()).abrupt_departures == 1
 
