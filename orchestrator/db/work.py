@@ -232,7 +232,8 @@ class SweepResult:
 
 
 LeaseHolds = Callable[[Sequence[str], float], Mapping[str, float]]
-"""Nodes just called DEAD (not draining) -> seconds to keep each one's leases (`PlsService`)."""
+"""Nodes just called DEAD (not draining) -> seconds (> 0) to keep the leases of those whose
+leases are held; the rest are revoked (`PlsService.lease_holds`)."""
 
 
 def sweep(session: Session, *, detector: PhiAccrualDetector, now: float,
@@ -260,7 +261,7 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, now: float,
         if verdict is None:
             continue
         if node.id in newly_dead:
-            if holds.get(node.id, 0.0) > 0.0:
+            if node.id in holds:
                 crud.hold_node_leases(session, node_id=node.id, until=now + holds[node.id])
                 held.append(node.id)
             else:

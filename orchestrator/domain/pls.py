@@ -13,10 +13,11 @@ late a slow GPU would deliver (`CostModel.latency_share_per_hour`). Nodes whose
 free on-chain stake cannot cover the risk-priced collateral (`collateral.py`)
 are dropped, and long tasks go only to nodes with a verified record
 (`Probation`) while any such node is a candidate. `LeaseHold` decides whether a
-silent node's lease is kept through a silence its peers share. A share of short tasks goes to the
-best new node (few sessions observed) so newcomers can build a history; that
-choice is drawn from the policy's own seeded generator, so a run is
-reproducible given the seed and the sequence of calls.
+silent node's lease is kept through a silence its peers share (and keeps that
+silence out of the node's record). A share of short tasks goes to the best new
+node (few sessions observed) so newcomers can build a history; that choice is
+drawn from the policy's own seeded generator, so a run is reproducible given
+the seed and the sequence of calls.
 
 Two entry points: `rank` takes `matching.Candidate`s (the service), `rank_rows`
 takes numpy arrays of book rows (the simulator; no per-node Python work but

@@ -127,7 +127,7 @@ class PlsDriver(PlacementObserver):
         return self.checkpoints.interval(self.checkpoint_cost[node].value, max(mtbf, 1.0))
 
     def lease_hold_s(self, node: int, now: float) -> float:
-        """Hold the lease when the node's region or network peers went silent with it."""
+        """What `LeaseHold` decided at the node's DEAD verdict (`node_down`, called first)."""
         return float(self._lease_hold_s[node])
 
     # ----- observations ---------------------------------------------------------------

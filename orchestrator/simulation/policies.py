@@ -97,7 +97,6 @@ class RandomPolicy(Unobservant):
         return FIXED_CHECKPOINT_S
 
 
-
 class UptimePolicy(Unobservant):
     """What uptime-based staking rewards: the largest observed uptime share, then stake.
 
