@@ -23,7 +23,6 @@ from orchestrator.simulation.models import TOKEN, NodeProfile
 from orchestrator.simulation.policies import Policy, TaskView
 from orchestrator.simulation.world import NodeTimeline, Partition, World
 
-CANDIDATES_PER_PLACEMENT = 64  # sampled idle nodes a policy chooses among (power of k choices)
 CHECKPOINT_MB = 40.0  # finished tiles and render state uploaded per checkpoint
 RESULT_MB = 60.0  # rendered frames uploaded at the end
 CHECKPOINT_SNAPSHOT_S = 2.0  # GPU paused while the state is written out; the upload then
@@ -133,7 +132,7 @@ class PolicyResult:
 
 
 class IdlePool:
-    """Idle, accepted nodes with O(1) insert, remove and uniform sampling."""
+    """Idle, accepted nodes with O(1) insert and remove."""
 
     def __init__(self, size: int) -> None:
         self._items = np.zeros(size, dtype=np.int64)
@@ -156,11 +155,8 @@ class IdlePool:
         self._where[last] = at
         self._where[node] = -1
 
-    def sample(self, rng: np.random.Generator, k: int) -> np.ndarray:
-        """Up to k distinct idle nodes, uniformly (all of them when there are at most k)."""
-        if self._size <= k:
-            return self._items[: self._size].copy()
-        return np.unique(self._items[rng.integers(0, self._size, k)])
+    def nodes(self) -> np.ndarray:
+        return self._items[: self._size].copy()
 
     def __len__(self) -> int:
         return self._size
@@ -485,16 +481,15 @@ class Simulation:
             mask[node] = eligible(spec, TaskNeeds(min_vram_gb=min_vram, priority=priority))
 
     def _place(self, task: TaskState, hopeless: dict[tuple[int, Priority], float]) -> bool:
-        whole_pool = len(self.pool) <= CANDIDATES_PER_PLACEMENT
         task_class = (task.needs.min_vram_gb, task.needs.priority)
-        sampled = self.pool.sample(self.rng, CANDIDATES_PER_PLACEMENT)
-        eligible_nodes = sampled[self.eligible_mask(task.needs)[sampled]]
+        idle = self.pool.nodes()
+        eligible_nodes = idle[self.eligible_mask(task.needs)[idle]]
         if eligible_nodes.size == 0:
-            if whole_pool:
-                hopeless[task_class] = 0.0
+            hopeless[task_class] = 0.0
             return False
-        # Shuffled so that no policy favours low node indices when it breaks ties.
-        candidates = self.rng.permutation(eligible_nodes).tolist()
+        # Every idle eligible node is a candidate, as the service's `Placer` ranks them all;
+        # shuffled so that no policy favours low node indices when it breaks ties.
+        candidates = self.rng.permutation(eligible_nodes)
         remaining = task.work_s - task.saved_s
         needs = dataclasses.replace(
             task.needs, expected_duration_s=remaining,
@@ -502,10 +497,9 @@ class Simulation:
         view = TaskView(task.key, needs, remaining)
         choice = self.policy.choose(view, candidates, self.now)
         if choice is None:
-            if whole_pool:
-                hopeless[task_class] = min(hopeless.get(task_class, math.inf), remaining)
+            hopeless[task_class] = min(hopeless.get(task_class, math.inf), remaining)
             return False
-        node = candidates[choice.position]
+        node = int(candidates[choice.position])
         task_transition(task.status, TaskStatus.RESERVED, at=self.now, reason="placed")
         task.status = TaskStatus.RESERVED
         self.pool.remove(node)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from eth_utils import to_checksum_address
+from numpy.typing import NDArray
 
 from orchestrator.domain.calibration import OnlineRecalibrator
 from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
@@ -103,16 +104,16 @@ class PlsDriver(PlacementObserver):
                                   profile.network, 0.0, spec.tier)
 
     # ----- decisions ------------------------------------------------------------------
-    def choose(self, task: TaskView, candidates: Sequence[int], now: float) -> Choice | None:
-        rows = np.asarray(candidates, dtype=np.intp)
-        free_stake = self.stake[rows] - self.locked[rows]
-        wall = task.remaining_work_s / self.speeds[rows]
-        ranked = self.policy.rank_rows(rows, self.prices[rows], free_stake, task.needs, now,
-                                       wall_durations_s=wall)
+    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
+               ) -> Choice | None:
+        free_stake = self.stake[candidates] - self.locked[candidates]
+        wall = task.remaining_work_s / self.speeds[candidates]
+        ranked = self.policy.rank_rows(candidates, self.prices[candidates], free_stake,
+                                       task.needs, now, wall_durations_s=wall)
         if ranked.rows.size == 0:
             return None
         position = int(ranked.positions[0])
-        node = candidates[position]
+        node = int(candidates[position])
         collateral = self.policy.collateral.required(
             task.needs.value, float(ranked.p_fail[0]), task.needs.expected_duration_s)
         self._chosen = (node, collateral, float(ranked.raw_rs[0]))  # committed when it starts

@@ -3,24 +3,32 @@ and the `mesh bench churn --json` command end to end."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 from typer.testing import CliRunner
 
 from orchestrator.bench import churn
 from orchestrator.cli import app
-from orchestrator.domain.types import NodeSpec, Priority, Tier
+from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds, Tier
 from orchestrator.simulation import world as world_module
 from orchestrator.simulation.engine import Attempt, Simulation, TaskState
 from orchestrator.simulation.jobs import Job
 from orchestrator.simulation.models import TOKEN, NodeProfile
-from orchestrator.simulation.policies import FIXED_CHECKPOINT_S, Choice, TaskView, Unobservant
+from orchestrator.simulation.policies import (
+    FIXED_CHECKPOINT_S,
+    ORACLE_HEAD,
+    Choice,
+    OraclePolicy,
+    TaskView,
+    Unobservant,
+)
 from orchestrator.simulation.traces import Session, TraceError
 from orchestrator.simulation.world import World
 
@@ -48,8 +56,9 @@ class Prefer(Unobservant):
         self.node = node
         self.hold_s = hold_s
 
-    def choose(self, task: TaskView, candidates: Sequence[int], now: float) -> Choice | None:
-        nodes = list(candidates)
+    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
+               ) -> Choice | None:
+        nodes = candidates.tolist()
         return Choice(nodes.index(self.node) if self.node in nodes else 0, None)
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
@@ -95,6 +104,61 @@ def test_departure_loses_only_the_work_since_the_last_checkpoint() -> None:
     # checkpoints; the one that delivers is paid for the whole task.
     assert result.earnings[0] == 0.0
     assert result.earnings[1] == pytest.approx(6_000.0 / 3600.0 * 0.5)
+
+
+class Spy(Prefer):
+    """Takes the first candidate and remembers what it was offered."""
+
+    def __init__(self) -> None:
+        super().__init__(node=-1)
+        self.offered: list[set[int]] = []
+
+    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
+               ) -> Choice | None:
+        self.offered.append(set(candidates.tolist()))
+        return Choice(0, None)
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_every_idle_eligible_node_is_a_candidate() -> None:
+    """As the service's `Placer` ranks every node: no sampling that could hide the best one."""
+    profiles = [profile(f"n{i:03d}") for i in range(150)]
+    small = dataclasses.replace(profiles[0], node_id="small", gpu="RTX 3060", vram_gb=4)
+    profiles.append(small)
+    trace = {p.node_id: [Session(0.0, math.inf)] for p in profiles}
+    world = World(trace, {p.node_id: p for p in profiles}, 86_400.0, np.random.default_rng(0))
+    spy = Spy()
+    Simulation(world, profiles, [spec(p) for p in profiles], [one_job(600.0)], spy,
+               np.random.default_rng(0)).run()
+    assert spy.offered[0] == set(range(150))  # all but the node short of VRAM
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_oracle_takes_the_fastest_honest_node_that_finishes_undisturbed() -> None:
+    """Faster nodes that would leave first, or cheat, are passed over, even past the sorted
+    head; among equally fast ones the first offered wins."""
+    fast = [dataclasses.replace(profile(f"fast{i}"), speed=3.0) for i in range(ORACLE_HEAD + 1)]
+    cheater = dataclasses.replace(profile("cheater"), speed=2.5, cheater=True)
+    twins = [dataclasses.replace(profile(f"twin{i}"), speed=2.0) for i in range(2)]
+    profiles = [*fast, cheater, *twins, profile("slow")]
+    stayer = ORACLE_HEAD  # the one fast node that stays; the others leave at 1,000 s
+    trace = {p.node_id: [Session(0.0, 1_000.0 if p in fast[:stayer] else math.inf)]
+             for p in profiles}
+    world = World(trace, {p.node_id: p for p in profiles}, 86_400.0, np.random.default_rng(0))
+    oracle = OraclePolicy([world.timelines[p.node_id] for p in profiles],
+                          [p.effective_speed for p in profiles], [p.cheater for p in profiles])
+    task = TaskView(0, TaskNeeds(min_vram_gb=8, expected_duration_s=3_600.0), 3_600.0)
+    cheat, twin0, twin1, slow = range(stayer + 1, stayer + 5)
+
+    def chosen(offered: list[int]) -> int:
+        choice = oracle.choose(task, np.array(offered, dtype=np.intp), 60.0)
+        assert choice is not None
+        return offered[choice.position]
+
+    leaving = list(range(stayer))
+    assert chosen([slow, twin1, *leaving, cheat, twin0, stayer]) == stayer  # tied, offered last
+    assert chosen([slow, twin1, *leaving, cheat, twin0]) == twin1
+    assert chosen([slow, *leaving, cheat]) == slow
 
 
 def observe_one_gap(node_id: str, gap_s: float, seed: int) -> World:
