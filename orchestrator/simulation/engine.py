@@ -156,7 +156,8 @@ class IdlePool:
         self._where[node] = -1
 
     def nodes(self) -> np.ndarray:
-        return self._items[: self._size].copy()
+        """The idle nodes: a view, valid until the pool next changes."""
+        return self._items[: self._size]
 
     def __len__(self) -> int:
         return self._size
