@@ -106,21 +106,17 @@ def test_departure_loses_only_the_work_since_the_last_checkpoint() -> None:
     assert result.earnings[1] == pytest.approx(6_000.0 / 3600.0 * 0.5)
 
 
-class Spy(Unobservant):
-    """Takes the first candidate and remembers what it was offered."""
-
-    name = "spy"
+class Spy(Prefer):
+    """Takes the first candidate (no node is named) and remembers what it was offered."""
 
     def __init__(self) -> None:
+        super().__init__(node=-1)
         self.offered: list[set[int]] = []
 
     def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
                ) -> Choice | None:
         self.offered.append(set(candidates.tolist()))
-        return Choice(0, None)
-
-    def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
-        return FIXED_CHECKPOINT_S
+        return super().choose(task, candidates, now)
 
 
 @pytest.mark.usefixtures("quiet_world")
