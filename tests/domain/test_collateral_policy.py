@@ -44,6 +44,49 @@ def test_collateral_formula_by_hand() -> None:
     assert policy.required(10**18, 0.2, 3600.0) == 875 * 10**15
 
 
+@pytest.mark.parametrize(("value", "p_fail", "expected"), [
+    # 1 unit at 10 %: 0.1 of a unit, rounded UP to 1 (rounding down would lock nothing)
+    (1, 0.0, 1),
+    # 19 units at 10 %: 1.9 -> 2
+    (19, 0.0, 2),
+    # 20 units at 10 %: exactly 2, no rounding
+    (20, 0.0, 2),
+    # 10**18 + 1 at 0.1 + 3 * 0.2 = 0.7: 7 * 10**17 + 0.7 -> 7 * 10**17 + 1
+    (10**18 + 1, 0.2, 7 * 10**17 + 1),
+    # p_fail 1e-9: 30,000 bps * 1e-9 = 3e-5 bps, rounded up to a whole bps: rate 1,001 bps
+    (10**4, 1e-9, 1_001),
+])
+def test_collateral_rounds_up_to_the_next_token_unit(value: int, p_fail: float, expected: int
+                                                     ) -> None:
+    # Zero duration: complexity exactly 1, so only the rate and the final division round.
+    policy = CollateralPolicy(floor=0, cap=10**30)
+    assert policy.required(value, p_fail, 0.0) == expected
+
+
+def test_collateral_grows_with_log2_of_one_plus_hours() -> None:
+    policy = CollateralPolicy(floor=0, cap=10**30, duration_weight=0.25)
+    # 3 h: 1 + 0.25 * log2(4) = 1.5; 7 h: 1 + 0.25 * log2(8) = 1.75; 10 % of 10,000 = 1,000
+    assert policy.required(10_000, 0.0, 3 * 3600.0) == 1_500
+    assert policy.required(10_000, 0.0, 7 * 3600.0) == 1_750
+
+
+def test_vector_collateral_rounds_up_like_the_exact_one() -> None:
+    policy = CollateralPolicy(floor=0, cap=10**30)
+    assert policy.required_many(19, np.array([0.0, 1e-9, 1.0]), 0.0).tolist() == [
+        2.0, 2.0, 59.0]  # 1.9 -> 2; 1.9019 -> 2; 19 * 3.1 = 58.9 -> 59
+    assert CollateralPolicy(floor=50, cap=1_000).required_many(
+        10**6, np.array([0.0, 1.0]), 0.0).tolist() == [1_000.0, 1_000.0]
+    assert CollateralPolicy(floor=50, cap=10**9).required_many(
+        1, np.array([0.0]), 0.0).tolist() == [50.0]
+
+
+def test_collateral_floor_and_cap_bind_exactly() -> None:
+    policy = CollateralPolicy(floor=50, cap=1_000)
+    assert policy.required(1, 0.0, 0.0) == 50  # 0.1 unit -> the floor
+    assert policy.required(10**6, 1.0, 0.0) == 1_000  # 310,000 units -> the cap
+    assert policy.required(5_000, 0.0, 0.0) == 500  # inside the bounds: 10 % of 5,000
+
+
 @given(st.integers(0, 10**21), st.lists(risks, min_size=1, max_size=20), durations)
 def test_vector_collateral_agrees_with_exact_within_float_precision(
         value: int, p_fail: list[float], duration: float) -> None:

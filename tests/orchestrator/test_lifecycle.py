@@ -18,6 +18,27 @@ JOB_HAPPY_PATH = ["submitted", "funded", "scheduled", "running", "verifying", "c
                   "settling", "settled"]
 TASK_HAPPY_PATH = ["pending", "reserved", "running", "done", "verified"]
 
+# Every allowed move, written out by hand rather than read from the tables: a pair listed here
+# must be accepted and any other pair refused, so an edge added or dropped there fails a test.
+ALLOWED_JOB_MOVES = {
+    ("submitted", "funded"), ("submitted", "cancelled"), ("submitted", "expired"),
+    ("funded", "scheduled"), ("funded", "cancelled"), ("funded", "expired"),
+    ("scheduled", "running"), ("scheduled", "failed"), ("scheduled", "expired"),
+    ("running", "verifying"), ("running", "failed"), ("running", "expired"),
+    ("verifying", "completed"), ("verifying", "failed"), ("verifying", "running"),
+    ("completed", "settling"),
+    ("settling", "settled"),
+    ("settled", "disputed"),
+    ("disputed", "settled"),
+}
+ALLOWED_TASK_MOVES = {
+    ("pending", "reserved"), ("pending", "failed"),
+    ("reserved", "running"), ("reserved", "retry"), ("reserved", "failed"),
+    ("running", "done"), ("running", "retry"), ("running", "failed"),
+    ("done", "verified"), ("done", "retry"), ("done", "failed"),
+    ("retry", "reserved"), ("retry", "failed"),
+}
+
 
 def test_every_status_has_a_row_in_its_table() -> None:
     assert set(JOB_TRANSITIONS) == set(JobStatus)
@@ -36,8 +57,9 @@ def test_task_happy_path_is_allowed_edge_by_edge() -> None:
 
 
 @pytest.mark.parametrize(("current", "target"), list(itertools.product(JobStatus, JobStatus)))
-def test_job_transition_accepts_exactly_the_table(current: JobStatus, target: JobStatus) -> None:
-    if target in JOB_TRANSITIONS[current]:
+def test_job_transition_accepts_exactly_the_allowed_moves(current: JobStatus, target: JobStatus
+                                                         ) -> None:
+    if (current.value, target.value) in ALLOWED_JOB_MOVES:
         assert job_transition(current, target, at=0.0, reason="r").to_status == target.value
     else:
         with pytest.raises(InvalidTransition):
@@ -45,8 +67,9 @@ def test_job_transition_accepts_exactly_the_table(current: JobStatus, target: Jo
 
 
 @pytest.mark.parametrize(("current", "target"), list(itertools.product(TaskStatus, TaskStatus)))
-def test_task_transition_accepts_exactly_the_table(current: TaskStatus, target: TaskStatus) -> None:
-    if target in TASK_TRANSITIONS[current]:
+def test_task_transition_accepts_exactly_the_allowed_moves(current: TaskStatus,
+                                                          target: TaskStatus) -> None:
+    if (current.value, target.value) in ALLOWED_TASK_MOVES:
         assert task_transition(current, target, at=0.0, reason="r").to_status == target.value
     else:
         with pytest.raises(InvalidTransition):
