@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.db import crud
 from tests.orchestrator.apiclient import Wallet
 from tests.orchestrator.conftest import LiveNode, VirtualClock, registration
 
@@ -25,6 +28,21 @@ def test_replayed_request_isRefused(new_wallet: Callable[[], Wallet],
     again = client.post("/v1/nodes", content=body, headers=headers)
     assert again.status_code == 401
     assert again.json()["error"]["code"] == "nonce_replayed"
+
+
+def test_replay_after_the_nonce_cleanup_isStillRefused(
+        new_wallet: Callable[[], Wallet], client: TestClient, clock: VirtualClock,
+        factory: sessionmaker[Session]) -> None:
+    body = json.dumps(registration("gpu-1")).encode()
+    headers = new_wallet().headers("POST", "/v1/nodes", body) | {
+        "content-type": "application/json"}  # expires 60 s from now
+    assert client.post("/v1/nodes", content=body, headers=headers).status_code == 200
+    for elapsed in (30, 30):  # half-way, then exactly at the expiry: still a valid request
+        clock.advance(elapsed)
+        with factory.begin() as session:  # the nonce-gc periodic job
+            crud.forget_expired_nonces(session, now=clock())
+        again = client.post("/v1/nodes", content=body, headers=headers)
+        assert (again.status_code, again.json()["error"]["code"]) == (401, "nonce_replayed")
 
 
 def test_expired_signature_isRefused(new_wallet: Callable[[], Wallet],

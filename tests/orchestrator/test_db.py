@@ -68,6 +68,24 @@ def test_nonce_is_accepted_once(factory: sessionmaker[Session]) -> None:
         assert crud.forget_expired_nonces(session, now=11) == 2
 
 
+def test_cleanup_forgets_only_nonces_whose_requests_can_no_longer_be_accepted(
+        factory: sessionmaker[Session]) -> None:
+    signer = "0x" + "1" * 40
+    with factory.begin() as session:
+        assert crud.claim_nonce(session, address=signer, nonce="1", expires_at=10)
+        assert crud.claim_nonce(session, address=signer, nonce="2", expires_at=20)
+    # A request whose expiry is `now` is still accepted, so its nonce must still be known.
+    with factory.begin() as session:
+        assert crud.forget_expired_nonces(session, now=10) == 0
+    with factory.begin() as session:
+        assert not crud.claim_nonce(session, address=signer, nonce="1", expires_at=10)
+    with factory.begin() as session:
+        assert crud.forget_expired_nonces(session, now=15) == 1
+    with factory.begin() as session:
+        assert not crud.claim_nonce(session, address=signer, nonce="2", expires_at=20)
+        assert crud.claim_nonce(session, address=signer, nonce="1", expires_at=30)
+
+
 def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[Session]) -> None:
     for _ in range(2):
         with factory.begin() as session:

@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud, work
 from orchestrator.db.models import Lease, Task
+from orchestrator.db.placement import PlacementConflict, Reservation, commit_reservations
+from orchestrator.domain.lifecycle import TaskStatus
 from orchestrator.domain.matching import ScoreFn
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.scheduling.placer import Placer
@@ -80,6 +82,30 @@ def test_stale_view_conflicts_then_retries_without_double_booking(
     with factory() as session:
         slots = live_slots(session)
         assert len(slots) == len(set(slots)) == 2
+
+
+def test_a_finished_task_whose_lease_was_released_is_never_reserved_again(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    (node_id,) = make_nodes(1, slots=1)
+    job_id = make_job(1)
+    (placed,) = Placer(factory, clock=lambda: 0.0).place_all().placed
+    with factory.begin() as session:
+        (task,) = crud.job_tasks(session, job_id=job_id)
+        for status in (TaskStatus.RUNNING, TaskStatus.DONE):
+            crud.set_task_status(session, task=task, target=status, now=1.0, reason="test")
+        lease = crud.live_lease_for_task(session, task_id=task.id)
+        assert lease is not None
+        crud.release_lease(session, lease=lease, now=1.0, reason="completed")
+    # A placer that read the task while it was still pending commits its choice now: the slot
+    # is free again and no live lease names the task, so only the status guard can refuse it.
+    stale = Reservation(placed.task_id, job_id, node_id, 0, from_status="pending")
+    with factory() as session, pytest.raises(PlacementConflict):
+        commit_reservations(session, reservations=[stale], now=2.0, ttl_s=60.0)
+    with factory() as session:
+        assert session.scalar(select(Task.status)) == "done"
+        assert session.scalar(select(Task.attempts)) == 1
+        assert live_slots(session) == []
+        assert session.scalar(select(func.count()).select_from(Lease)) == 1
 
 
 def test_expired_reservation_frees_the_slot_and_requeues_the_task(
