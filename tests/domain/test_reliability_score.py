@@ -62,14 +62,14 @@ def test_rs_always_lies_in_unit_interval(sessions: list[tuple[float, bool]], upt
 @settings(max_examples=60, deadline=None)
 @given(sessions_strategy.filter(lambda s: any(not abrupt for _, abrupt in s)),
        st.floats(0.0, 86_400.0), st.floats(1.0, 86_400.0))
-def test_rs_never_rises_when_a_clean_session_turns_out_a_failure(
+def test_rs_falls_when_a_clean_session_turns_out_a_failure(
         sessions: list[tuple[float, bool]], uptime: float, duration: float) -> None:
     graceful_index = next(i for i, (_, abrupt) in enumerate(sessions) if not abrupt)
     as_failure = list(sessions)
     as_failure[graceful_index] = (sessions[graceful_index][0], True)
     before = book_with(sessions, uptime).score("n", 1e8, duration)
     after = book_with(as_failure, uptime).score("n", 1e8, duration)
-    assert after <= before + 1e-12
+    assert after < before  # one more departure in the posterior: strictly less likely to finish
 
 
 @settings(max_examples=40, deadline=None)
@@ -113,6 +113,39 @@ def test_new_node_scores_at_population_prior() -> None:
     survival = book.components("new", 1800.0, HOUR).survival
     k, a, b = PRIOR.shape, PRIOR.rate_a, PRIOR.rate_b
     assert survival == pytest.approx(((b + 1800.0**k) / (b + 5400.0**k)) ** a)
+
+
+@pytest.mark.parametrize(("abrupt", "departures"), [(False, 0), (True, 1)])
+def test_a_finished_session_adds_its_exposure_and_a_departure_only_when_abrupt(
+        abrupt: bool, departures: int) -> None:
+    """The posterior by hand: Gamma(a + d, b + L**k) after one session of length L."""
+    length, uptime = 5 * HOUR, 2 * HOUR
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    book.session_ended("n", length, abrupt=abrupt)
+    book.session_started("n", length)
+    now = length + uptime
+    k, a, b = PRIOR.shape, PRIOR.rate_a, PRIOR.rate_b + length**PRIOR.shape
+    expected = ((b + uptime**k) / (b + (uptime + HOUR) ** k)) ** (a + departures)
+    assert book.components("n", now, HOUR).survival == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("abrupt", "departures"), [(False, 0), (True, 1)])
+def test_the_recent_departure_term_counts_only_abrupt_session_ends(
+        abrupt: bool, departures: int) -> None:
+    """R(T) by hand: (beta / (beta + T)) ** alpha, alpha = prior rate * beta0 + departures,
+    beta = beta0 + the session's online seconds weighted over the window."""
+    config = RsConfig()
+    length = 5 * HOUR
+    book = ReliabilityBook(PRIOR, config)
+    book.session_started("n", 0.0)
+    book.session_ended("n", length, abrupt=abrupt)
+    book.session_started("n", length)
+    tau, beta0 = config.departure_window_s, config.departure_prior_exposure_s
+    alpha = config.departure_prior_rate_per_day / 86_400.0 * beta0 + departures
+    beta = beta0 + tau * (1.0 - math.exp(-length / tau))
+    (survival,) = book.departure_survival_many(None, length, HOUR)
+    assert survival == pytest.approx((beta / (beta + HOUR)) ** alpha, rel=1e-12)
 
 
 def test_many_abrupt_departures_outweigh_the_prior() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
@@ -160,6 +159,25 @@ def test_low_score_slash_amount_is_the_configured_share() -> None:
     assert slashes[0].task_id is None and slashes[0].evidence == EVIDENCE
 
 
+def test_a_low_score_streak_needs_the_minimum_number_of_observations() -> None:
+    policy = policy_with(1)
+    assert CONFIG.min_low_observations == 3 and CONFIG.low_score_window_s == 6 * HOUR
+    for at in (0.0, 6 * HOUR):  # spans the whole window, but only two readings
+        policy.observe_score("n0", 0.2, at, EVIDENCE)
+    assert decide_after_delay(policy, 6 * HOUR) == []
+    policy.observe_score("n0", 0.2, 6.5 * HOUR, EVIDENCE)  # the third
+    assert decide_after_delay(policy, 6.5 * HOUR) == [SlashReason.LOW_SCORE]
+
+
+@pytest.mark.parametrize(("last_reading_h", "slashed"), [(6.0, True), (5.9, False)])
+def test_a_low_score_streak_must_span_the_whole_window(last_reading_h: float,
+                                                        slashed: bool) -> None:
+    policy = policy_with(1)
+    for at in (0.0, 3 * HOUR, last_reading_h * HOUR):
+        policy.observe_score("n0", 0.2, at, EVIDENCE)
+    assert decide_after_delay(policy, 7 * HOUR) == ([SlashReason.LOW_SCORE] if slashed else [])
+
+
 def test_brief_low_score_dip_does_not_slash() -> None:
     policy = policy_with(1)
     _, changes, reasons = feed_scores(policy, "n0", [0.9, 0.3, 0.3, 0.3, 0.9] * 6)
@@ -220,14 +238,34 @@ def test_score_wobbling_across_thresholds_does_not_flap() -> None:
     assert changes == [] and reasons == []
 
 
+# Promotion windows shorter than the dwell time, so that the dwell is what holds a tier back
+# (under the defaults the 12 h promotion window always outlasts the 6 h dwell).
+DWELL_CONFIG = SlashingConfig(promote_window_s=2 * HOUR, min_dwell_s=10 * HOUR)
+
+
+def test_promotion_waits_out_the_dwell_time_since_the_last_tier_change() -> None:
+    policy = StakingPolicy(DWELL_CONFIG)
+    policy.register("n0", provider(0), "eu", "AS1", now=0.0, tier=Tier.BACKGROUND)
+    policy.handshake(verdict("n0", Tier.HIGH, 0.0))
+    _, changes, _ = feed_scores(policy, "n0", [0.95] * 30)
+    # Good RS from t=0 fills the 2 h window by ~3 h, yet each step waits 10 h: BACKGROUND
+    # (registered at 0) -> STANDARD at 10 h -> HIGH at 20 h.
+    assert [(c.old, c.new, c.at) for c in changes] == [
+        (Tier.BACKGROUND, Tier.STANDARD, 10 * HOUR), (Tier.STANDARD, Tier.HIGH, 20 * HOUR)]
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=24, max_size=24 * 7))
-def test_tier_changes_are_never_closer_than_the_dwell_time(scores: list[float]) -> None:
-    policy = policy_with(1)
+def test_promotions_are_never_closer_than_the_dwell_time(scores: list[float]) -> None:
+    policy = StakingPolicy(DWELL_CONFIG)
+    policy.register("n0", provider(0), "eu", "AS1", now=0.0)
     policy.handshake(verdict("n0", Tier.STANDARD, 0.0, valid_s=30 * 86_400.0))
     _, changes, _ = feed_scores(policy, "n0", scores)
-    gaps = [later.at - earlier.at for earlier, later in itertools.pairwise(changes)]
-    assert all(gap >= CONFIG.low_score_window_s - CONFIG.decision_delay_s for gap in gaps)
+    previous_change = 0.0  # registration
+    for change in changes:
+        if change.new > change.old:
+            assert change.at - previous_change >= DWELL_CONFIG.min_dwell_s
+        previous_change = change.at
 
 
 def test_upheld_dispute_restores_the_tier_once() -> None:
