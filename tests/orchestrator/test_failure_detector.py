@@ -62,6 +62,32 @@ def test_node_back_from_the_dead_is_alive_with_a_fresh_history() -> None:
     assert detector.health("n", last + 101.5) is NodeHealth.ALIVE
 
 
+def test_node_back_from_the_dead_is_judged_exactly_like_a_newcomer() -> None:
+    """The outage is no inter-arrival time and the old history is gone: a detector that
+    only ever saw the heartbeats since the return gives the same phi and verdicts."""
+    detector, newcomer = PhiAccrualDetector(CFG), PhiAccrualDetector(CFG)
+    last = steady(detector, "n", 60)
+    back = last + 100
+    assert detector.health("n", back) is NodeHealth.DEAD
+    for at in (back, back + 1, back + 2):
+        detector.heartbeat("n", at)
+        newcomer.heartbeat("n", at)
+    for gap in (0.5, 2.0, 3.0, 4.0, 6.0, 20.0):
+        assert detector.phi("n", back + 2 + gap) == pytest.approx(newcomer.phi("n", back + 2 + gap))
+        assert detector.health("n", back + 2 + gap) is newcomer.health("n", back + 2 + gap)
+
+
+def test_node_back_from_the_dead_gets_a_fresh_grace_period() -> None:
+    detector = PhiAccrualDetector(CFG)  # grace 10 s
+    last = steady(detector, "n", 60)
+    back = last + 100
+    detector.heartbeat("n", back)
+    detector.heartbeat("n", back + 1)  # one 1 s interval: phi is far past dead 8 s later
+    assert detector.phi("n", back + 9.5) >= CFG.dead_phi
+    assert detector.health("n", back + 9.5) is NodeHealth.SUSPECT  # inside the new grace
+    assert detector.health("n", back + CFG.grace_s) is NodeHealth.DEAD
+
+
 def test_draining_node_takes_no_new_work_but_stays_alive() -> None:
     detector = PhiAccrualDetector(CFG)
     steady(detector, "n", 10)
