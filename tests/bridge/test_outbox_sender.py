@@ -313,6 +313,11 @@ def test_crash_between_persisting_and_recording_the_receipt_still_settles_once(
         (row,) = rows(factory)
         persisted_hash = row.tx_hash
         assert row.status == "sent" and row.raw_tx is not None
+        # Signing is deterministic: move the base fee, so that a sender signing the row
+        # afresh would build other bytes (another fee cap, another hash) than the ones stored.
+        base_fee = int(mesh.w3.eth.get_block("pending")["baseFeePerGas"])
+        mesh.w3.provider.make_request(RPCEndpoint("anvil_setNextBlockBaseFeePerGas"),
+                                      [hex(base_fee + 1)])
 
         clock.now += LEASE_TTL_S + 1  # the dead process's lease lapses
         restarted = fresh_sender(mesh)
@@ -506,6 +511,33 @@ def test_rpc_outage_keeps_the_row_pending_with_backoff_then_it_lands(
     (row,) = rows(factory)
     assert (row.status, row.attempts) == ("confirmed", 2)
     assert settled_on_chain(mesh, job_id)
+
+
+def test_nothing_new_is_signed_while_an_in_flight_row_backs_off(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: Clock) -> None:
+    first, second = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
+    queue_settle(factory, first, {PROVIDER: TOKEN})
+    own = MeshChain(connect(mesh.w3.provider.endpoint_uri),  # type: ignore[attr-defined]
+                    mesh.deployment)
+    sender = OutboxSender(own, own.account(ORCHESTRATOR), metrics)
+    assert drain(factory, sender, clock)  # signed and broadcast: in flight
+    node = own.w3.provider
+    own.w3.provider = HTTPProvider(f"http://127.0.0.1:{free_port()}",  # nobody listens
+                                   exception_retry_configuration=None)
+    assert drain(factory, sender, clock)  # its receipt cannot be read: it backs off
+    own.w3.provider = node
+    assert rows(factory)[0].next_attempt_at == clock.now + 2  # its second attempt: 2 x 1 s
+    queue_settle(factory, second, {PROVIDER: TOKEN})
+
+    assert drain(factory, sender, clock)  # still backing off: its nonce is unaccounted for
+    assert [(row.status, row.tx_hash) for row in rows(factory)][1] == ("pending", None)
+
+    clock.now += 2
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+    assert [row.status for row in rows(factory)] == ["confirmed", "confirmed"]
+    assert settled_on_chain(mesh, first) and settled_on_chain(mesh, second)
 
 
 # ---------------------------------------------------------------------- one sender only
