@@ -1,0 +1,247 @@
+"""Mutation testing of the domain, money and safety code (`make mutate`, `make mutate-sample`).
+
+mutmut (pinned in requirements.lock) plants one small bug at a time in the modules below and
+runs the tests that reach the mutated function; a mutant no test notices has "survived".
+This script picks the mutants, runs mutmut on them and writes the report:
+
+    .mesh/mutation/summary.json  {"modules": {MODULE: {"killed", "survived", "equivalent"}},
+                                  "killed_ratio": killed / (killed + survived), ...}
+    .mesh/mutation/report.md     every surviving mutant with its diff
+
+Mutants that cannot change behaviour are listed, each with its reason, in
+tests/mutation/equivalent.toml; they count as "equivalent", never as killed, and an entry a
+test now kills (or that no longer exists) fails the run, so the list cannot go stale.
+A timeout counts as killed; a mutant no test reaches counts as survived.
+
+usage: tools/mutation.py [--sample N] [--seed S] [--threshold 0.9] [--jobs 2]
+With --sample, N mutants per module (seeded, so CI always checks the same ones) and the
+threshold applies to the pooled ratio; without it every mutant runs and each module must
+reach the threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENT_FILE = ROOT / "tests" / "mutation" / "equivalent.toml"
+
+# Report name -> (source files, the functions mutated there; None for all of them).
+MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
+    "domain": ("orchestrator/domain/*.py", None),
+    "db/placement": ("orchestrator/db/placement.py", None),
+    "db/crud (nonces)": ("orchestrator/db/crud.py",
+                         frozenset({"claim_nonce", "forget_expired_nonces"})),
+    "db/outbox": ("orchestrator/db/outbox.py", None),
+    "chain/outbox_sender": ("orchestrator/chain/outbox_sender.py", None),
+    "chain/errors": ("orchestrator/chain/errors.py", None),
+    "api/auth": ("orchestrator/api/auth.py", None),
+}
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
+SURVIVED = {"survived", "no tests", "suspicious", "skipped"}
+_MANGLED = re.compile(r"^x(?:ǁ(?P<cls>[^ǁ]+)ǁ|_)(?P<func>.+)__mutmut_\d+$")
+
+
+@dataclass
+class Tally:
+    killed: int = 0
+    survived: int = 0
+    equivalent: int = 0
+    not_run: int = 0
+    survivors: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float | None:
+        judged = self.killed + self.survived
+        return self.killed / judged if judged else None
+
+
+def function_of(mutant: str) -> str:
+    """`orchestrator.db.crud.x_claim_nonce__mutmut_3` -> `claim_nonce` (methods: `Class.m`)."""
+    match = _MANGLED.match(mutant.rsplit(".", 1)[1])
+    if match is None:
+        raise ValueError(f"not a mutmut mutant name: {mutant}")
+    return f"{match['cls']}.{match['func']}" if match["cls"] else match["func"]
+
+
+def module_of(mutant: str) -> str | None:
+    path = mutant.rsplit(".", 1)[0].replace(".", "/") + ".py"
+    for name, (pattern, functions) in MODULES.items():
+        if fnmatch.fnmatch(path, pattern) and (
+                functions is None or function_of(mutant).rsplit(".", 1)[-1] in functions):
+            return name
+    return None
+
+
+def all_mutants() -> dict[str, list[str]]:
+    """Every mutant mutmut generates for each module (pure: nothing is run)."""
+    from mutmut.mutation.file_mutation import mutate_file_contents
+    from mutmut.utils.format_utils import get_mutant_name
+
+    names: dict[str, list[str]] = {name: [] for name in MODULES}
+    for pattern, _ in MODULES.values():
+        for path in sorted(ROOT.glob(pattern)):
+            relative = path.relative_to(ROOT)
+            mutated = mutate_file_contents(str(relative), path.read_text())
+            for short in mutated.mutant_names:
+                mutant = get_mutant_name(relative, short)
+                module = module_of(mutant)
+                if module is not None:
+                    names[module].append(mutant)
+    return names
+
+
+def load_equivalent() -> dict[str, str]:
+    data = tomllib.loads(EQUIVALENT_FILE.read_text())
+    listed: dict[str, str] = data.get("mutants", {})
+    blank = [name for name, reason in listed.items() if not str(reason).strip()]
+    if blank:
+        raise SystemExit(f"mutation: {EQUIVALENT_FILE.name} lists mutants without a reason: "
+                         f"{blank}")
+    return listed
+
+
+def run_mutmut(selection: list[str], jobs: int, whole_modules: bool) -> None:
+    """Run mutmut from a fresh `mutants/` (no results kept from an earlier run)."""
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    if whole_modules:  # globs: fnmatch-ing thousands of names one by one is slow
+        patterns = sorted({f"{m.rsplit('.', 1)[0]}.x*{function_of(m).rsplit('.', 1)[-1]}"
+                           f"__mutmut_*" for m in selection})
+    else:
+        patterns = selection
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *patterns]
+    env = os.environ | {"CI": os.environ.get("CI", ""), "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-4000:])
+        raise SystemExit(f"mutation: mutmut failed (exit {result.returncode}); "
+                         "run `make test-python` to see why the suite itself fails")
+
+
+def results() -> dict[str, str]:
+    """mutant -> status, from mutmut's per-file records."""
+    from mutmut.__main__ import status_by_exit_code
+
+    statuses: dict[str, str] = {}
+    for meta in (ROOT / "mutants").rglob("*.py.meta"):
+        for mutant, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            statuses[mutant] = status_by_exit_code[code]
+    return statuses
+
+
+def diff_of(mutant: str) -> str:
+    from mutmut.__main__ import get_diff_for_mutant
+
+    try:
+        return get_diff_for_mutant(mutant)
+    except Exception as exc:  # a report line is better than no report
+        return f"(no diff: {type(exc).__name__}: {exc})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sample", type=int, default=0, help="mutants per module (0: all)")
+    parser.add_argument("--seed", type=int, default=19)
+    parser.add_argument("--threshold", type=float, default=0.9)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--out", type=Path, default=ROOT / ".mesh" / "mutation")
+    args = parser.parse_args()
+
+    os.chdir(ROOT)
+    started = time.monotonic()
+    equivalent = load_equivalent()
+    generated = all_mutants()
+    rng = random.Random(args.seed)
+    selection = {
+        module: sorted(rng.sample(names, min(args.sample, len(names))) if args.sample
+                       else names)
+        for module, names in generated.items()}
+    chosen = [m for names in selection.values() for m in names]
+    run_mutmut(chosen, args.jobs, whole_modules=not args.sample)
+    statuses = results()
+
+    tallies = {module: Tally() for module in MODULES}
+    stale: list[str] = []
+    for module, names in selection.items():
+        tally = tallies[module]
+        for mutant in names:
+            status = statuses.get(mutant, "not checked")
+            if mutant in equivalent:
+                if status in KILLED:
+                    stale.append(f"{mutant} is killed now: drop it from {EQUIVALENT_FILE.name}")
+                tally.equivalent += 1
+            elif status in KILLED:
+                tally.killed += 1
+            elif status in SURVIVED:
+                tally.survived += 1
+                tally.survivors.append(mutant)
+            else:
+                tally.not_run += 1
+    every = {m for names in generated.values() for m in names}
+    stale += [f"{m} no longer exists: drop it from {EQUIVALENT_FILE.name}"
+              for m in sorted(equivalent) if m not in every]
+
+    killed = sum(t.killed for t in tallies.values())
+    survived = sum(t.survived for t in tallies.values())
+    summary = {
+        "modules": {module: {"killed": t.killed, "survived": t.survived,
+                             "equivalent": t.equivalent, "not_run": t.not_run,
+                             "killed_ratio": t.ratio} for module, t in tallies.items()},
+        "killed_ratio": killed / (killed + survived) if killed + survived else None,
+        "sample_per_module": args.sample or None,
+        "seed": args.seed if args.sample else None,
+        "threshold": args.threshold,
+        "duration_s": round(time.monotonic() - started, 1),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines = ["# Mutation report", "", "| module | killed | survived | equivalent | killed % |",
+             "|---|---:|---:|---:|---:|"]
+    for module, t in tallies.items():
+        ratio = "-" if t.ratio is None else f"{100 * t.ratio:.1f}"
+        lines.append(f"| {module} | {t.killed} | {t.survived} | {t.equivalent} | {ratio} |")
+    for module, t in tallies.items():
+        if t.survivors:
+            lines += ["", f"## Survivors in {module}", ""]
+            for mutant in t.survivors:
+                lines += [f"### {mutant} ({statuses.get(mutant)})", "", "```diff",
+                          diff_of(mutant), "```", ""]
+    (args.out / "report.md").write_text("\n".join(lines) + "\n")
+
+    for module, t in tallies.items():
+        ratio = "  -  " if t.ratio is None else f"{100 * t.ratio:5.1f}"
+        print(f"mutation: {module:22} {ratio} % killed  ({t.killed} killed, {t.survived} "
+              f"survived, {t.equivalent} equivalent)")
+    print(f"mutation: report in {args.out / 'report.md'}, {summary['duration_s']} s")
+    failures = list(stale)
+    failures += [f"{module}: {t.not_run} mutants were not run" for module, t in tallies.items()
+                 if t.not_run]
+    if args.sample:
+        pooled = summary["killed_ratio"]
+        if pooled is not None and pooled < args.threshold:
+            failures.append(f"sample: {100 * pooled:.1f} % killed, below "
+                            f"{100 * args.threshold:.0f} %")
+    else:
+        failures += [f"{module}: {100 * t.ratio:.1f} % killed, below "
+                     f"{100 * args.threshold:.0f} %" for module, t in tallies.items()
+                     if t.ratio is not None and t.ratio < args.threshold]
+    for failure in failures:
+        print(f"mutation: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
