@@ -38,6 +38,9 @@ lint:
 demo: setup compile
 	mesh demo
 
-# Long runs, kept out of `make test`: the contracts' stateful property test with 2,000 examples.
+# Long runs, kept out of `make test`: the contracts' stateful property test with 2,000 examples,
+# then every Python property (the API fuzz test included) on Hypothesis's random "fuzz" profile
+# with 20 times CI's examples (tests/conftest.py).
 fuzz: setup compile
-	MESH_FUZZ_EXAMPLES=2000 ape test tests/contracts -k stateful -p no:cacheprovider
+	MESH_HYPOTHESIS_PROFILE=fuzz MESH_FUZZ_EXAMPLES=2000 ape test tests/contracts -k stateful -p no:cacheprovider
+	MESH_HYPOTHESIS_PROFILE=fuzz pytest tests/domain tests/orchestrator/test_api_fuzz.py -m "not postgres" -p no:cacheprovider -p no:ape_test

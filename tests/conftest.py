@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import Engine, create_engine, delete
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -46,6 +47,21 @@ from tests.chain_fixtures import (  # noqa: F401
 )
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+# Hypothesis profiles. "ci", the default: derandomized (examples drawn from a fixed seed), so
+# CI and every local run test the same inputs and a failure reproduces. "fuzz" (`make fuzz`,
+# MESH_HYPOTHESIS_PROFILE=fuzz): random inputs, FUZZ_SCALE times the examples of each test.
+HYPOTHESIS_PROFILE = os.environ.get("MESH_HYPOTHESIS_PROFILE", "ci")
+FUZZ_SCALE = 20
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("fuzz", derandomize=False, max_examples=100 * FUZZ_SCALE,
+                          deadline=None, print_blob=True)
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(ci: int) -> int:
+    """A property's example count: `ci` in CI, FUZZ_SCALE times as many under `make fuzz`."""
+    return ci * FUZZ_SCALE if HYPOTHESIS_PROFILE == "fuzz" else ci
 
 
 def _postgres_base_url() -> str | None:

@@ -26,6 +26,7 @@ from orchestrator.domain.reliability import (
     score_bps,
     telemetry_digest,
 )
+from tests.conftest import examples
 
 PRIOR = PopulationPrior.from_weibull(shape=0.4, scale_s=3 * 3600.0, strength=2.0)
 HOUR = 3600.0
@@ -51,7 +52,7 @@ def gpu(at: float, temperature_c: float = 60.0, throttle: int = 0) -> GpuSample:
                      300.0, 350.0)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sessions_strategy, st.floats(0.0, 10 * 86_400.0), st.floats(0.0, 7 * 86_400.0))
 def test_rs_always_lies_in_unit_interval(sessions: list[tuple[float, bool]], uptime: float,
                                          duration: float) -> None:
@@ -59,7 +60,7 @@ def test_rs_always_lies_in_unit_interval(sessions: list[tuple[float, bool]], upt
     assert 0.0 <= rs <= 1.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sessions_strategy.filter(lambda s: any(not abrupt for _, abrupt in s)),
        st.floats(0.0, 86_400.0), st.floats(1.0, 86_400.0))
 def test_rs_falls_when_a_clean_session_turns_out_a_failure(
@@ -72,7 +73,7 @@ def test_rs_falls_when_a_clean_session_turns_out_a_failure(
     assert after < before  # one more departure in the posterior: strictly less likely to finish
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(sessions_strategy, st.sampled_from([TaskOutcome.ABANDONED,
                                            TaskOutcome.FAILED_VERIFICATION]))
 def test_rs_never_rises_when_a_task_failure_is_added(sessions: list[tuple[float, bool]],
@@ -83,7 +84,7 @@ def test_rs_never_rises_when_a_task_failure_is_added(sessions: list[tuple[float,
     assert book.score("n", 1e8, HOUR) <= before
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sessions_strategy, st.floats(0.0, 5 * 86_400.0), st.floats(1.0, 5 * 86_400.0),
        st.floats(1.0, 86_400.0))
 def test_conditional_survival_rises_with_uptime_when_shape_below_one(
@@ -366,7 +367,7 @@ def test_departure_term_is_one_without_departures_under_a_zero_prior_rate() -> N
     assert book.recent_departure_rate_many(None, 3 * DAY)[0] == 0.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.floats(0.0, 6 * DAY), max_size=10), st.floats(0.0, 6 * DAY),
        st.floats(1.0, 2 * DAY))
 def test_departure_term_never_rises_when_a_revocation_is_added(
@@ -383,7 +384,7 @@ def test_departure_term_never_rises_when_a_revocation_is_added(
             >= before.recent_departure_rate_many(None, now)[0] - 1e-15)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sessions_strategy.filter(lambda s: any(not abrupt for _, abrupt in s)),
        st.floats(0.0, DAY), st.floats(1.0, DAY))
 def test_recent_rs_never_rises_when_a_clean_session_turns_out_a_revocation(
@@ -402,7 +403,7 @@ def test_recent_rs_never_rises_when_a_clean_session_turns_out_a_revocation(
     assert after.score("n", now, duration) <= before.score("n", now, duration) + 1e-12
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(sessions_strategy, st.floats(0.0, 5 * DAY), st.floats(1.0, 5 * DAY), st.floats(1.0, DAY))
 def test_pooled_rs_still_rises_with_uptime(sessions: list[tuple[float, bool]], uptime: float,
                                            extra: float, duration: float) -> None:

@@ -18,6 +18,7 @@ from orchestrator.domain.slashing import (
     TierChange,
 )
 from orchestrator.domain.types import NodeHealth, Tier
+from tests.conftest import examples
 
 HOUR = 3600.0
 CONFIG = SlashingConfig()
@@ -93,7 +94,7 @@ def test_real_departure_slashes_the_tasks_collateral_once_with_evidence() -> Non
     assert policy.decide(decided_at + HOUR, BONDED).slashes == ()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(group_size=st.integers(5, 60), share=st.floats(0.2, 1.0),
        offsets=st.lists(st.floats(0.0, CONFIG.outage_window_s), min_size=60, max_size=60),
        start=st.floats(0.0, 1e6))
@@ -254,7 +255,7 @@ def test_promotion_waits_out_the_dwell_time_since_the_last_tier_change() -> None
         (Tier.BACKGROUND, Tier.STANDARD, 10 * HOUR), (Tier.STANDARD, Tier.HIGH, 20 * HOUR)]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=24, max_size=24 * 7))
 def test_promotions_are_never_closer_than_the_dwell_time(scores: list[float]) -> None:
     policy = StakingPolicy(DWELL_CONFIG)

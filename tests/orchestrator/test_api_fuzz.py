@@ -4,16 +4,16 @@ a 5xx. Signed and token routes are also hit with well-formed but wrong credentia
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tests.orchestrator.conftest import ADMIN_KEY, JobMaker, LiveNode
 
-EXAMPLES = int(os.environ.get("MESH_FUZZ_EXAMPLES", "150"))
+EXAMPLES = examples(150)  # 3,000 under `make fuzz`
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
