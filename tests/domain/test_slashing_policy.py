@@ -86,10 +86,9 @@ def test_real_departure_slashes_the_tasks_collateral_once_with_evidence() -> Non
     slashes = policy.decide(decided_at, BONDED).slashes
     assert len(slashes) == 1
     slash = slashes[0]
-    assert (slash.reason, slash.amount, slash.task_id, slash.provider) == (
-        SlashReason.ABANDONMENT, 5 * 10**17, "task-7", provider(3))
-    assert slash.evidence == EVIDENCE
-    assert slash.dispute_until == decided_at + CONFIG.dispute_window_s
+    assert slash == SlashDecision("n3", provider(3), SlashReason.ABANDONMENT, 5 * 10**17,
+                                  EVIDENCE, decided_at, decided_at + 3 * 86_400.0, "task-7",
+                                  "departed holding the task")
     assert len(slash.slash_id) == 32
     assert policy.decide(decided_at + HOUR, BONDED).slashes == ()
 
@@ -147,7 +146,9 @@ def test_sustained_low_score_demotes_and_slashes_a_share_of_stake() -> None:
     policy = policy_with(1)
     _, changes, reasons = feed_scores(policy, "n0", [0.3] * 10)
     assert reasons == [SlashReason.LOW_SCORE]
-    assert [(c.old, c.new) for c in changes] == [(Tier.STANDARD, Tier.BACKGROUND)]
+    # Readings hourly from 0 mature 40 min later: at 7 h the streak 0..6 h spans the window.
+    assert changes == [TierChange("n0", Tier.STANDARD, Tier.BACKGROUND, 7 * HOUR,
+                                  "sustained low RS")]
     assert policy.tier("n0") is Tier.BACKGROUND
 
 
@@ -156,8 +157,9 @@ def test_low_score_slash_amount_is_the_configured_share() -> None:
     for hour in range(8):
         policy.observe_score("n0", 0.2, hour * HOUR, EVIDENCE)
     slashes = policy.decide(9 * HOUR, BONDED).slashes
-    assert [s.amount for s in slashes] == [BONDED[provider(0)] * 1_000 // 10_000]
-    assert slashes[0].task_id is None and slashes[0].evidence == EVIDENCE
+    assert slashes == (SlashDecision(
+        "n0", provider(0), SlashReason.LOW_SCORE, 10**20, EVIDENCE, 9 * HOUR,
+        9 * HOUR + 3 * 86_400.0, None, "RS < 0.5 for 25200 s"),)  # 10 % of 10**21; 0..7 h
 
 
 def test_a_low_score_streak_needs_the_minimum_number_of_observations() -> None:
@@ -195,11 +197,16 @@ def test_low_scores_while_away_do_not_count() -> None:
 
 def test_failed_verification_slashes_and_demotes_at_once() -> None:
     policy = policy_with(1)
+    policy.task_abandoned("n0", "t1", 7 * 10**17, 40.0, EVIDENCE)  # the wrong result wins
     policy.verification_failed("n0", "t1", 7 * 10**17, 50.0, EVIDENCE)
+    policy.verification_failed("n0", "t1", 7 * 10**17, 60.0, EVIDENCE)  # reported twice
     actions = policy.decide(51.0, BONDED)
-    assert [(s.reason, s.amount, s.task_id) for s in actions.slashes] == [
-        (SlashReason.FAILED_VERIFICATION, 7 * 10**17, "t1")]
-    assert [c.new for c in actions.tier_changes] == [Tier.BACKGROUND]
+    assert actions.slashes == (SlashDecision(
+        "n0", provider(0), SlashReason.FAILED_VERIFICATION, 7 * 10**17, EVIDENCE, 50.0,
+        50.0 + 3 * 86_400.0, "t1", "result failed verification"),)
+    assert actions.tier_changes == (
+        TierChange("n0", Tier.STANDARD, Tier.BACKGROUND, 50.0, "failed verification"),)
+    assert decide_after_delay(policy, 60.0) == []  # nor slashed again as an abandonment
 
 
 def verdict(node: str, tier: Tier, at: float, valid_s: float = 10 * 86_400.0) -> PopwVerdict:
@@ -214,6 +221,7 @@ def test_promotion_needs_sustained_good_score_and_a_fresh_handshake() -> None:
     policy.handshake(verdict("n0", Tier.HIGH, end))
     end, changes, _ = feed_scores(policy, "n0", [0.95] * 40, start=end)
     assert [c.new for c in changes] == [Tier.STANDARD, Tier.HIGH]
+    assert {c.detail for c in changes} == {"sustained good RS and fresh handshake"}
     assert changes[1].at - changes[0].at >= CONFIG.min_dwell_s
 
 
@@ -222,7 +230,8 @@ def test_high_tier_lapses_when_its_handshake_expires() -> None:
     policy.register("n0", provider(0), "eu", "AS1", now=0.0, tier=Tier.HIGH)
     policy.handshake(verdict("n0", Tier.HIGH, 0.0, valid_s=2 * HOUR))
     _, changes, _ = feed_scores(policy, "n0", [0.99] * 4)
-    assert [(c.old, c.new) for c in changes] == [(Tier.HIGH, Tier.STANDARD)]
+    assert [(c.old, c.new, c.detail) for c in changes] == [
+        (Tier.HIGH, Tier.STANDARD, "HIGH handshake expired")]
 
 
 def test_failed_handshake_never_demotes_by_itself() -> None:
@@ -275,7 +284,8 @@ def test_upheld_dispute_restores_the_tier_once() -> None:
     slash = policy.decide(51.0, BONDED).slashes[0]
     assert policy.tier("n0") is Tier.BACKGROUND
     change = policy.dispute_upheld(slash, now=HOUR)
-    assert change is not None and (change.old, change.new) == (Tier.BACKGROUND, Tier.STANDARD)
+    assert change == TierChange("n0", Tier.BACKGROUND, Tier.STANDARD, HOUR,
+                                "slash overturned on dispute")
     assert policy.tier("n0") is Tier.STANDARD
     assert policy.dispute_upheld(slash, now=2 * HOUR) is None
 
@@ -333,3 +343,31 @@ def test_departures_near_counts_each_group_within_the_window() -> None:
     assert policy.departures_near("n2", 200.0, 30.0) == [(1, 10), (1, 10)]
     with pytest.raises(ValueError):
         policy.departures_near("n2", 200.0, CONFIG.outage_window_s + 1.0)
+
+
+def test_departures_near_counts_the_window_inclusively_and_refuses_a_bad_window() -> None:
+    policy = policy_with(10)
+    policy.register("far", provider(99), "us", "AS2", now=0.0)
+    for node, at in (("n0", 100.0), ("n1", 130.0)):
+        policy.node_departed(node, at)
+    assert policy.departures_near("n1", 130.0, 30.0) == [(2, 10), (2, 10)]  # 100 is in
+    assert policy.departures_near("far", 130.0, 30.0) == [(0, 1), (0, 1)]  # nobody there
+    assert policy.departures_near("n1", 130.0, 0.5) == [(1, 10), (1, 10)]  # under a second
+    assert policy.departures_near("n1", 130.0, CONFIG.outage_window_s) == [(2, 10), (2, 10)]
+    for bad in (0.0, CONFIG.outage_window_s + 1.0):
+        with pytest.raises(ValueError, match=r"window_s must lie in \(0, outage_window_s\]"):
+            policy.departures_near("n1", 130.0, bad)
+
+
+def test_a_slashed_provider_commits_just_under_the_threshold_and_ties_keep_the_first() -> None:
+    policy = StakingPolicy(CONFIG)
+    policy.register("a", provider(1), "eu", "AS1", now=0.0)
+    policy.register("b", provider(1), "eu", "AS1", now=0.0)
+    for hour in range(8):
+        policy.observe_score("a", 0.45, hour * HOUR, EVIDENCE)
+    slashes = policy.decide(9 * HOUR, BONDED).slashes
+    # "a" was slashed: committed at 4,999, just under 5,000, whatever it reads now.
+    entries = policy.epoch_entries({"a": (0.9, b"\x0a" * 32)}, slashes)
+    assert [(e.score_bps, e.telemetry_digest) for e in entries] == [(4_999, b"\x0a" * 32)]
+    tie = policy.epoch_entries({"a": (0.8, b"\x0a" * 32), "b": (0.8, b"\x0b" * 32)}, [])
+    assert [(e.score_bps, e.telemetry_digest) for e in tie] == [(8_000, b"\x0a" * 32)]

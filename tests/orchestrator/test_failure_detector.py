@@ -98,9 +98,29 @@ def test_draining_node_takes_no_new_work_but_stays_alive() -> None:
     assert detector.accepts_work("n", 10.5)
 
 
-def test_unknown_node_is_an_error() -> None:
-    with pytest.raises(KeyError):
+def test_unknown_node_is_an_error_naming_it() -> None:
+    with pytest.raises(KeyError, match="ghost"):
         PhiAccrualDetector().phi("ghost", 0.0)
+    with pytest.raises(KeyError, match="ghost"):
+        PhiAccrualDetector().health("ghost", 0.0)
+
+
+def test_forgotten_node_leaves_no_history_or_drain_behind() -> None:
+    detector = PhiAccrualDetector(CFG)
+    steady(detector, "n", 10)
+    steady(detector, "other", 10)
+    detector.drain("n")
+    assert "n" in detector and len(detector) == 2 and detector.is_draining("n")
+    assert not detector.is_draining("other")
+    detector.forget("n")
+    assert "n" not in detector and "other" in detector and len(detector) == 1
+    assert not detector.is_draining("n")
+    assert not detector.accepts_work("n", 10.5)  # unknown: no work, and no error
+    detector.heartbeat("n", 100.0)  # a new node with the same id starts from scratch
+    newcomer = PhiAccrualDetector(CFG)
+    newcomer.heartbeat("n", 100.0)
+    assert detector.phi("n", 109.0) == newcomer.phi("n", 109.0)
+    assert detector.accepts_work("n", 100.5)
 
 
 def test_sweep_of_ten_thousand_nodes_is_fast() -> None:
