@@ -79,3 +79,25 @@ def test_flaky_node_gets_a_shorter_interval_from_its_own_predicted_hazard() -> N
     assert flaky_mtbf < stable_mtbf
     assert policy.interval(10.0, flaky_mtbf) < policy.interval(10.0, stable_mtbf)
     assert policy.interval(10.0, flaky_mtbf) == pytest.approx(math.sqrt(2 * 10.0 * flaky_mtbf))
+
+
+@pytest.mark.parametrize(("cost_s", "mtbf_s", "expected"), [
+    # C / 2M = 1/4: sqrt(2 * 8 * 16) = 16, times 1 + (1/2)/3 + (1/4)/9 = 43/36, minus 8
+    (8.0, 16.0, 100.0 / 9.0),
+    # C / 2M = 1/100: sqrt(100) = 10, times 1 + 0.1/3 + 0.01/9 = 931/900, minus 1
+    (1.0, 50.0, 841.0 / 90.0),
+    # C >= 2M: checkpointing cannot win; Daly's estimate is M itself
+    (10.0, 5.0, 5.0),
+    (12.0, 5.0, 5.0),
+])
+def test_daly_interval_by_hand(cost_s: float, mtbf_s: float, expected: float) -> None:
+    assert daly_interval(cost_s, mtbf_s) == pytest.approx(expected, rel=1e-12)
+
+
+def test_young_interval_by_hand_and_bad_inputs_are_refused() -> None:
+    assert young_interval(8.0, 16.0) == pytest.approx(16.0, rel=1e-12)
+    for formula in (young_interval, daly_interval):
+        with pytest.raises(ValueError, match="checkpoint cost must be > 0 seconds"):
+            formula(0.0, 10.0)
+        with pytest.raises(ValueError, match="MTBF must be > 0 seconds"):
+            formula(1.0, 0.0)
