@@ -1,0 +1,30 @@
+"""Score leaves: the range and digest checks in front of the on-chain layout."""
+
+from __future__ import annotations
+
+import pytest
+from eth_abi import encode
+from eth_utils import keccak
+
+from orchestrator.domain.merkle import score_leaf
+
+PROVIDER = "0x" + "ab" * 20
+DIGEST = b"\x07" * 32
+
+
+@pytest.mark.parametrize("score_bps", [0, 9_999, 10_000])
+def test_score_leaf_accepts_the_whole_range_and_double_hashes_the_abi_tuple(
+        score_bps: int) -> None:
+    inner = keccak(encode(["address", "uint256", "bytes32"], [PROVIDER, score_bps, DIGEST]))
+    assert score_leaf(PROVIDER, score_bps, DIGEST) == keccak(inner)
+
+
+@pytest.mark.parametrize("score_bps", [-1, 10_001])
+def test_score_outside_basis_points_is_refused(score_bps: int) -> None:
+    with pytest.raises(ValueError, match=f"score_bps {score_bps} outside 0..10000"):
+        score_leaf(PROVIDER, score_bps, DIGEST)
+
+
+def test_digest_of_another_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="telemetry digest must be 32 bytes, got 31"):
+        score_leaf(PROVIDER, 5_000, DIGEST[:31])
