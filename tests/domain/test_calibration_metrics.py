@@ -97,3 +97,55 @@ def test_online_recalibrator_refuses_bad_input() -> None:
         OnlineRecalibrator(min_outcomes=10, window=5)
     with pytest.raises(ValueError):
         OnlineRecalibrator().observe(1.2, True)
+
+
+def fits_after_each(online: OnlineRecalibrator, outcomes: list[tuple[float, bool]]
+                    ) -> list[bool]:
+    """For each outcome observed in turn: whether a (re)fit happened on it."""
+    refits = []
+    for raw, finished in outcomes:
+        before = online.fitted
+        online.observe(raw, finished)
+        refits.append(online.fitted is not before)
+    return refits
+
+
+def test_online_recalibrator_fits_at_min_outcomes_then_every_refit_every() -> None:
+    online = OnlineRecalibrator(min_outcomes=4, refit_every=3, window=6)
+    outcomes = [(0.9, True), (0.2, False), (0.8, True), (0.3, False)] * 3
+    # First fit on the 4th outcome; then on the 7th and the 10th.
+    assert fits_after_each(online, outcomes) == [
+        False, False, False, True, False, False, True, False, False, True, False, False]
+
+
+def test_online_recalibrator_fits_only_while_the_window_holds_both_outcomes() -> None:
+    online = OnlineRecalibrator(min_outcomes=2, refit_every=1, window=3)
+    # The 4th outcome pushes the only success out of the window: nothing to fit on.
+    assert fits_after_each(online, [(0.9, True), (0.2, False), (0.3, False), (0.1, False)]
+                           ) == [False, True, True, False]
+    assert fits_after_each(OnlineRecalibrator(min_outcomes=2, refit_every=1, window=3),
+                           [(0.9, True)] * 4) == [False] * 4
+
+
+def test_online_recalibrator_defaults_wait_for_500_outcomes() -> None:
+    online = OnlineRecalibrator()
+    assert fits_after_each(online, [(0.8, i % 2 == 0) for i in range(500)])[-2:] == [
+        False, True]
+
+
+def test_online_recalibrator_bounds() -> None:
+    OnlineRecalibrator(min_outcomes=5, refit_every=1, window=5)  # the edges are allowed
+    OnlineRecalibrator(min_outcomes=1, refit_every=1, window=1)
+    for bad in ({"min_outcomes": 0}, {"min_outcomes": 6, "window": 5}, {"refit_every": 0}):
+        with pytest.raises(ValueError, match="need 0 < min_outcomes <= window and refit_every"):
+            OnlineRecalibrator(**bad)
+    with pytest.raises(ValueError, match=r"raw score 1.2 outside \[0, 1\]"):
+        OnlineRecalibrator().observe(1.2, True)
+
+
+def test_platt_handles_scores_of_exactly_zero_and_one() -> None:
+    raw = np.array([0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+    observed = np.array([0, 1, 1, 1, 1, 0, 0, 1])
+    platt = PlattCalibrator.fit(raw, observed)
+    mapped = platt(np.array([0.0, 1.0]))
+    assert np.all(np.isfinite(mapped)) and 0.0 < mapped[0] < mapped[1] < 1.0
