@@ -3,6 +3,7 @@ evidence digests and epoch commitments."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -21,6 +22,7 @@ from orchestrator.domain.reliability import (
     RsConfig,
     TaskOutcome,
     UploadSample,
+    WindowSummary,
     commit_epoch,
     fit_population_prior,
     score_bps,
@@ -465,3 +467,69 @@ def test_bad_departure_settings_are_refused() -> None:
                 dict(departure_prior_rate_per_day=-1.0), dict(departure_prior_exposure_s=0.0)):
         with pytest.raises(ValueError):
             RsConfig(**bad)
+
+
+def summary_book() -> ReliabilityBook:
+    """One node with a known window: every figure of its summary can be worked out by hand."""
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    book.session_ended("n", 50.0, abrupt=True)
+    book.session_started("n", 60.0)
+    for rtt in (10.0, 20.0, None, 30.0):
+        book.record_probe("n", ProbeSample(100.0, rtt))
+    for mbps in (40.0, 60.0):
+        book.record_upload("n", UploadSample(100.0, mbps))
+    book.record_gpu("n", gpu(100.0, temperature_c=60.0))
+    book.record_gpu("n", gpu(100.0, temperature_c=70.0, throttle=0x20))
+    for beat in (100.0, 103.0, 103.0, 110.0):  # a duplicate is no gap
+        book.record_heartbeat("n", beat)
+    for outcome in (TaskOutcome.COMPLETED,) * 3 + (TaskOutcome.ABANDONED,):
+        book.record_task_outcome("n", outcome)
+    return book
+
+
+def test_window_summary_by_hand() -> None:
+    summary = summary_book().summary("n", 200.0)
+    assert summary == WindowSummary(
+        node_id="n", window_end_s=200, probes=4, probes_lost=1,
+        rtt_mean_us=20_000,  # (10 + 20 + 30) / 3 ms
+        jitter_us=8_165,  # population std of 10, 20, 30 ms: sqrt(200 / 3) = 8.165 ms
+        max_heartbeat_gap_ms=7_000, upload_kbps=50_000, temperature_mc=65_000,
+        throttled_bps=5_000,  # one GPU sample of two thermally throttled
+        sessions=1, abrupt_departures=1, uptime_s=140, tasks_completed=3, tasks_failed=1)
+
+
+def test_window_summary_keeps_samples_exactly_one_window_old_then_drops_them() -> None:
+    day = RsConfig().long_window_s
+    assert summary_book().summary("n", 100.0 + day).probes == 4
+    assert summary_book().summary("n", 100.5 + day).probes == 0
+
+
+def test_pass_rate_is_the_beta_posterior_mean_by_hand() -> None:
+    book = summary_book()  # 3 completed, 1 failed; prior mean 0.99 worth 20 outcomes
+    assert book.components("n", 200.0, HOUR).pass_rate == pytest.approx(
+        (0.99 * 20 + 3) / (20 + 4), rel=1e-12)
+
+
+def test_telemetry_inputs_are_checked_at_the_edges() -> None:
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    book.record_probe("n", ProbeSample(1.0, 0.0))  # a zero RTT is a measurement
+    book.record_upload("n", UploadSample(1.0, 0.0))  # so is a stalled upload
+    book.record_upload("n", UploadSample(1.0, 0.5))
+    book.record_gpu("n", dataclasses.replace(gpu(1.0), sm_clock_mhz=0.0, max_sm_clock_mhz=0.5))
+    with pytest.raises(ValueError, match="rtt_ms must be >= 0"):
+        book.record_probe("n", ProbeSample(1.0, -1.0))
+    with pytest.raises(ValueError, match="mbps must be >= 0"):
+        book.record_upload("n", UploadSample(1.0, -0.1))
+    for clocks in ({"max_sm_clock_mhz": 0.0}, {"sm_clock_mhz": -1.0}):
+        with pytest.raises(ValueError, match="GPU clocks must be positive"):
+            book.record_gpu("n", dataclasses.replace(gpu(1.0), **clocks))
+    for bad in (-1.0, math.nan):
+        with pytest.raises(ValueError, match="duration_s must be >= 0"):
+            book.departure_survival_many(None, 1.0, bad)
+    assert book.departure_survival_many(None, 1.0, 0.0)[0] == 1.0
+    assert 0.0 < book.departure_survival_many(None, 1.0, 0.5)[0] < 1.0
+    with pytest.raises(ValueError, match="horizon_s must be > 0"):
+        book.predicted_mtbf_s("n", 1.0, 0.0)
+    assert book.predicted_mtbf_s("n", 1.0, 0.5) > 0.0
