@@ -13,16 +13,17 @@ tests/mutation/equivalent.toml; they count as "equivalent", never as killed, and
 test now kills (or that no longer exists) fails the run, so the list cannot go stale.
 A timeout counts as killed; a mutant no test reaches counts as survived.
 
-usage: tools/mutation.py [--sample N] [--seed S] [--threshold 0.9] [--jobs 2]
-With --sample, N mutants per module (seeded, so CI always checks the same ones) and the
+usage: tools/mutation.py [--sample N] [--seed S] [--threshold 0.9] [--jobs 2] [--survivors]
+With --sample, N mutants per module, each domain file a module (seeded, so CI always
+checks the same ones), and the
 threshold applies to the pooled ratio; without it every mutant runs and each module must
-reach the threshold.
+reach the threshold. --survivors keeps the last run's results and runs again only the
+mutants that survived it (after adding tests: a killed mutant stays killed).
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import os
 import random
@@ -38,9 +39,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENT_FILE = ROOT / "tests" / "mutation" / "equivalent.toml"
 
-# Report name -> (source files, the functions mutated there; None for all of them).
+# Report name -> (source file, the functions mutated there; None for all of them). Each
+# domain file is a module of its own (sampled on its own); "domain" adds them up.
 MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
-    "domain": ("orchestrator/domain/*.py", None),
+    **{f"domain/{path.stem}": (f"orchestrator/domain/{path.name}", None)
+       for path in sorted((ROOT / "orchestrator" / "domain").glob("*.py"))
+       if path.stem != "__init__"},
     "db/placement": ("orchestrator/db/placement.py", None),
     "db/crud (nonces)": ("orchestrator/db/crud.py",
                          frozenset({"claim_nonce", "forget_expired_nonces"})),
@@ -49,6 +53,7 @@ MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
     "chain/errors": ("orchestrator/chain/errors.py", None),
     "api/auth": ("orchestrator/api/auth.py", None),
 }
+GATED = ("domain", *(name for name in MODULES if not name.startswith("domain/")))
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 SURVIVED = {"survived", "no tests", "suspicious", "skipped"}
 _MANGLED = re.compile(r"^x(?:ǁ(?P<cls>[^ǁ]+)ǁ|_)(?P<func>.+)__mutmut_\d+$")
@@ -78,8 +83,8 @@ def function_of(mutant: str) -> str:
 
 def module_of(mutant: str) -> str | None:
     path = mutant.rsplit(".", 1)[0].replace(".", "/") + ".py"
-    for name, (pattern, functions) in MODULES.items():
-        if fnmatch.fnmatch(path, pattern) and (
+    for name, (source, functions) in MODULES.items():
+        if path == source and (
                 functions is None or function_of(mutant).rsplit(".", 1)[-1] in functions):
             return name
     return None
@@ -91,15 +96,14 @@ def all_mutants() -> dict[str, list[str]]:
     from mutmut.utils.format_utils import get_mutant_name
 
     names: dict[str, list[str]] = {name: [] for name in MODULES}
-    for pattern, _ in MODULES.values():
-        for path in sorted(ROOT.glob(pattern)):
-            relative = path.relative_to(ROOT)
-            mutated = mutate_file_contents(str(relative), path.read_text())
-            for short in mutated.mutant_names:
-                mutant = get_mutant_name(relative, short)
-                module = module_of(mutant)
-                if module is not None:
-                    names[module].append(mutant)
+    for source in sorted({source for source, _ in MODULES.values()}):
+        relative = Path(source)
+        mutated = mutate_file_contents(source, (ROOT / relative).read_text())
+        for short in mutated.mutant_names:
+            mutant = get_mutant_name(relative, short)
+            module = module_of(mutant)
+            if module is not None:
+                names[module].append(mutant)
     return names
 
 
@@ -113,9 +117,10 @@ def load_equivalent() -> dict[str, str]:
     return listed
 
 
-def run_mutmut(selection: list[str], jobs: int, whole_modules: bool) -> None:
-    """Run mutmut from a fresh `mutants/` (no results kept from an earlier run)."""
-    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+def run_mutmut(selection: list[str], jobs: int, whole_modules: bool, fresh: bool) -> None:
+    """Run mutmut, from a fresh `mutants/` unless the last run's results are to be kept."""
+    if fresh:
+        shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     if whole_modules:  # globs: fnmatch-ing thousands of names one by one is slow
         patterns = sorted({f"{m.rsplit('.', 1)[0]}.x*{function_of(m).rsplit('.', 1)[-1]}"
                            f"__mutmut_*" for m in selection})
@@ -136,6 +141,8 @@ def results() -> dict[str, str]:
     from mutmut.__main__ import status_by_exit_code
 
     statuses: dict[str, str] = {}
+    if not (ROOT / "mutants").is_dir():
+        return statuses
     for meta in (ROOT / "mutants").rglob("*.py.meta"):
         for mutant, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             statuses[mutant] = status_by_exit_code[code]
@@ -158,6 +165,8 @@ def main() -> int:
     parser.add_argument("--threshold", type=float, default=0.9)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--out", type=Path, default=ROOT / ".mesh" / "mutation")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run again only the mutants the last run left alive")
     args = parser.parse_args()
 
     os.chdir(ROOT)
@@ -170,7 +179,12 @@ def main() -> int:
                        else names)
         for module, names in generated.items()}
     chosen = [m for names in selection.values() for m in names]
-    run_mutmut(chosen, args.jobs, whole_modules=not args.sample)
+    if args.survivors:
+        last = results()
+        chosen = [m for m in chosen if last.get(m) in SURVIVED and m not in equivalent]
+    if chosen:
+        run_mutmut(chosen, args.jobs, whole_modules=not (args.sample or args.survivors),
+                   fresh=not args.survivors)
     statuses = results()
 
     tallies = {module: Tally() for module in MODULES}
@@ -190,12 +204,20 @@ def main() -> int:
                 tally.survivors.append(mutant)
             else:
                 tally.not_run += 1
+    domain = Tally()
+    for module, t in tallies.items():
+        if module.startswith("domain/"):
+            domain.killed += t.killed
+            domain.survived += t.survived
+            domain.equivalent += t.equivalent
+            domain.not_run += t.not_run
+    tallies = {"domain": domain, **tallies}
     every = {m for names in generated.values() for m in names}
     stale += [f"{m} no longer exists: drop it from {EQUIVALENT_FILE.name}"
               for m in sorted(equivalent) if m not in every]
 
-    killed = sum(t.killed for t in tallies.values())
-    survived = sum(t.survived for t in tallies.values())
+    killed = sum(t.killed for name, t in tallies.items() if name in GATED)
+    survived = sum(t.survived for name, t in tallies.items() if name in GATED)
     summary = {
         "modules": {module: {"killed": t.killed, "survived": t.survived,
                              "equivalent": t.equivalent, "not_run": t.not_run,
@@ -214,7 +236,7 @@ def main() -> int:
         ratio = "-" if t.ratio is None else f"{100 * t.ratio:.1f}"
         lines.append(f"| {module} | {t.killed} | {t.survived} | {t.equivalent} | {ratio} |")
     for module, t in tallies.items():
-        if t.survivors:
+        if t.survivors and module != "domain":
             lines += ["", f"## Survivors in {module}", ""]
             for mutant in t.survivors:
                 lines += [f"### {mutant} ({statuses.get(mutant)})", "", "```diff",
@@ -228,7 +250,7 @@ def main() -> int:
     print(f"mutation: report in {args.out / 'report.md'}, {summary['duration_s']} s")
     failures = list(stale)
     failures += [f"{module}: {t.not_run} mutants were not run" for module, t in tallies.items()
-                 if t.not_run]
+                 if t.not_run and module in GATED]
     if args.sample:
         pooled = summary["killed_ratio"]
         if pooled is not None and pooled < args.threshold:
@@ -237,7 +259,7 @@ def main() -> int:
     else:
         failures += [f"{module}: {100 * t.ratio:.1f} % killed, below "
                      f"{100 * args.threshold:.0f} %" for module, t in tallies.items()
-                     if t.ratio is not None and t.ratio < args.threshold]
+                     if module in GATED and t.ratio is not None and t.ratio < args.threshold]
     for failure in failures:
         print(f"mutation: {failure}", file=sys.stderr)
     return 1 if failures else 0
