@@ -66,13 +66,13 @@ def test_a_malformed_settlement_is_refused_with_its_reason(overrides: dict[str, 
 def test_a_commit_parses_and_a_malformed_one_names_its_field() -> None:
     assert parse_commit({"epoch": "9", "root": ROOT}) == (9, bytes.fromhex("22" * 32))
     assert parse_commit({"epoch": 9, "root": ROOT.removeprefix("0x")})[0] == 9
-    with pytest.raises(PayloadError, match="^epoch holds 'x', not an unsigned integer$"):
+    with pytest.raises(PayloadError, match=r"^epoch holds 'x', not an unsigned integer$"):
         parse_commit({"epoch": "x", "root": ROOT})
-    with pytest.raises(PayloadError, match="^root must be 32 bytes"):
+    with pytest.raises(PayloadError, match=r"^root must be 32 bytes"):
         parse_commit({"epoch": 9})
 
 
 def test_the_service_sender_needs_the_orchestrator_key(tmp_path: Any) -> None:
     settings = Settings(database_url="sqlite://", data_dir=tmp_path, json_logs=False)
-    with pytest.raises(ChainError, match="^the outbox sender needs MESH_ORCHESTRATOR_KEY$"):
+    with pytest.raises(ChainError, match=r"^the outbox sender needs MESH_ORCHESTRATOR_KEY$"):
         build_sender(settings, MeshMetrics())
