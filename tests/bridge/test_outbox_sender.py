@@ -484,6 +484,24 @@ def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_
     assert [row.attempts for row in rows(factory)] == attempts_before  # failed: never resent
 
 
+def test_a_lone_settle_that_reverts_fails_with_its_decoded_error_and_counts_once(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        metrics: MeshMetrics, clock: Clock) -> None:
+    overpaid = escrow(mesh, 5 * TOKEN)
+    queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
+    sent_before = tx_count(mesh)
+
+    assert drain(factory, sender, clock)
+
+    (row,) = rows(factory)
+    assert (row.status, row.tx_hash, row.raw_tx) == ("failed", None, None)
+    assert (row.note or "").startswith("JobEscrowPayoutExceedsEscrow(job_id=" + overpaid)
+    assert tx_count(mesh) == sent_before  # caught at estimation: no gas spent
+    assert sample(metrics, "mesh_outbox_failed_total", kind="settle",
+                  error="JobEscrowPayoutExceedsEscrow") == 1
+    assert not settled_on_chain(mesh, overpaid)
+
+
 def test_rpc_outage_keeps_the_row_pending_with_backoff_then_it_lands(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
         clock: Clock) -> None:
