@@ -95,6 +95,26 @@ def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[S
         assert len(outbox.pending_actions(session, limit=10)) == 1
 
 
+def test_recent_outbox_actions_are_newest_first_filtered_and_limited(
+        factory: sessionmaker[Session]) -> None:
+    with factory.begin() as session:
+        for key in ("a", "b", "c", "d"):
+            crud.enqueue_chain_action(session, kind="tier", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory.begin() as session:
+        (first,) = outbox.pending_actions(session, limit=1)
+        outbox.record_failed(session, action_ids=[first.id], expected=outbox.OutboxStatus.PENDING,
+                             now=1.0, note="bad")
+    with factory() as session:
+        keys = [row.idempotency_key for row in outbox.recent_actions(session, status=None,
+                                                                      limit=3)]
+        assert keys == ["d", "c", "b"]
+        pending = outbox.recent_actions(session, status=outbox.OutboxStatus.PENDING, limit=10)
+        assert [row.idempotency_key for row in pending] == ["d", "c", "b"]
+        failed = outbox.recent_actions(session, status=outbox.OutboxStatus.FAILED, limit=10)
+        assert [(row.idempotency_key, row.note) for row in failed] == [("a", "bad")]
+
+
 def test_heartbeat_buffer_writes_a_batch_and_renews_started_leases_only(
         factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
     nodes = make_nodes(3, slots=1)
