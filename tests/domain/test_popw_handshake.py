@@ -301,3 +301,23 @@ def test_prune_forgets_old_challenges_and_replays_still_fail() -> None:
     assert book.pending(1000.0 + expected_s) == []
     assert book.prune(now=1e9) == 1
     assert not book.judge(facts(answer, 1e9), now=1e9).passed
+
+
+@pytest.mark.parametrize(("size", "rounds", "spot_checks"), [
+    (4, 1, 1), (4, 3, 2), (8, 7, 4), (16, 15, 8), (8, 3, 100)])
+def test_answer_size_bound_is_reached_when_every_tree_is_full(size: int, rounds: int,
+                                                              spot_checks: int) -> None:
+    """Power-of-two rows and rounds + 1 states: no odd node is carried up, every path has
+    its full length, so an honest answer is exactly as long as the bound allows."""
+    answer = solve(KernelSpec(b"\x01" * 16, size, rounds, spot_checks))
+    assert len(answer.to_bytes()) == max_answer_bytes(size, rounds, spot_checks)
+
+
+def test_a_challenge_is_pending_up_to_its_deadline_and_kept_a_day_after_it() -> None:
+    book = ChallengeBook(CONFIG)
+    deadline = book.issue("node-1", "slow", NONCE, now=1000.0).deadline
+    assert [c.nonce for c in book.pending(deadline)] == [NONCE]  # still answerable
+    assert book.pending(deadline + 0.001) == []
+    assert book.prune(now=deadline + 86_400.0) == 0  # exactly a day: kept
+    assert book.prune(now=deadline + 86_400.5) == 1
+    assert book.prune(now=deadline + 10 * 86_400.0) == 0  # gone already
