@@ -283,3 +283,41 @@ def test_negative_latency_share_or_record_share_is_refused() -> None:
         CostModel(latency_share_per_hour=-0.1)
     with pytest.raises(ValueError):
         CostModel(record_share=-1.0)
+
+
+def test_equal_nodes_rank_emptier_first_then_by_id_with_their_own_numbers() -> None:
+    book = book_of({name: (86_400.0, 2, HOUR) for name in ("b", "a", "c")})
+    a, b, c = spec("a", price=TOKEN // 10), spec("b", price=TOKEN // 10), spec("c", TOKEN // 10)
+    task = TaskNeeds(expected_duration_s=HOUR, value=TOKEN)
+    stake = {a.provider: 10**24, b.provider: 10**24, c.provider: 10**24}
+    ranked = policy(book).rank([Candidate(b, 1), Candidate(a, 1), Candidate(c, 3)], task, NOW,
+                               stake)
+    assert [p.candidate.spec.node_id for p in ranked] == ["c", "a", "b"]
+    for placement in ranked:  # identical histories: identical numbers
+        rs = book.score(placement.candidate.spec.node_id, NOW, HOUR)
+        assert placement.rs == pytest.approx(rs, rel=1e-12)
+        assert placement.p_fail == pytest.approx(1.0 - rs, rel=1e-12)
+        assert placement.collateral == CollateralPolicy(floor=0, cap=10**24).required(
+            TOKEN, placement.p_fail, HOUR)
+        assert placement.expected_cost == pytest.approx(ranked[0].expected_cost)
+        assert placement.explored is False
+
+
+def test_a_provider_missing_from_the_stake_map_has_none() -> None:
+    ranked = policy().rank(PAIR, TaskNeeds(expected_duration_s=HOUR, value=TOKEN), NOW,
+                           {STABLE_DEAR.provider: 10**24})
+    assert [p.candidate.spec.node_id for p in ranked] == ["stable"]
+
+
+def test_only_the_first_placement_of_an_exploring_ranking_is_marked_explored() -> None:
+    book = exploring_book()
+    pls = policy(book, explore_share=1.0, seed=1)
+    names = [f"vet{i}" for i in range(5)] + [f"new{i}" for i in range(5)]
+    prices = [TOKEN // 100] * 5 + [TOKEN] * 5  # newcomers dear: only exploring puts one first
+    candidates = [Candidate(spec(name, price), 1) for name, price in zip(names, prices,
+                                                                           strict=True)]
+    stake = {c.spec.provider: 10**24 for c in candidates}
+    ranked = pls.rank(candidates, TaskNeeds(expected_duration_s=60.0, value=TOKEN // 100), NOW,
+                      stake)
+    assert [p.explored for p in ranked] == [True] + [False] * 9
+    assert ranked[0].candidate.spec.node_id.startswith("new")
