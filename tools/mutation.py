@@ -18,7 +18,8 @@ With --sample, N mutants per module, each domain file a module (seeded, so CI al
 checks the same ones), and the
 threshold applies to the pooled ratio; without it every mutant runs and each module must
 reach the threshold. --survivors keeps the last run's results and runs again only the
-mutants that survived it (after adding tests: a killed mutant stays killed).
+mutants that survived it (after adding tests: a killed mutant stays killed); --report-only
+runs nothing and reports the last run again (after editing the equivalent list).
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / ".mesh" / "mutation")
     parser.add_argument("--survivors", action="store_true",
                         help="run again only the mutants the last run left alive")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: report the last run's results again")
     args = parser.parse_args()
 
     os.chdir(ROOT)
@@ -182,7 +185,7 @@ def main() -> int:
     if args.survivors:
         last = results()
         chosen = [m for m in chosen if last.get(m) in SURVIVED and m not in equivalent]
-    if chosen:
+    if chosen and not args.report_only:
         run_mutmut(chosen, args.jobs, whole_modules=not (args.sample or args.survivors),
                    fresh=not args.survivors)
     statuses = results()
