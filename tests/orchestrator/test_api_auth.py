@@ -3,9 +3,21 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
+from eth_account import Account
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.api.auth import (
+    MAX_NONCE,
+    SessionClaims,
+    SignedRequest,
+    check_token,
+    issue_token,
+    sign_request,
+    verify_request,
+)
+from orchestrator.api.errors import ApiError
 from orchestrator.db import crud
 from tests.orchestrator.apiclient import Wallet
 from tests.orchestrator.conftest import LiveNode, VirtualClock, registration
@@ -161,3 +173,84 @@ def test_admin_routes_needTheAdminKey(client: TestClient) -> None:
 def test_healthz_and_metrics_answer(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert "mesh_placements_total" in client.get("/metrics").text
+
+
+# ---------------------------------------------------------------- the checks themselves
+
+KEY = "0x" + "42" * 32
+CHAIN, ORCH, NOW = 31337, "orch-1", 1_700_000_000.0
+
+
+def signed(*, nonce: int = 7, expiry: int = int(NOW) + 60, body: bytes = b"{}",
+           path: str = "/v1/nodes", **overrides: str) -> dict[str, str]:
+    headers = sign_request(KEY, method="post", path=path, body=body, nonce=nonce,
+                           expiry=expiry, chain_id=CHAIN, orchestrator_id=ORCH)
+    headers.update(overrides)
+    return headers
+
+
+def verify(headers: dict[str, str], *, body: bytes = b"{}", now: float = NOW,
+           max_age_s: float = 300.0) -> SignedRequest:
+    return verify_request(headers, method="POST", path="/v1/nodes", body=body, now=now,
+                          chain_id=CHAIN, orchestrator_id=ORCH, max_age_s=max_age_s)
+
+
+def refused(headers: dict[str, str], **kwargs: object) -> tuple[int, str, str]:
+    with pytest.raises(ApiError) as caught:
+        verify(headers, **kwargs)  # type: ignore[arg-type]
+    return caught.value.status, caught.value.code, caught.value.message
+
+
+def test_a_signed_request_verifies_to_its_signer_nonce_and_expiry() -> None:
+    address = Account.from_key(KEY).address
+    assert verify(signed(nonce=0)) == SignedRequest(address, 0, int(NOW) + 60)
+    assert verify(signed(nonce=MAX_NONCE)).nonce == MAX_NONCE
+    assert verify(signed(expiry=int(NOW))).expiry == int(NOW)  # expiring now: still valid
+    assert verify(signed(expiry=int(NOW) + 300)).expiry == int(NOW) + 300  # at the limit
+    lower = signed(**{"x-mesh-address": address.lower()})
+    assert verify(lower).address == address  # any case of the same address
+
+
+def test_each_bad_header_gets_its_own_code_and_message() -> None:
+    assert refused({}) == (401, "signature_missing", "missing headers: x-mesh-address, "
+                           "x-mesh-signature, x-mesh-nonce, x-mesh-expiry, x-mesh-chain-id")
+    partial = {k: v for k, v in signed().items() if k != "x-mesh-nonce"}
+    assert refused(partial)[2] == "missing headers: x-mesh-nonce"
+    assert refused(signed(**{"x-mesh-nonce": "seven"}))[1] == "signature_malformed"
+    assert refused(signed(**{"x-mesh-signature": "0xzz"}))[1] == "signature_malformed"
+    assert refused(signed(**{"x-mesh-address": "0x1234"}))[2] == (
+        "bad address, signature length or nonce")
+    short = signed()["x-mesh-signature"][:-2]
+    assert refused(signed(**{"x-mesh-signature": short}))[1] == "signature_malformed"
+    assert refused(signed(**{"x-mesh-nonce": str(MAX_NONCE + 1)}))[1] == "signature_malformed"
+    assert refused(signed(**{"x-mesh-nonce": "-1"}))[1] == "signature_malformed"
+    assert refused(signed(**{"x-mesh-chain-id": "1"})) == (
+        401, "wrong_chain", f"signed for chain 1, this is {CHAIN}")
+    assert refused(signed(expiry=int(NOW) - 1)) == (401, "signature_expired",
+                                                   "the request expired")
+    assert refused(signed(expiry=int(NOW) + 301)) == (
+        401, "expiry_too_far", "expiry may be at most 300s ahead")
+    assert refused(signed(), body=b"{ }")[1] == "signature_mismatch"  # another body
+    assert refused(signed(**{"x-mesh-signature": "0x" + "00" * 65}))[1] == "signature_invalid"
+
+
+def test_session_tokens_verify_until_they_expire() -> None:
+    secret = b"s" * 32
+    claims = SessionClaims(address="0xabc", node_id="gpu-1", expires_at=NOW + 10)
+    token = issue_token(secret, claims)
+    assert check_token(secret, token, now=NOW + 10) == claims  # valid through its expiry
+    with pytest.raises(ApiError) as caught:
+        check_token(secret, token, now=NOW + 10.5)
+    assert (caught.value.code, caught.value.message) == (
+        "token_expired", "the session token expired; log in again")
+    with pytest.raises(ApiError) as caught:
+        check_token(b"t" * 32, token, now=NOW)
+    assert caught.value.code == "token_invalid"
+    with pytest.raises(ApiError) as caught:
+        check_token(secret, "no-dot-here", now=NOW)
+    assert (caught.value.code, caught.value.message) == ("token_malformed",
+                                                         "not a session token")
+    payload, mac = token.split(".")
+    with pytest.raises(ApiError) as caught:
+        check_token(secret, f"{payload}.{mac[:-2]}", now=NOW)
+    assert caught.value.code in {"token_invalid", "token_malformed"}
