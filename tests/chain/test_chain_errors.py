@@ -84,3 +84,60 @@ def test_snake_case_convertsSolidityParameterNames() -> None:
     assert snake_case("_provider") == "provider"
     assert snake_case("scoreBps") == "score_bps"
     assert snake_case("amount") == "amount"
+
+
+ARRAY_ABI = [
+    {"type": "error", "name": "JobEscrowBadProviders",
+     "inputs": [{"name": "providers", "type": "address[]"},
+                {"name": "pairs", "type": "tuple[]", "components": [
+                    {"name": "who", "type": "address"}, {"name": "amount", "type": "uint96"}]}]},
+    {"type": "error", "name": "Bare", "inputs": []},
+    {"type": "event", "name": "NotAnError", "inputs": []},
+]
+
+
+def test_decode_checksums_addresses_inside_arrays_and_struct_arrays() -> None:
+    lower = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+    checksummed = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    data = _revert("JobEscrowBadProviders(address[],(address,uint96)[])",
+                   ["address[]", "(address,uint96)[]"], [[lower, lower], [(lower, 5)]])
+
+    error = ErrorDecoder([ARRAY_ABI]).decode(data)
+
+    assert isinstance(error, ContractError)
+    assert error.arguments == {"providers": (checksummed, checksummed),
+                               "pairs": ((checksummed, 5),)}
+    assert str(error) == (f"JobEscrowBadProviders(providers=('{checksummed}', '{checksummed}'),"
+                          f" pairs=(('{checksummed}', 5),))")
+
+
+def test_decoder_knows_every_error_of_every_abi_and_nothing_else() -> None:
+    decoder = ErrorDecoder([ESCROW_ABI, ARRAY_ABI])
+    assert decoder.known_errors() == {"JobEscrowAlreadySettled", "JobEscrowUnauthorized",
+                                      "JobEscrowBadSettlement", "JobEscrowBadProviders", "Bare"}
+    bare = decoder.decode(keccak(text="Bare()")[:4])
+    assert isinstance(bare, ContractError) and (bare.name, bare.arguments, str(bare)) == (
+        "Bare", {}, "Bare()")
+
+
+def test_decode_reports_malformed_reasons_and_keeps_the_raw_data() -> None:
+    decoder = ErrorDecoder([ESCROW_ABI])
+    bad_string = keccak(text="Error(string)")[:4] + b"\x01"
+    bad_panic = keccak(text="Panic(uint256)")[:4] + b"\x01"
+    unknown = b"\xde\xad\xbe\xef\x00\x01"
+    for data, reason in ((bad_string, "reverted with malformed Error(string)"),
+                         (bad_panic, "malformed panic"),
+                         (unknown, "reverted with unknown error 0xdeadbeef"),
+                         (keccak(text="JobEscrowAlreadySettled(bytes32)")[:4] + b"\x00",
+                          "JobEscrowAlreadySettled with undecodable arguments")):
+        error = decoder.decode(data)
+        assert isinstance(error, RevertError)
+        assert (error.reason, error.data, str(error)) == (reason, data, reason)
+    assert decoder.decode(_revert("Panic(uint256)", ["uint256"], [1])).reason == "panic 0x01"
+
+
+def test_snake_case_splits_after_lowercase_letters_and_digits_only() -> None:
+    assert snake_case("__deadline") == "deadline"
+    assert snake_case("epoch2Root") == "epoch2_root"
+    assert snake_case("maxBPS") == "max_bps"  # a run of capitals stays one word
+    assert snake_case("ID") == "id"
