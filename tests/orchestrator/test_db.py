@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud, outbox
-from orchestrator.db.models import Base, Job, Lease
+from orchestrator.db.models import Base, Job, Lease, OutboxAction
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
 from orchestrator.scheduling.placer import Placer
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
@@ -113,6 +114,47 @@ def test_recent_outbox_actions_are_newest_first_filtered_and_limited(
         assert [row.idempotency_key for row in pending] == ["d", "c", "b"]
         failed = outbox.recent_actions(session, status=outbox.OutboxStatus.FAILED, limit=10)
         assert [(row.idempotency_key, row.note) for row in failed] == [("a", "bad")]
+
+
+def outbox_rows(session: Session) -> list[tuple[object, ...]]:
+    return [(r.idempotency_key, r.status, r.tx_hash, r.nonce, r.raw_tx, r.attempts,
+             r.next_attempt_at, r.note, r.updated_at)
+            for r in session.scalars(select(OutboxAction).order_by(OutboxAction.id))]
+
+
+def test_outbox_status_moves_write_exactly_their_fields(factory: sessionmaker[Session]) -> None:
+    pending, sent = outbox.OutboxStatus.PENDING, outbox.OutboxStatus.SENT
+    with factory.begin() as session:
+        for key in ("a", "b"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory.begin() as session:
+        a, b = (e.id for e in outbox.pending_actions(session, limit=10))
+        outbox.defer(session, action_ids=[a, b], expected=pending, now=1.0, retry_at=5.0,
+                     note="transient")
+        assert outbox_rows(session) == [
+            ("a", "pending", None, None, None, 1, 5.0, "transient", 1.0),
+            ("b", "pending", None, None, None, 1, 5.0, "transient", 1.0)]
+        outbox.record_signed(session, action_ids=[a, b], tx_hash="0xh", nonce=3, raw_tx="0xraw",
+                             now=2.0)
+        assert outbox_rows(session) == [  # the signed bytes once, on the batch's first row
+            ("a", "sent", "0xh", 3, "0xraw", 2, None, "transient", 2.0),
+            ("b", "sent", "0xh", 3, None, 2, None, "transient", 2.0)]
+        assert [e.id for e in outbox.in_flight_actions(session)] == [a, b]
+        assert outbox.pending_actions(session, limit=10) == []
+        with pytest.raises(outbox.OutboxConflict, match=rf"outbox rows \[{a}, {b}\] are no "
+                           "longer pending"):
+            outbox.record_signed(session, action_ids=[a, b], tx_hash="0xi", nonce=4,
+                                 raw_tx="0xother", now=3.0)
+        outbox.return_to_pending(session, action_ids=[b], now=3.0, note="nonce spent")
+        outbox.record_confirmed(session, action_ids=[a], expected=sent, now=4.0, note="done")
+        assert outbox_rows(session) == [
+            ("a", "confirmed", "0xh", 3, None, 2, None, "done", 4.0),
+            ("b", "pending", None, None, None, 2, None, "nonce spent", 3.0)]
+        outbox.record_failed(session, action_ids=[b], expected=pending, now=5.0, note="bad")
+        assert outbox_rows(session)[1] == ("b", "failed", None, None, None, 2, None, "bad", 5.0)
+        with pytest.raises(outbox.OutboxConflict):
+            outbox.record_confirmed(session, action_ids=[b], expected=sent, now=6.0)
 
 
 def test_heartbeat_buffer_writes_a_batch_and_renews_started_leases_only(
