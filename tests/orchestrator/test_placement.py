@@ -13,10 +13,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud, work
 from orchestrator.db.models import Lease, Task
-from orchestrator.db.placement import PlacementConflict, Reservation, commit_reservations
+from orchestrator.db.placement import (
+    PlacementConflict,
+    Reservation,
+    commit_reservations,
+    load_slot_view,
+    waiting_tasks,
+)
 from orchestrator.domain.lifecycle import TaskStatus
 from orchestrator.domain.matching import ScoreFn
-from orchestrator.domain.types import TaskNeeds
+from orchestrator.domain.types import NodeHealth, TaskNeeds
 from orchestrator.scheduling.placer import Placer
 
 NodeMaker = Callable[..., list[str]]
@@ -106,6 +112,53 @@ def test_a_finished_task_whose_lease_was_released_is_never_reserved_again(
         assert session.scalar(select(Task.attempts)) == 1
         assert live_slots(session) == []
         assert session.scalar(select(func.count()).select_from(Lease)) == 1
+
+
+def test_slot_view_holds_alive_undrained_nodes_and_their_live_leases(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    alive, dead, draining = make_nodes(3, slots=2)
+    make_job(1)
+    Placer(factory, clock=lambda: 0.0).place_all()  # one task on one of the nodes
+    with factory.begin() as session:
+        node = crud.get_node(session, node_id=dead)
+        assert node is not None
+        crud.set_node_health(session, node=node, health=NodeHealth.DEAD, now=1.0, reason="t")
+        drained = crud.get_node(session, node_id=draining)
+        assert drained is not None
+        drained.draining = True
+    with factory() as session:
+        view = load_slot_view(session)
+        (holder,) = {lease.node_id for lease in crud.live_leases(session)}
+    assert [spec.node_id for spec in view.nodes] == [alive]
+    assert view.held == {holder: {0}}
+
+
+def test_waiting_tasks_are_the_oldest_schedulable_after_the_cursor(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    make_nodes(1, slots=1)
+    job_id = make_job(5)
+    Placer(factory, clock=lambda: 0.0).place_all()  # the first task is reserved now
+    with factory() as session:
+        ids = [t.id for t in crud.job_tasks(session, job_id=job_id)]
+        waiting = waiting_tasks(session, limit=2, after_id=ids[1], lock=False)
+        assert [(w.task_id, w.job_id, w.status) for w in waiting] == [
+            (ids[2], job_id, "pending"), (ids[3], job_id, "pending")]
+        assert [w.task_id for w in waiting_tasks(session, limit=10)] == ids[1:]
+        assert waiting_tasks(session, limit=10, after_id=ids[-1]) == []
+        assert waiting[0].needs == crud.job_tasks(session, job_id=job_id)[2].needs
+
+
+def test_a_funded_job_is_scheduled_with_its_first_placement_only(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    make_nodes(1, slots=1)
+    job_id = make_job(2)
+    Placer(factory, clock=lambda: 7.0).place_all()
+    with factory() as session:
+        job = crud.get_job(session, job_id=job_id)
+        assert job is not None and job.status == "scheduled"
+        history = crud.status_history(session, entity="job", entity_id=job_id)
+        assert [(h.from_status, h.to_status, h.at, h.reason) for h in history][-1] == (
+            "funded", "scheduled", 7.0, "first task placed")
 
 
 def test_expired_reservation_frees_the_slot_and_requeues_the_task(
