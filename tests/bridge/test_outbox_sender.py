@@ -621,3 +621,33 @@ def test_service_periodic_job_drains_the_outbox_with_the_configured_key(
         assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
 
     assert rows(factory)[0].status == "confirmed" and settled_on_chain(mesh, job_id)
+
+
+def test_service_sender_takes_its_confirmations_and_slasher_from_the_settings(
+        factory: sessionmaker[Session], mesh: MeshChain, db_url: str, tmp_path: Path,
+        clock: Clock) -> None:
+    mesh.deployment.save(tmp_path)
+    settings = Settings(database_url=db_url, data_dir=tmp_path, json_logs=False,
+                        rpc_url=mesh.w3.provider.endpoint_uri,  # type: ignore[attr-defined]
+                        orchestrator_key=SecretStr(ORCHESTRATOR.key.hex()),
+                        slasher_key=SecretStr(dev_account(2).key.hex()),
+                        outbox_confirmations=1)
+    job_id = escrow(mesh, 10 * TOKEN)
+    mesh.account(dev_account(5)).stake(50 * TOKEN)
+    queue(factory, "lock", "lock:1", {"job_id": job_id, "providers": [PROVIDER],
+                                      "amounts": [str(20 * TOKEN)]})
+    queue(factory, "slash", "slash:1", {"job_id": job_id, "provider": PROVIDER,
+                                        "amount": str(5 * TOKEN), "reason": 0,
+                                        "evidence": "0x" + "ee" * 32})
+    service_work: Callable[[Session, float], object] = build_sender(settings, MeshMetrics())
+    runner = LeaderRunner(factory, holder="service", clock=clock)
+
+    for _ in range(2):  # the lock is signed and mined, but no block is on top of it yet
+        assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+    assert rows(factory)[0].status == "sent"
+    for _ in range(4):
+        mesh.w3.provider.make_request(RPCEndpoint("anvil_mine"), [1])
+        assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+
+    assert [row.status for row in rows(factory)] == ["confirmed", "confirmed"]  # slasher key
+    assert mesh.provider_stake(PROVIDER).bonded == 45 * TOKEN
