@@ -533,3 +533,10 @@ def test_telemetry_inputs_are_checked_at_the_edges() -> None:
     with pytest.raises(ValueError, match="horizon_s must be > 0"):
         book.predicted_mtbf_s("n", 1.0, 0.0)
     assert book.predicted_mtbf_s("n", 1.0, 0.5) > 0.0
+
+
+def test_a_single_probe_has_no_jitter_yet() -> None:
+    book = ReliabilityBook(PRIOR, RsConfig(jitter_ok_ms=0.0))  # any jitter at all would count
+    book.session_started("n", 0.0)
+    book.record_probe("n", ProbeSample(1.0, 40.0))
+    assert book.components("n", 1.0, HOUR).stability == 1.0

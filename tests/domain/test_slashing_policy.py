@@ -371,3 +371,21 @@ def test_a_slashed_provider_commits_just_under_the_threshold_and_ties_keep_the_f
     assert [(e.score_bps, e.telemetry_digest) for e in entries] == [(4_999, b"\x0a" * 32)]
     tie = policy.epoch_entries({"a": (0.8, b"\x0a" * 32), "b": (0.8, b"\x0b" * 32)}, [])
     assert [(e.score_bps, e.telemetry_digest) for e in tie] == [(8_000, b"\x0a" * 32)]
+
+
+def test_readings_decided_on_before_they_mature_still_count_later() -> None:
+    policy = policy_with(1)
+    for hour in range(8):
+        policy.observe_score("n0", 0.2, hour * HOUR, EVIDENCE)
+    assert policy.decide(1.0, BONDED).slashes == ()  # nothing has matured yet
+    assert [s.reason for s in policy.decide(9 * HOUR, BONDED).slashes] == [
+        SlashReason.LOW_SCORE]  # no new event in between: the node stayed under watch
+
+
+def test_a_score_of_exactly_promote_above_for_exactly_the_window_promotes() -> None:
+    policy = StakingPolicy(CONFIG)
+    policy.register("n0", provider(0), "eu", "AS1", now=-100 * HOUR, tier=Tier.BACKGROUND)
+    policy.handshake(verdict("n0", Tier.STANDARD, 0.0))
+    _, changes, _ = feed_scores(policy, "n0", [CONFIG.promote_above] * 20)
+    # Good from the reading at 0 h; the 12 h window is full at 12 h.
+    assert [(c.new, c.at) for c in changes] == [(Tier.STANDARD, 12 * HOUR)]
