@@ -118,7 +118,8 @@ def load_equivalent() -> dict[str, str]:
     return listed
 
 
-def run_mutmut(selection: list[str], jobs: int, whole_modules: bool, fresh: bool) -> None:
+def run_mutmut(selection: list[str], jobs: int, whole_modules: bool, fresh: bool,
+               log: Path) -> None:
     """Run mutmut, from a fresh `mutants/` unless the last run's results are to be kept."""
     if fresh:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
@@ -129,12 +130,11 @@ def run_mutmut(selection: list[str], jobs: int, whole_modules: bool, fresh: bool
         patterns = selection
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *patterns]
     env = os.environ | {"CI": os.environ.get("CI", ""), "PYTHONDONTWRITEBYTECODE": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        result = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     if result.returncode != 0:
-        sys.stderr.write(result.stderr[-4000:])
-        raise SystemExit(f"mutation: mutmut failed (exit {result.returncode}); "
-                         "run `make test-python` to see why the suite itself fails")
+        raise SystemExit(f"mutation: mutmut failed (exit {result.returncode}); see {log}")
 
 
 def results() -> dict[str, str]:
@@ -187,7 +187,7 @@ def main() -> int:
         chosen = [m for m in chosen if last.get(m) in SURVIVED and m not in equivalent]
     if chosen and not args.report_only:
         run_mutmut(chosen, args.jobs, whole_modules=not (args.sample or args.survivors),
-                   fresh=not args.survivors)
+                   fresh=not args.survivors, log=args.out / "mutmut.log")
     statuses = results()
 
     tallies = {module: Tally() for module in MODULES}
