@@ -124,7 +124,7 @@ def test_decode_reports_unknown_and_undecodable_errors_and_keeps_the_raw_data() 
     decoder = ErrorDecoder([ESCROW_ABI])
     unknown = b"\xde\xad\xbe\xef\x00\x01"
     for data, reason in ((unknown, "reverted with unknown error 0xdeadbeef"),
-                         (keccak(text="JobEscrowAlreadySettled(bytes32)")[:4] + b"\x00",
+                         (keccak(text="JobEscrowAlreadySettled(bytes32)")[:4] + b"\x00" * 5,
                           "JobEscrowAlreadySettled with undecodable arguments")):
         error = decoder.decode(data)
         assert isinstance(error, RevertError)
