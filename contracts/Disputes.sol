@@ -140,6 +140,7 @@ contract Disputes is IDisputes, AccessControlDefaultAdminRules, ReentrancyGuardT
         if (slashAmount > d.frozenAmount) revert DisputesSlashTooLarge(disputeId, slashAmount, d.frozenAmount);
 
         d.status = granted ? DisputeStatus.Granted : DisputeStatus.Dismissed;
+        // slither-disable-next-line uninitialized-local
         uint256 slashId;
         if (!granted) {
             _restoreStatusQuo(d);

@@ -165,6 +165,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         JobHead memory head = _unpackHead(job.head);
         if (head.status != JobStatus.Settled) revert JobEscrowJobNotSettled(jobId, head.status);
         amount = head.refund;
+        // slither-disable-next-line incorrect-equality
         if (amount == 0) revert JobEscrowNoRefund(jobId);
         uint256 claimableAt = uint256(head.time) + _disputeWindow;
         if (block.timestamp < claimableAt) revert JobEscrowRefundNotClaimableYet(jobId, claimableAt);
@@ -178,6 +179,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     /// @inheritdoc IJobEscrow
     function releaseCollateral(bytes32 jobId, address[] calldata providers) external {
         uint256 releasableAt = collateralReleasableAt(jobId);
+        // slither-disable-next-line incorrect-equality
         if (releasableAt == 0) revert JobEscrowUnknownJob(jobId);
         if (block.timestamp < releasableAt) revert JobEscrowCollateralStillSlashable(jobId, releasableAt);
         bytes32[] memory jobIds = new bytes32[](providers.length);
@@ -222,6 +224,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
 
     /// @inheritdoc IJobEscrow
     function settleBatch(Settlement[] calldata settlements) external onlyRole(ORCHESTRATOR_ROLE) {
+        // slither-disable-next-line uninitialized-local
         uint256 pairs;
         for (uint256 j; j < settlements.length; ++j) {
             pairs += settlements[j].providers.length;
@@ -271,7 +274,8 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
             // until then: only disputes change it inside the window).
             (book.payeeCap, book.booked) = (head.amount - head.refund, true);
         }
-        if (account == job.customer) {
+        bool fromRefund = account == job.customer;
+        if (fromRefund) {
             if (amount > head.refund) revert JobEscrowDisputeCapExceeded(jobId, amount, head.refund);
             head.refund -= uint96(amount);
             job.head = _packHead(head);
@@ -281,10 +285,10 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
             uint256 pending = _stakeManager.payoutOf(account).pending;
             if (amount > pending) revert JobEscrowInsufficientPending(account, amount, pending);
             book.fromPayees += uint96(amount);
-            _stakeManager.freezePending(account, amount);
         }
         _frozen[account] += amount;
         emit PayoutFrozen(jobId, account, amount);
+        if (!fromRefund) _stakeManager.freezePending(account, amount);
     }
 
     /// @inheritdoc IJobEscrow
@@ -354,6 +358,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     function jobOf(bytes32 jobId) external view returns (Job memory) {
         JobRecord storage job = _jobs[jobId];
         JobHead memory head = _unpackHead(job.head);
+        // slither-disable-next-line incorrect-equality
         return Job({
             customer: job.customer,
             deadline: job.deadline,
@@ -391,14 +396,17 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         // Rounded up to whole periods, so one provider's pending payouts have at most two release
         // times in the future (the StakeManager keeps two buckets) and none moves another's.
         uint256 due = settledAt + _disputeWindow;
+        // slither-disable-next-line divide-before-multiply
         return (due + PAYOUT_PERIOD - 1) / PAYOUT_PERIOD * PAYOUT_PERIOD;
     }
 
     /// @inheritdoc IJobEscrow
     function collateralReleasableAt(bytes32 jobId) public view returns (uint256) {
         JobHead memory head = _unpackHead(_jobs[jobId].head);
+        // slither-disable-next-line incorrect-equality
         if (head.status == JobStatus.None) return 0;
         // A settled job closed at settlement; any other closed when settlement did: deadline + grace.
+        // slither-disable-next-line incorrect-equality
         uint256 closedAt = head.status == JobStatus.Settled ? head.time : uint256(head.time) + _gracePeriod;
         return closedAt + _collateralSlashWindow;
     }
@@ -413,6 +421,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         DisputeBook storage book = _disputeBooks[jobId];
         if (book.booked) return (book.fromPayees, book.payeeCap);
         JobHead memory head = _unpackHead(_jobs[jobId].head);
+        // slither-disable-next-line incorrect-equality
         return (0, head.status == JobStatus.Settled ? head.amount - head.refund : 0);
     }
 
@@ -440,6 +449,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         uint256 grace
     ) private returns (uint256 refund) {
         if (providers.length != payouts.length) revert JobEscrowLengthMismatch(providers.length, payouts.length);
+        // slither-disable-next-line uninitialized-local
         uint256 paid;
         uint256 k = list.count;
         for (uint256 i; i < providers.length; ++i) {

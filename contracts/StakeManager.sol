@@ -74,6 +74,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     mapping(address account => uint256) private _ledgers; // packed locked | pending | releaseAt
     mapping(address account => uint256) private _maturing; // packed 0 | pending | releaseAt, older bucket
     mapping(address provider => mapping(uint256 lockId => UnbondingLock)) private _unbondingLocks;
+    // slither-disable-next-line uninitialized-state
     mapping(address provider => uint64[]) private _openLockIds;
     mapping(bytes32 jobId => mapping(address provider => uint256)) private _lockedFor;
     mapping(uint64 epoch => EpochRecord) private _epochs;
@@ -347,6 +348,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     {
         if (amount == 0) revert StakeManagerZeroAmount(provider);
         uint256 taken = _takeUnlockedStake(provider, amount);
+        // slither-disable-next-line incorrect-equality
         if (taken == 0) revert StakeManagerNothingToSlash(provider);
         slashId = _recordSlash(provider, bytes32(0), reason, evidence, _treasury, taken, address(0), 0);
     }
@@ -428,6 +430,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             _checkpoint(provider);
             emit SlashReversed(slashId, provider, amount);
             // A reversed score slash undoes its demotion, unless the tier was set since.
+            // slither-disable-next-line incorrect-equality
             if (s.reason == SlashReason.LowScore && _providers[provider].tier == Tier.Background) {
                 _setTier(provider, s.priorTier);
             }
@@ -624,12 +627,14 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     ) private returns (uint256 committedAt) {
         if (msg.sender == provider) revert StakeManagerSelfFinding(provider);
         EpochRecord memory record = _epochs[epoch];
+        // slither-disable-next-line incorrect-equality
         if (record.root == bytes32(0)) revert StakeManagerEpochNotCommitted(epoch);
         committedAt = record.committedAt;
         uint256 expiredAt = committedAt + _scoreProofWindow;
         if (block.timestamp > expiredAt) revert StakeManagerScoreProofExpired(epoch, expiredAt);
         bytes32 commitment = keccak256(abi.encode(msg.sender, provider, epoch, salt));
         uint256 committedIn = _findings[commitment];
+        // slither-disable-next-line incorrect-equality
         if (committedIn == 0 || committedIn >= block.number) revert StakeManagerFindingNotCommitted(commitment);
         if (_scoreSlashed[provider][epoch]) revert StakeManagerAlreadySlashedForEpoch(provider, epoch);
         bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(provider, scoreBps, telemetryDigest))));
@@ -652,6 +657,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         );
         uint256 share = covered * _scoreSlashBps / BPS;
         Tier priorTier = p.tier;
+        // slither-disable-next-line incorrect-equality
         uint256 taken = share == 0 ? 0 : _takeUnlockedStake(provider, share);
         _setTier(provider, Tier.Background);
         if (taken != 0) {
@@ -671,6 +677,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     /// @dev Records `provider`'s bonded + unbonding stake now, for sizing score slashes.
     function _checkpoint(address provider) private {
         Provider storage p = _providers[provider];
+        // slither-disable-next-line unused-return
         _stakeHistory[provider].push(block.timestamp.toUint48(), (uint256(p.bonded) + p.unbonding).toUint208());
     }
 
@@ -711,6 +718,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             lock.amount -= uint128(cut);
             taken += cut;
             emit UnbondingLockSlashed(provider, lockId, cut);
+            // slither-disable-next-line incorrect-equality
             if (lock.amount == 0) {
                 delete _unbondingLocks[provider][lockId];
                 open[i - 1] = open[open.length - 1];
