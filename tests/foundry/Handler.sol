@@ -36,6 +36,8 @@ contract Handler {
     address public finder = address(0x3002);
 
     string public violation;
+    /// Calls per handler function, and successes of the main ones ("ok:settle", ...): read them
+    /// (e.g. from `afterInvariant`) to see what a run reached.
     mapping(bytes32 => uint256) public calls;
 
     // ---- ghost: stake
@@ -64,9 +66,11 @@ contract Handler {
         uint256 frozenNow; // frozen by open disputes about this job
         uint256 frozenFromPayees; // all-time
         uint256 paid; // to providers at settlement
+        address payee; // the provider the settlement paid
     }
 
     GhostJob[] internal _jobs;
+    uint256 internal _lastSettled; // index + 1 of the job settled last
     mapping(bytes32 => uint256) internal _jobIndex; // index + 1
     mapping(bytes32 => mapping(address => uint256)) public ghostLocked; // collateral locked, not yet released/slashed
 
@@ -201,7 +205,7 @@ contract Handler {
 
     function warp(uint256 secs) external {
         _count("warp");
-        secs = secs % 3 days;
+        secs = secs % 10 == 0 ? secs % 3 days : secs % 3 hours;
         vm.warp(block.timestamp + secs);
         vm.roll(block.number + 1);
     }
@@ -228,6 +232,7 @@ contract Handler {
         uint256 maturity = block.timestamp + sm.unbondingPeriod();
         vm.prank(p);
         try sm.requestUnbond(amount) returns (uint256 lockId) {
+            calls[keccak256("ok:requestUnbond")] += 1;
             _locks[p].push(GhostLock({id: lockId, requested: amount, maturity: maturity, minTaken: 0, open: true}));
         } catch {
             if (sm.openLocks(p).length < sm.MAX_UNBONDING_LOCKS()) _fail("requestUnbond of free stake refused");
@@ -248,6 +253,7 @@ contract Handler {
             if (block.timestamp < lock.maturity) _fail("stake left before requestedAt + unbondingPeriod");
             if (paid > lock.requested - lock.minTaken) _fail("a lock paid out slashed stake");
             lock.open = false;
+            calls[keccak256("ok:withdraw")] += 1;
             withdrawn[p] += paid;
         } catch {
             if (lock.open && block.timestamp >= lock.maturity && lock.minTaken < lock.requested) {
@@ -282,14 +288,45 @@ contract Handler {
         token.mint(c, amount);
         vm.prank(c);
         escrow.createJob(id, amount, uint64(deadline), ROOT);
-        _jobs.push(GhostJob(id, c, amount, deadline, 0, 1, 0, 0, 0, 0));
+        _jobs.push(GhostJob(id, c, amount, deadline, 0, 1, 0, 0, 0, 0, address(0)));
         _jobIndex[id] = _jobs.length;
     }
 
-    function lockCollateral(uint256 jobSeed, uint256 who, uint256 share) external {
+    /// @dev The first job from `seed` on in `status` (any job when none is), so that most calls
+    /// reach jobs they can act on.
+    function _pick(uint256 seed, uint8 status) internal view returns (GhostJob storage) {
+        uint256 n = _jobs.length;
+        for (uint256 k; k < n; ++k) {
+            GhostJob storage job = _jobs[(seed + k) % n];
+            if (job.status == status) return job;
+        }
+        return _jobs[seed % n];
+    }
+
+    /// @dev A funded job with collateral locked from `seed` on, else any funded job.
+    function _pickBacked(uint256 seed) internal view returns (GhostJob storage) {
+        uint256 n = _jobs.length;
+        for (uint256 k; k < n; ++k) {
+            GhostJob storage job = _jobs[(seed + k) % n];
+            if (job.status != 1) continue;
+            for (uint256 i; i < 3; ++i) if (ghostLocked[job.id][providers[i]] != 0) return job;
+        }
+        return _pick(seed, 1);
+    }
+
+    /// @dev A provider with collateral still locked for `job` when there is one.
+    function _backerOf(GhostJob storage job, uint256 seed) internal view returns (address) {
+        for (uint256 k; k < 3; ++k) {
+            address p = providers[(seed + k) % 3];
+            if (ghostLocked[job.id][p] != 0) return p;
+        }
+        return providers[seed % 3];
+    }
+
+    function lockCollateral(uint256 jobSeed, uint256 who, uint256 share) public {
         _count("lockCollateral");
         if (_jobs.length == 0) return;
-        GhostJob storage job = _jobs[jobSeed % _jobs.length];
+        GhostJob storage job = _pick(jobSeed, 1);
         address p = _provider(who);
         IStakeManager.StakeInfo memory info = sm.stakeOf(p);
         uint256 free = info.bonded - info.locked;
@@ -309,7 +346,7 @@ contract Handler {
     }
 
     /// @dev Settles up to three jobs in one of the three forms; payouts are random shares.
-    function settle(uint256 form, uint256 jobSeed, uint256 shares) external {
+    function settle(uint256 form, uint256 jobSeed, uint256 shares) public {
         _count("settle");
         if (_jobs.length == 0) return;
         uint256 n = form % 3 == 0 ? 1 : 1 + (shares % 3);
@@ -317,9 +354,9 @@ contract Handler {
         address[] memory payees = new address[](n);
         uint256[] memory payouts = new uint256[](n);
         for (uint256 k; k < n; ++k) {
-            GhostJob storage job = _jobs[(jobSeed + k * 7) % _jobs.length];
+            GhostJob storage job = k == 0 ? _pickBacked(jobSeed) : _pick(jobSeed + k * 7, 1);
             ids[k] = job.id;
-            payees[k] = _provider(shares >> (8 * k));
+            payees[k] = (shares >> (8 * k)) % 4 == 0 ? _provider(shares >> (8 * k + 2)) : _backerOf(job, shares >> (8 * k + 2));
             payouts[k] = job.amount * ((shares >> (16 + 8 * k)) % 101) / 100;
         }
         for (uint256 k; k < n; ++k) {
@@ -355,6 +392,7 @@ contract Handler {
             } catch {}
         }
         if (!ok) return;
+        calls[keccak256("ok:settle")] += 1;
         uint256 window = escrow.disputeWindow();
         for (uint256 k; k < n; ++k) {
             GhostJob storage job = _jobs[_jobIndex[ids[k]] - 1];
@@ -365,6 +403,8 @@ contract Handler {
             job.status = 2;
             job.settledAt = block.timestamp;
             job.paid = payouts[k];
+            job.payee = payees[k];
+            _lastSettled = _jobIndex[ids[k]];
             if (escrow.jobOf(job.id).refund + payouts[k] != job.amount) _fail("settlement does not add up to the job");
             ghostLocked[job.id][payees[k]] = 0; // a listed provider's collateral is released
             _credits[payees[k]].push(Credit(payouts[k], block.timestamp + window, block.timestamp + window + PAYOUT_SLACK));
@@ -374,7 +414,7 @@ contract Handler {
     function reclaim(uint256 jobSeed, uint256 by) external {
         _count("reclaim");
         if (_jobs.length == 0) return;
-        GhostJob storage job = _jobs[jobSeed % _jobs.length];
+        GhostJob storage job = _pick(jobSeed, 1);
         address caller = by % 3 == 0 ? stranger : job.customer;
         uint256 before = token.balanceOf(job.customer);
         vm.prank(caller);
@@ -394,6 +434,7 @@ contract Handler {
         uint256 before = token.balanceOf(a);
         vm.prank(a);
         try escrow.claim() {
+            calls[keccak256("ok:claim")] += 1;
             claimed[a] += token.balanceOf(a) - before;
         } catch {}
     }
@@ -401,7 +442,7 @@ contract Handler {
     function claimRefund(uint256 jobSeed) external {
         _count("claimRefund");
         if (_jobs.length == 0) return;
-        GhostJob storage job = _jobs[jobSeed % _jobs.length];
+        GhostJob storage job = _pick(jobSeed, 2);
         vm.prank(stranger);
         try escrow.claimRefund(job.id) {
             if (block.timestamp < job.settledAt + escrow.disputeWindow()) _fail("refund paid inside the window");
@@ -412,13 +453,14 @@ contract Handler {
         _count("releaseCollateral");
         if (_jobs.length == 0) return;
         GhostJob storage job = _jobs[jobSeed % _jobs.length];
-        address p = _provider(who);
+        address p = _backerOf(job, who);
         uint256 closedAt = job.status == 2 ? job.settledAt : job.deadline + escrow.gracePeriod();
         uint256 releasableAt = closedAt + escrow.collateralSlashWindow();
         uint256 lockedBefore = sm.lockedFor(job.id, p);
         vm.prank(stranger);
         try escrow.releaseCollateral(job.id, _one(p)) {
             if (lockedBefore != 0 && block.timestamp < releasableAt) _fail("collateral released inside its slash window");
+            if (lockedBefore != 0) calls[keccak256("ok:release")] += 1;
             ghostLocked[job.id][p] = 0;
         } catch {
             if (block.timestamp >= releasableAt) _fail("collateral had no way out");
@@ -447,13 +489,14 @@ contract Handler {
         _count("slashCollateral");
         if (_jobs.length == 0) return;
         GhostJob storage job = _jobs[jobSeed % _jobs.length];
-        address p = _provider(who);
+        address p = _backerOf(job, who);
         uint256 locked = sm.lockedFor(job.id, p);
         uint256 closedAt = job.status == 2 ? job.settledAt : job.deadline + escrow.gracePeriod();
         bool open = block.timestamp < closedAt + escrow.collateralSlashWindow();
         (uint256[3] memory u, uint256[3] memory s) = (_unbondings(), _stakes());
         vm.prank(orchestrator);
         try sm.slashCollateral(job.id, p, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
+            calls[keccak256("ok:slashCollateral")] += 1;
             if (!open) _fail("collateral slashed after its slash window");
             _slashIds.push(id);
         } catch {
@@ -490,6 +533,7 @@ contract Handler {
             uint256 taken = s[_idx(p)] - _stakes()[_idx(p)];
             (, uint16 slashBps,) = sm.scoreSlashing();
             if (taken > covered * slashBps / 10_000) _fail("a score slash took stake the commitment did not cover");
+            calls[keccak256("ok:score")] += 1;
             if (id != 0) _slashIds.push(id);
         } catch {}
         _noteSlashes(u, s);
@@ -518,20 +562,21 @@ contract Handler {
 
     // ================================================================ disputes
 
-    function disputeSettlement(uint256 jobSeed, uint256 by, uint256 whom, uint256 amount) external {
+    function disputeSettlement(uint256 jobSeed, uint256 by, uint256 whom, uint256 amount) public {
         _count("disputeSettlement");
         if (_jobs.length == 0) return;
-        GhostJob storage job = _jobs[jobSeed % _jobs.length];
+        GhostJob storage job = jobSeed % 3 != 0 && _lastSettled != 0 ? _jobs[_lastSettled - 1] : _pick(jobSeed, 2);
+        address payee = job.payee == address(0) || whom % 4 == 0 ? _provider(whom >> 2) : job.payee;
         address opener;
         address respondent;
         if (by % 3 == 0) {
-            (opener, respondent) = (job.customer, _provider(whom)); // customer vs a provider
+            (opener, respondent) = (job.customer, payee); // customer vs a provider
         } else if (by % 3 == 1) {
-            (opener, respondent) = (_provider(whom), job.customer); // a provider vs the refund
+            (opener, respondent) = (payee, job.customer); // a provider vs the refund
         } else {
             (opener, respondent) = (stranger, whom % 2 == 0 ? job.customer : _provider(whom));
         }
-        amount = 1 + amount % (job.amount + 1);
+        amount = 1 + amount % (amount % 2 == 0 ? job.amount / 4 + 1 : job.amount + 1);
         token.mint(opener, disputes.bond());
         bool backer = escrow.isBacker(job.id, opener == job.customer ? respondent : opener);
         vm.prank(opener);
@@ -545,8 +590,17 @@ contract Handler {
                 if (job.frozenFromPayees > job.paid) _fail("disputes froze more than the job paid");
                 frozenFrom[respondent] += amount;
             }
+            calls[keccak256("ok:dispute")] += 1;
             _disputes.push(GhostDispute(id, job.id, respondent, amount, true, true));
         } catch {}
+    }
+
+    /// @dev A settlement and, at once, a dispute about it by one of its parties (disputes need a
+    /// settled job inside its window: random sequences rarely line that up on their own).
+    function settleThenDispute(uint256 jobSeed, uint256 who, uint256 shares, uint256 by, uint256 amount) external {
+        lockCollateral(jobSeed, who, shares);
+        settle(0, jobSeed, shares | 1); // pays a backer of the job
+        disputeSettlement(1, by, 1, amount);
     }
 
     function disputeSlash(uint256 pick) external {
@@ -571,6 +625,7 @@ contract Handler {
         vm.prank(arbiter);
         try disputes.rule(d.id, granted, slashAmount, ROOT) {
             if (slashAmount > d.amount) _fail("an arbiter slashed more than the dispute is about");
+            calls[keccak256("ok:rule")] += 1;
             _closeDispute(d, granted);
             for (uint256 id = slashesBefore + 1; id <= sm.slashCount(); ++id) _slashIds.push(id);
         } catch {}
