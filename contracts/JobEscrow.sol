@@ -288,7 +288,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         }
         _frozen[account] += amount;
         emit PayoutFrozen(jobId, account, amount);
-        if (!fromRefund) _stakeManager.freezePending(account, amount);
+        if (!fromRefund) _stakeManager.freezePending(account, amount, payoutReleaseAt(head.time));
     }
 
     /// @inheritdoc IJobEscrow

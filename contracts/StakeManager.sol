@@ -292,15 +292,18 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     }
 
     /// @inheritdoc IStakeManager
-    function freezePending(address account, uint256 amount) external onlyJobEscrow {
+    function freezePending(address account, uint256 amount, uint256 releaseAt) external onlyJobEscrow {
         uint256 ledger = _mature(account);
         uint256 hot = uint104(ledger >> _PENDING_SHIFT);
         uint256 older = uint104(_maturing[account] >> _PENDING_SHIFT);
         if (amount > hot + older) revert StakeManagerInsufficientPending(account, amount, hot + older);
-        // The newest bucket first: the disputed job's payout is most likely there.
-        uint256 fromHot = Math.min(amount, hot);
+        // The bucket the disputed job's payout went to first (the older one when its release
+        // time is `releaseAt`), so the freeze holds that job's payout, not another's.
+        uint256 fromOlder = _maturing[account] >> _RELEASE_AT_SHIFT == releaseAt ? Math.min(amount, older) : 0;
+        uint256 fromHot = Math.min(amount - fromOlder, hot);
+        fromOlder = amount - fromHot;
         _ledgers[account] = ledger - (fromHot << _PENDING_SHIFT);
-        if (amount > fromHot) _maturing[account] -= (amount - fromHot) << _PENDING_SHIFT;
+        if (fromOlder != 0) _maturing[account] -= fromOlder << _PENDING_SHIFT;
     }
 
     /// @inheritdoc IStakeManager

@@ -264,9 +264,10 @@ interface IStakeManager {
     /// @return amount Token units the escrow must pay `account`.
     function takeClaimable(address account) external returns (uint256 amount);
 
-    /// @notice Takes `amount` out of `account`'s pending payout, to be held by a dispute.
+    /// @notice Takes `amount` out of `account`'s pending payout, to be held by a dispute about a
+    /// job whose payouts are released at `releaseAt`: from that release time's bucket first.
     /// @dev The JobEscrow only; reverts with StakeManagerInsufficientPending when not enough is pending.
-    function freezePending(address account, uint256 amount) external;
+    function freezePending(address account, uint256 amount, uint256 releaseAt) external;
 
     /// @notice Credits `amount` to `account`, claimable from `releaseAt` (at once when that has
     /// passed): a dispute's frozen funds released, back to the rest of their window or to the winner.

@@ -208,7 +208,7 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
 PAYOUT_BOOKS: list[tuple[str, tuple[Any, ...]]] = [
     ("settleCollateral", ([(JID, "0x" + "11" * 20, 1, ROOT)], 1)),
     ("takeClaimable", ("0x" + "11" * 20,)),
-    ("freezePending", ("0x" + "11" * 20, 1)),
+    ("freezePending", ("0x" + "11" * 20, 1, 0)),
     ("creditPayout", ("0x" + "11" * 20, 1, 0)),
 ]
 

@@ -654,17 +654,9 @@ contract Handler {
         if (granted) {
             _credits[record.opener].push(Credit(d.amount, 0, block.timestamp)); // the winner claims at once
         } else if (d.respondent != job.customer) {
-            // Back to the rest of the job's window.
-            uint256 window = escrow.disputeWindow();
-            _credits[d.respondent].push(
-                Credit(d.amount, job.settledAt + window, _max(block.timestamp, job.settledAt + window + PAYOUT_SLACK))
-            );
+            // Back to the rest of the job's window: the settlement's own credit stands again.
             frozenFrom[d.respondent] -= d.amount;
         }
-    }
-
-    function _max(uint256 a, uint256 b) internal pure returns (uint256) {
-        return a > b ? a : b;
     }
 
     // ================================================================ admin
