@@ -299,9 +299,9 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         if (amount > hot + older) revert StakeManagerInsufficientPending(account, amount, hot + older);
         // The bucket the disputed job's payout went to first (the older one when its release
         // time is `releaseAt`), so the freeze holds that job's payout, not another's.
-        uint256 fromOlder = _maturing[account] >> _RELEASE_AT_SHIFT == releaseAt ? Math.min(amount, older) : 0;
-        uint256 fromHot = Math.min(amount - fromOlder, hot);
-        fromOlder = amount - fromHot;
+        uint256 olderFirst = _maturing[account] >> _RELEASE_AT_SHIFT == releaseAt ? Math.min(amount, older) : 0;
+        uint256 fromHot = Math.min(amount - olderFirst, hot);
+        uint256 fromOlder = amount - fromHot;
         _ledgers[account] = ledger - (fromHot << _PENDING_SHIFT);
         if (fromOlder != 0) _maturing[account] -= fromOlder << _PENDING_SHIFT;
     }
