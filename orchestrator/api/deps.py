@@ -12,14 +12,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.api.auth import SessionClaims, SignedRequest, check_token, verify_request
 from orchestrator.api.errors import ApiError
-from orchestrator.chain.views import EscrowedJob
 from orchestrator.config import Settings
 from orchestrator.db import crud
+from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.services.pls import PlsService
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 from orchestrator.telemetry.metrics import MeshMetrics
-from orchestrator.telemetry.pls_service import PlsService
 
 
 class EscrowReader(Protocol):

@@ -162,7 +162,6 @@ class SweepOut(BaseModel):
     expired_leases: int
     dead_nodes: list[str]
     held_nodes: list[str] = []  # of dead_nodes: a shared silence, leases kept for a while
-    placed: int
 
 
 class OutboxOut(BaseModel):

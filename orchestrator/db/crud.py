@@ -3,7 +3,7 @@ through the domain transition table and lands in `status_history` in the same tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -24,7 +24,6 @@ from orchestrator.db.models import (
     RecoveryEvent,
     StatusHistory,
     Task,
-    TelemetrySample,
     UsedNonce,
 )
 from orchestrator.domain.lifecycle import (
@@ -193,6 +192,10 @@ def create_job(session: Session, *, job_id: str, customer: str, spec: dict[str, 
 
 def get_job(session: Session, *, job_id: str) -> Job | None:
     return session.get(Job, job_id)
+
+
+def get_task(session: Session, *, task_id: int) -> Task | None:
+    return session.get(Task, task_id)
 
 
 def job_tasks(session: Session, *, job_id: str) -> list[Task]:
@@ -373,14 +376,6 @@ def try_lead(session: Session, *, name: str, holder: str, now: float, ttl_s: flo
     except IntegrityError:
         return False
     return True
-
-
-def add_telemetry(session: Session, *, node_id: str, samples: Iterable[tuple[str, float, float]]
-                  ) -> None:
-    rows = [{"node_id": node_id, "metric": metric, "at": at, "value": value}
-            for metric, at, value in samples]
-    if rows:
-        session.execute(insert(TelemetrySample), rows)
 
 
 def ping(session: Session) -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from orchestrator.chain.views import EscrowedJob, EscrowStatus
 from orchestrator.db import crud
 from orchestrator.db.models import Job, Lease, Node, Task
 from orchestrator.db.placement import (
@@ -23,6 +22,7 @@ from orchestrator.db.placement import (
     commit_reservations,
     waiting_tasks,
 )
+from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,

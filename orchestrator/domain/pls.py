@@ -160,6 +160,7 @@ class Placement:
     expected_cost: float
     collateral: int  # to lock from the provider's free stake
     explored: bool
+    raw_rs: float  # before recalibration: stored with the lock, fed back with the outcome
 
 
 class PlsPolicy:
@@ -196,9 +197,10 @@ class PlsPolicy:
                   free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
                   wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
         """Rank already-eligible rows: drops offline nodes, those under `min_rs` and those
-        whose free stake is short of the collateral; ties keep the caller's order. `wall_durations_s`: how long
-        the task would run on each row (its work over the node's verified speed), so a fast
-        GPU is asked to survive a shorter time; default `needs.expected_duration_s` for all."""
+        whose free stake is short of the collateral; ties keep the caller's order.
+        `wall_durations_s`: how long the task would run on each row (its work over the
+        node's verified speed), so a fast GPU is asked to survive a shorter time; default
+        `needs.expected_duration_s` for all."""
         rows = np.asarray(rows, dtype=np.intp)
         durations = (needs.expected_duration_s if wall_durations_s is None
                      else np.asarray(wall_durations_s, dtype=np.float64))
@@ -252,14 +254,14 @@ class PlsPolicy:
         stake = np.array([free_stake.get(c.spec.provider, 0) for c in usable], dtype=np.float64)
         ranked = self.rank_rows(rows, prices, stake, needs, now)
         placements: list[Placement] = []
-        for i, (pos, rs, pf, cost) in enumerate(zip(ranked.positions.tolist(), ranked.rs.tolist(),
-                                                    ranked.p_fail.tolist(),
-                                                    ranked.expected_cost.tolist(), strict=True)):
+        for i, (pos, rs, pf, cost, raw) in enumerate(zip(
+                ranked.positions.tolist(), ranked.rs.tolist(), ranked.p_fail.tolist(),
+                ranked.expected_cost.tolist(), ranked.raw_rs.tolist(), strict=True)):
             candidate = usable[pos]
             exact = self.collateral.required(needs.value, pf, needs.expected_duration_s)
             if exact <= free_stake.get(candidate.spec.provider, 0):
                 placements.append(Placement(candidate, rs, pf, cost, exact,
-                                            ranked.explored and i == 0))
+                                            ranked.explored and i == 0, raw))
         return placements
 
     def score_fn(self, now: float) -> ScoreFn:

@@ -28,7 +28,8 @@ from numpy.typing import NDArray
 from orchestrator.domain.calibration import OnlineRecalibrator
 from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
 from orchestrator.domain.collateral import CollateralPolicy
-from orchestrator.domain.pls import LeaseHold, PlsPolicy, RankedRows
+from orchestrator.domain.matching import Candidate
+from orchestrator.domain.pls import LeaseHold, Placement, PlsPolicy, RankedRows
 from orchestrator.domain.popw import PopwConfig, PopwVerdict
 from orchestrator.domain.reliability import (
     GpuSample,
@@ -205,12 +206,13 @@ class PlsEngine:
         return self.placement.rank_rows(rows, prices, free_stake, needs, now,
                                         wall_durations_s=wall_durations_s)
 
-    def rank_nodes(self, node_ids: Sequence[str], prices: Sequence[float],
-                   free_stake: Sequence[float], needs: TaskNeeds, now: float) -> RankedRows:
-        rows = np.fromiter((self.book.index_of(n) for n in node_ids), dtype=np.intp,
-                           count=len(node_ids))
-        return self.rank(rows, np.asarray(prices, dtype=np.float64),
-                         np.asarray(free_stake, dtype=np.float64), needs, now)
+    def rank_candidates(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
+                        free_stake: Mapping[str, int]) -> list[Placement]:
+        """The same ranking over `matching.Candidate`s (the service): eligible ones with a
+        free slot, ties to the emptier node then the node id, each with the exact collateral
+        its provider's free stake covers. Nodes the engine does not know are no candidates."""
+        return self.placement.rank([c for c in candidates if c.spec.node_id in self._providers],
+                                   needs, now, free_stake)
 
     def collateral(self, needs: TaskNeeds, p_fail: float) -> int:
         """The exact collateral to lock for a placement ranked at `p_fail`."""

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db.models import CollateralLock, Lease, OutboxAction
 from orchestrator.domain.types import Priority, TaskNeeds
 from orchestrator.scheduling.placer import Placer
-from orchestrator.telemetry.pls_service import PlsService
+from orchestrator.services.pls import PlsService
 from tests.orchestrator.apiclient import VirtualClock
 from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
 from tests.pls_service.test_popw_api import answer_body, challenge_for, ping, send_answer, solve

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Header
 from orchestrator.api.deps import CtxDep, EscrowDep, SessionDep, SignedDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.schemas import JobOut, JobSubmission
-from orchestrator.chain.views import EscrowStatus
 from orchestrator.db import crud
 from orchestrator.db.models import Job
+from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.scheduling.jobs import split_tasks

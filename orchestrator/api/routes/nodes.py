@@ -16,7 +16,7 @@ from orchestrator.api.schemas import (
     NodeRegistration,
 )
 from orchestrator.db import crud, work
-from orchestrator.db.models import Node, Task
+from orchestrator.db.models import Node
 from orchestrator.domain.types import NodeSpec
 
 router = APIRouter(tags=["nodes"])
@@ -94,7 +94,7 @@ def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
     if lease is None:
         session.commit()
         return Response(status_code=204)
-    task = session.get(Task, lease.task_id)
+    task = crud.get_task(session, task_id=lease.task_id)
     assert task is not None
     out = LeaseOut(lease_id=lease.id, task_id=task.id, job_id=task.job_id, slot=lease.slot,
                    expires_at=lease.expires_at, payload=task.payload,

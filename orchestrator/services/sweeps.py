@@ -1,0 +1,53 @@
+"""The periodic reconcile work routes and the leader's jobs share: the failure/lease sweep
+handed on to PLS, and the escrow sync of settling jobs, each with its metrics and logs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db import work
+from orchestrator.domain.chain_views import EscrowedJob
+from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.services.pls import PlsService
+from orchestrator.services.pls_ingest import SweepFacts
+from orchestrator.telemetry.metrics import MeshMetrics
+
+log = logging.getLogger("orchestrator")
+
+
+def sweep_facts(result: work.SweepResult) -> SweepFacts:
+    """A drained node left cleanly and a held one went silent with its peers (`LeaseHold`):
+    neither session ends in a departure of the node's own."""
+    own = set(result.dead_nodes) - result.draining_dead - set(result.held)
+    return SweepFacts(dead=[(node_id, node_id in own) for node_id in result.dead_nodes],
+                      abandoned=result.abandoned, returned=result.returned)
+
+
+def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
+          metrics: MeshMetrics, now: float) -> work.SweepResult:
+    """Expire lapsed leases, call silent nodes dead (keeping the leases of a shared silence),
+    and tell PLS what happened."""
+    result = work.sweep(session, detector=detector, now=now, lease_holds=pls.lease_holds)
+    pls.after_sweep(session, facts=sweep_facts(result), now=now)
+    metrics.node_failures.inc(len(result.dead_nodes))
+    metrics.retries.labels("lapsed").inc(result.expired_leases)
+    metrics.retries.labels("dead").inc(result.revoked)
+    if result.dead_nodes:
+        log.warning("nodes declared dead: %s (%d tasks moved)", result.dead_nodes,
+                    result.revoked)
+    return result
+
+
+def sync_escrow(session: Session, *, read_escrow: Callable[[bytes], EscrowedJob | None],
+                metrics: MeshMetrics, now: float) -> work.SettlementSync:
+    """Confirm the settlements the chain shows; flag jobs whose chain state diverges."""
+    result = work.sync_settlements(session, read_escrow=read_escrow, now=now)
+    for _, lag in result.settled:
+        metrics.settlement_lag.observe(lag)
+    metrics.divergence.inc(len(result.diverged))
+    if result.diverged:
+        log.error("chain state diverges from ours for jobs %s", result.diverged)
+    return result
