@@ -209,7 +209,8 @@ class PlsPolicy:
         p_fail = 1.0 - rs
         collateral = self.collateral.required_many(needs.value, p_fail,
                                                    needs.expected_duration_s)
-        usable_mask = ((rs > 0.0) & (rs >= self.min_rs)
+        # raw RS 0: offline (recalibration may still map 0 above 0)
+        usable_mask = ((raw_rs > 0.0) & (rs > 0.0) & (rs >= self.min_rs)
                        & (np.asarray(free_stake) >= collateral))
         passes, fails = self.book.verified_many(rows)
         for allowed in self.probation.ladder(passes, fails,

@@ -54,6 +54,8 @@ class PlsConfig:
     score_horizon_s: float = 3600.0  # T of the RS readings observed and committed per epoch
     epoch_s: float = 3600.0
     prior_refit_s: float = 86_400.0  # the population prior is refitted from the grid daily
+    recalibrate_after: int = 500  # ended attempts before raw RS is mapped onto outcomes
+    recalibrate_every: int = 1_000  # ended attempts between refits of that map
     probe_timeout_s: float = 10.0  # an unanswered probe counts as lost after this
     gap_persist_s: float = 5.0
     stake_ttl_s: float = 15.0  # how long a free-stake read from the chain is reused
@@ -81,7 +83,8 @@ class PlsEngine:
     def __init__(self, config: PlsConfig | None = None) -> None:
         self.config = config or PlsConfig()
         self.book = ReliabilityBook()
-        self.recalibrator = OnlineRecalibrator()
+        self.recalibrator = OnlineRecalibrator(min_outcomes=self.config.recalibrate_after,
+                                               refit_every=self.config.recalibrate_every)
         self.book.set_recalibrator(self.recalibrator)
         self.placement = PlsPolicy(self.book, self.config.collateral,
                                    min_rs=self.config.min_rs, seed=self.config.explore_seed)
