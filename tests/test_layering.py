@@ -134,3 +134,46 @@ def test_the_checker_catches_each_kind_of_breach(path: str, code: str, rules: li
     monkeypatch.setattr("tests.test_layering.sources",
                         lambda: iter([(path, ast.parse(code))]))
     assert [v.rule for v in violations()] == rules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the orchestrator modules it imports (TYPE_CHECKING and nested included)."""
+    modules: dict[str, ast.Module] = {}
+    for path, tree in sources():
+        if path.startswith("orchestrator/"):
+            name = path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+            modules[name] = tree
+    graph: dict[str, set[str]] = {}
+    for name, tree in modules.items():
+        edges: set[str] = set()
+        for _, module, names in imported_modules(tree):
+            if not module.startswith("orchestrator"):
+                continue
+            submodules = {f"{module}.{n}" for n in names} & modules.keys()
+            edges |= submodules or ({module} & modules.keys())
+        graph[name] = edges
+    return graph
+
+
+def test_no_import_cycles_among_orchestrator_modules() -> None:
+    graph = import_graph()
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            cycle = visit(module)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+    assert "orchestrator.simulation.engine" in graph["orchestrator.simulation.pls_driver"]

@@ -24,7 +24,7 @@ from orchestrator.domain.slashing import SlashReason
 from orchestrator.domain.types import NodeSpec, Tier
 from orchestrator.simulation.engine import Attempt, PlacementObserver, Simulation
 from orchestrator.simulation.models import THROTTLE_SLOWDOWN, TOKEN, NodeProfile
-from orchestrator.simulation.policies import Choice, TaskView
+from orchestrator.simulation.policies import Choice, Grid, TaskView
 
 PROBES_PER_CONTACT = 4  # ping-pong rounds timed whenever the orchestrator talks to a node
 GPU_SAMPLES_PER_CONTACT = 8  # enough that the throttled share tracks the true rate
@@ -165,7 +165,7 @@ class PlsDriver(PlacementObserver):
         self.engine.verification_failed(node_id, f"{attempt.task.key}:{attempt.task.attempts}",
                                         collateral, raw, sim.now)
 
-    def epoch(self, sim: Simulation, now: float) -> None:
+    def epoch(self, sim: Grid, now: float) -> None:
         """Score every online node, let the staking policy decide, apply its verdicts."""
         rows = np.flatnonzero(self.online)
         node_ids = [self.profiles[row].node_id for row in rows.tolist()]
