@@ -44,12 +44,15 @@ def bench_schedule(
     backends: Annotated[
         str, typer.Option(help="Comma-separated: sqlite,postgresql")
     ] = "sqlite,postgresql",
+    pls: Annotated[bool, typer.Option(
+        help="Place through the PLS gate (engine ranking, collateral locks)")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Placements committed to the DB per second, with p50/p99 decision latency."""
     from orchestrator.bench import schedule
 
-    _emit(schedule.run(nodes=nodes, tasks=tasks, backends=backends.split(",")), as_json)
+    _emit(schedule.run(nodes=nodes, tasks=tasks, backends=backends.split(","), pls=pls),
+          as_json)
 
 
 @bench_app.command("ingest")

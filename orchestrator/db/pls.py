@@ -168,6 +168,10 @@ def ended_attempts(session: Session) -> list[tuple[float, bool]]:
         .order_by(CollateralLock.ended_at, CollateralLock.task_id, CollateralLock.attempt))]
 
 
+def lock_count(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(CollateralLock)) or 0)
+
+
 def latest_lock(session: Session, *, task_id: int, node_id: str) -> CollateralLock | None:
     return session.scalars(select(CollateralLock)
                            .where(CollateralLock.task_id == task_id,
