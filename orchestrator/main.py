@@ -21,7 +21,7 @@ from orchestrator.db.session import make_engine, make_session_factory, upgrade_t
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
-from orchestrator.services import sweeps
+from orchestrator.services import work
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_state import StakeReader
 from orchestrator.storage.blobs import BlobStore
@@ -35,7 +35,7 @@ API_PREFIX = "/v1"
 
 def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     def sweep(session: Session, now: float) -> None:
-        sweeps.sweep(session, detector=ctx.detector, pls=ctx.pls, metrics=ctx.metrics, now=now)
+        work.sweep(session, detector=ctx.detector, pls=ctx.pls, metrics=ctx.metrics, now=now)
 
     def forget_nonces(session: Session, now: float) -> None:
         crud.forget_expired_nonces(session, now=now)
@@ -43,7 +43,7 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
 
     def escrow_sync(session: Session, now: float) -> None:
         reader = escrow_provider(ctx)  # connects on first use: only when a job is settling
-        sweeps.sync_escrow(session, read_escrow=lambda job_id: reader().escrowed_job(job_id),
+        work.sync_escrow(session, read_escrow=lambda job_id: reader().escrowed_job(job_id),
                            metrics=ctx.metrics, now=now)
 
     def pls_decide(session: Session, now: float) -> None:

@@ -138,7 +138,7 @@ class ServiceSide:
                                   now=now)
 
     def sweep(self, dead: list[str], returned: list[str], now: float) -> None:
-        """What `services.sweeps.sweep` hands over after the detector's verdicts."""
+        """What `services.work.sweep` hands over after the detector's verdicts."""
         holds = self.pls.lease_holds(dead, now)
         abandoned = [(node_id, task_id) for task_id, node_id in self.running.items()
                      if node_id in dead and node_id not in holds]

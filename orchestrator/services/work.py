@@ -1,5 +1,7 @@
-"""The periodic reconcile work routes and the leader's jobs share: the failure/lease sweep
-handed on to PLS, and the escrow sync of settling jobs, each with its metrics and logs."""
+"""Work and sweeps: a verified job accepted (its settlement queued, each task's attempt a
+completed outcome for PLS), the failure/lease sweep handed on to PLS, and the escrow sync of
+settling jobs, each with its metrics and logs. Routes and the leader's periodic jobs share
+them."""
 
 from __future__ import annotations
 
@@ -8,14 +10,25 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import work
+from orchestrator.db import crud, work
+from orchestrator.db.models import Job
 from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_ingest import SweepFacts
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator")
+
+
+def accept_job(session: Session, *, job: Job, pls: PlsService, now: float) -> None:
+    """Verified: queue the settlement (exactly once) and tell PLS every placed task finished."""
+    work.accept_job(session, job=job, now=now)
+    for task in crud.job_tasks(session, job_id=job.id):
+        if task.node_id is not None:
+            pls.task_outcome(session, node_id=task.node_id, task_id=task.id,
+                             outcome=TaskOutcome.COMPLETED, now=now)
 
 
 def sweep_facts(result: work.SweepResult) -> SweepFacts:
