@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from orchestrator.db import crud, work
-from orchestrator.db.models import Job
+from orchestrator.db.models import Job, Lease, Node, Task
 from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.reliability import TaskOutcome
@@ -20,6 +21,31 @@ from orchestrator.services.pls_ingest import SweepFacts
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A lease a node pulled, its task, and the checkpoint interval PLS sets for it."""
+
+    lease: Lease
+    task: Task
+    checkpoint_interval_s: float
+    fresh: bool  # placed by this pull (not an earlier reservation handed out again)
+
+
+def pull_lease(session: Session, *, node: Node, pls: PlsService, pls_placement: bool,
+               reservation_ttl_s: float, now: float) -> Grant | None:
+    """The node's next lease (placed through the PLS gate when `pls_placement`), or None."""
+    lease = work.pull_lease(session, node=node, now=now, reservation_ttl_s=reservation_ttl_s,
+                            gate=pls if pls_placement else None)
+    if lease is None:
+        return None
+    task = crud.get_task(session, task_id=lease.task_id)
+    if task is None:
+        raise RuntimeError(f"lease {lease.id} names a task that does not exist")
+    interval = pls.checkpoint_interval_s(node.id, now,
+                                         crud.needs_from_json(task.needs).expected_duration_s)
+    return Grant(lease, task, interval, fresh=lease.created_at == now)
 
 
 def accept_job(session: Session, *, job: Job, pls: PlsService, now: float) -> None:
