@@ -6,7 +6,6 @@ and each lease's Young/Daly checkpoint interval."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -15,7 +14,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.placement import Admission
-from orchestrator.domain.matching import Candidate, ScoreFn, eligible
+from orchestrator.domain.matching import Candidate, eligible
 from orchestrator.domain.reliability import RsComponents
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.services.pls_state import PlsState, StakeUnavailable
@@ -80,19 +79,6 @@ class PlsPlacement(PlsState):
         """One node pulling work: the engine's ranking with that node alone; None refuses."""
         ranked = self.rank([Candidate(spec, 1)], needs, now)
         return ranked[0][1] if ranked else None
-
-    def score_fn(self, now: float) -> ScoreFn:
-        """The PLS placement score (minus expected cost) for `matching.rank`; nodes this
-        service has never seen rank last."""
-        inner = self.engine.placement.score_fn(now)
-
-        def score(spec: NodeSpec, needs: TaskNeeds) -> float:
-            with self._lock:
-                if not self.engine.knows(spec.node_id):
-                    return -math.inf
-                return inner(spec, needs)
-
-        return score
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
                  provider: str, admission: Admission, now: float) -> None:

@@ -95,7 +95,7 @@ def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batc
     stake.free[staked.wallet.address] = 10 * TOKEN
     make_job(factory, tasks=2, value=TOKEN, now=clock())
     pls = pls_of(client)
-    placer = Placer(factory, score_at=pls.score_fn, gate=pls, clock=clock)
+    placer = Placer(factory, gate=pls, clock=clock)
     placed = placer.place_all()
     assert [r.node_id for r in placed.placed] == ["gpu-staked"]  # one slot; cheap has no stake
     with factory() as session:
