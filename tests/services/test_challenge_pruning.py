@@ -13,7 +13,7 @@ from orchestrator.main import _periodic_jobs, create_app
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_handshake import CHALLENGE_RETENTION_S
 from tests.orchestrator.conftest import spec
-from tests.pls_service.pls_harness import FixedStake
+from tests.services.pls_harness import FixedStake
 
 
 def test_the_nonce_job_prunes_challenges_past_their_retention(

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db.models import NodeSession, TelemetrySample
 from orchestrator.domain.reliability import telemetry_digest
 from tests.orchestrator.apiclient import VirtualClock
-from tests.pls_service.pls_harness import Agent, gpu_sample
-from tests.pls_service.test_placement_gates import pls_of
-from tests.pls_service.test_slashing_service import beat_rounds
+from tests.services.pls_harness import Agent, gpu_sample
+from tests.services.test_placement_gates import pls_of
+from tests.services.test_slashing_service import beat_rounds
 
 THERMAL_SLOWDOWN = 0x20
 

@@ -20,8 +20,8 @@ from orchestrator.db.models import OutboxAction
 from orchestrator.domain.types import Tier
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.orchestrator.apiclient import VirtualClock, Wallet
-from tests.pls_service.pls_harness import Agent
-from tests.pls_service.test_placement_gates import pls_of
+from tests.services.pls_harness import Agent
+from tests.services.test_placement_gates import pls_of
 
 STAKE = 1_000 * 10**18
 pytestmark = [pytest.mark.anvil, pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)]

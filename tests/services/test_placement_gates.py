@@ -15,8 +15,8 @@ from orchestrator.domain.types import Priority, TaskNeeds
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services.pls import PlsService
 from tests.orchestrator.apiclient import VirtualClock
-from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
-from tests.pls_service.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
+from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.services.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
 
 def pls_of(client: TestClient) -> PlsService:

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db.models import CollateralLock, Lease, NodeSession, OutboxAction, SlashRecord
 from orchestrator.domain.types import SlashReason
 from tests.orchestrator.apiclient import VirtualClock
-from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
-from tests.pls_service.test_placement_gates import pls_of
+from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.services.test_placement_gates import pls_of
 
 
 def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[Agent],
