@@ -71,7 +71,7 @@ class Run:
 
 MEMORY_SIGNS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory",
                 "Unable to allocate", "Memory allocation failed", "mmap", "Calloc returns null",
-                "Malloc returns null")
+                "Malloc returns null", "failed to map segment")
 PROCESS_SIGNS = ("Resource temporarily unavailable", "can't start new thread",
                  "pthread_create", "fork: retry")
 

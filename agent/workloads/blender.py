@@ -176,7 +176,7 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
             "todo": [list(c) for c in plan if c not in have]}
     spec_path = given / "task.json"
     spec_path.write_text(json.dumps(spec))
-    chunks = list(done)
+    chunks = [Chunk(c.offset, c.length, c.path, c.sha256, 0.0) for c in done]  # not redone
     frame: list[Path] = []
     ready = [0.0]
     shape: list[tuple[int, ...]] = [exr_pixels(c.path).shape for c in done[:1]]

@@ -1,12 +1,14 @@
-"""Streamed, size-limited, hash-checked uploads of checkpoints and results."""
+"""Streamed, size-limited, hash-checked uploads of inputs, checkpoints and results; downloads
+for nodes that hold a lease (the .blend, the checkpoint chunks they resume from)."""
 
 from __future__ import annotations
 
 import re
 
 from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
 
-from orchestrator.api.deps import CtxDep, NodeDep
+from orchestrator.api.deps import CtxDep, NodeDep, SessionDep, UploaderDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.schemas import BlobOut
 from orchestrator.db import crud
@@ -18,7 +20,7 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 @router.put("/blobs/{sha256}", response_model=BlobOut,
             summary="Upload a blob under its sha256 (streamed; checked on arrival)")
-async def upload(sha256: str, request: Request, claims: NodeDep, ctx: CtxDep) -> BlobOut:
+async def upload(sha256: str, request: Request, uploader: UploaderDep, ctx: CtxDep) -> BlobOut:
     if not SHA256.fullmatch(sha256):
         raise ApiError(422, "invalid_sha256", "the name must be a lowercase hex sha256")
     declared = request.headers.get("content-length")
@@ -34,3 +36,21 @@ async def upload(sha256: str, request: Request, claims: NodeDep, ctx: CtxDep) ->
     with ctx.factory.begin() as session:
         crud.add_blob(session, sha256=sha256, size=size, now=ctx.now())
     return BlobOut(sha256=sha256, size=size)
+
+
+def blob_file(ctx: CtxDep, sha256: str) -> FileResponse:
+    """The stored blob as a download (404 when it is not stored)."""
+    if not SHA256.fullmatch(sha256):
+        raise ApiError(422, "invalid_sha256", "the name must be a lowercase hex sha256")
+    if not ctx.blobs.exists(sha256):
+        raise ApiError(404, "blob_not_found", f"no blob {sha256}")
+    return FileResponse(ctx.blobs.path_of(sha256), media_type="application/octet-stream",
+                        headers={"x-content-sha256": sha256})
+
+
+@router.get("/blobs/{sha256}", response_class=FileResponse,
+            summary="Download a blob (session token of a node that holds a live lease)")
+def download(sha256: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> FileResponse:
+    if not crud.live_leases(session, node_id=claims.node_id):
+        raise ApiError(403, "no_live_lease", "only a node working a lease may read blobs")
+    return blob_file(ctx, sha256)
