@@ -158,13 +158,16 @@ def _rlimits(limits: Limits, drop_to_nobody: bool) -> Callable[[], None]:
     return apply
 
 
-def _tree_bytes(root: Path) -> int:
-    total = 0
+def _tree_bytes(root: Path) -> tuple[int, int]:
+    """(all files together, the largest one) under `root`."""
+    total = largest = 0
     for dirpath, _, names in os.walk(root):
         for name in names:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
+                size = os.lstat(os.path.join(dirpath, name)).st_size
+                total += size
+                largest = max(largest, size)
+    return total, largest
 
 
 class Sandbox:
@@ -253,13 +256,13 @@ class Sandbox:
             stderr.seek(0)
             tail = stderr.read()[-4000:]
         seconds = time.perf_counter() - began
-        written = _tree_bytes(self.out)
+        written, largest = _tree_bytes(self.out)
         run = Run(outcome=Outcome.OK, returncode=returncode, stderr_tail=tail, seconds=seconds,
                   output_bytes=written)
-        run.outcome, run.detail = self._judge(returncode, tail, seconds, written, cpu)
+        run.outcome, run.detail = self._judge(returncode, tail, seconds, written, largest, cpu)
         return run
 
-    def _judge(self, returncode: int, tail: str, seconds: float, written: int,
+    def _judge(self, returncode: int, tail: str, seconds: float, written: int, largest: int,
                cpu: float) -> tuple[Outcome, str]:
         limits = self.limits
         if self._cancel.is_set() and seconds >= limits.wall_s:
@@ -268,9 +271,12 @@ class Sandbox:
             return Outcome.CANCELLED, "stopped by the agent"
         if written > limits.output_bytes:
             return Outcome.OUTPUT, f"wrote {written} bytes, limit {limits.output_bytes}"
-        if "File too large" in tail or returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        # A file exactly at RLIMIT_FSIZE was cut there (Python and Blender go on and exit 0).
+        if ("File too large" in tail or largest >= limits.file_bytes
+                or returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ)):
             return Outcome.OUTPUT, f"a file passed {limits.file_bytes} bytes"
-        if returncode != 0 and cpu >= limits.cpu_s - 0.5:
+        if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU) or (
+                returncode != 0 and cpu >= limits.cpu_s - 0.5):
             return Outcome.CPU, f"used its {limits.cpu_s} s of CPU time"
         if returncode != 0 and any(sign in tail for sign in MEMORY_SIGNS):
             return Outcome.MEMORY, f"address space limit {limits.memory_bytes} bytes"
