@@ -311,9 +311,12 @@ class Agent:
             log.info("task %s: resumes with %d of %d chunks from checkpoint %s", task_id,
                      len(done), len(plan), str(lease["resume_from_sha256"])[:12])
 
+        lost: list[str] = []
+
         def checkpoint(chunk: blender.Chunk) -> None:
+            """Upload the chunk and a manifest of every chunk so far, then record it. One try:
+            a network cut must not stop the render (the next checkpoint names every chunk)."""
             began = time.perf_counter()
-            self.upload(chunk.path, chunk.sha256)
             manifest.append({"offset": chunk.offset, "length": chunk.length,
                              "sha256": chunk.sha256})
             body = json.dumps({"kind": MANIFEST_KIND, "frame": task.frame, "tile": task.tile,
@@ -321,17 +324,38 @@ class Agent:
                                "chunks": sorted(manifest, key=lambda c: c["offset"])},
                               sort_keys=True).encode()
             digest = sha256_bytes(body)
-            self.call("upload checkpoint", "PUT", f"/v1/blobs/{digest}", content=body)
             progress = len(manifest) / len(plan)
-            self.call("checkpoint", "POST", f"/v1/tasks/{task_id}/checkpoints", json_body={
-                "sha256": digest, "progress": progress,
-                "cost_s": max(time.perf_counter() - began, 1e-6)})
-            log.info("task %s: chunk %d+%d rendered in %.3f s, checkpoint %d/%d %s", task_id,
-                     chunk.offset, chunk.length, chunk.seconds, len(manifest), len(plan),
-                     digest[:12])
+            log.info("task %s: chunk %d+%d rendered in %.3f s", task_id, chunk.offset,
+                     chunk.length, chunk.seconds)
+            try:
+                for name in {m["sha256"] for m in manifest} - uploaded:
+                    path = next(c.path for c in (*done, *pending_chunks, chunk)
+                                if c.sha256 == name)
+                    self.request("PUT", f"/v1/blobs/{name}", content=path.read_bytes())
+                    uploaded.add(name)
+                self.request("PUT", f"/v1/blobs/{digest}", content=body)
+                self.request("POST", f"/v1/tasks/{task_id}/checkpoints", json_body={
+                    "sha256": digest, "progress": progress,
+                    "cost_s": max(time.perf_counter() - began, 1e-6)})
+                log.info("task %s: checkpoint %d/%d %s", task_id, len(manifest), len(plan),
+                         digest[:12])
+            except httpx.TransportError as exc:
+                pending_chunks.append(chunk)
+                log.warning("task %s: checkpoint %d/%d deferred (%s); rendering on", task_id,
+                            len(manifest), len(plan), type(exc).__name__)
+            except ApiCallError as exc:
+                pending_chunks.append(chunk)
+                if exc.status in (404, 409):  # the lease is gone: stop, deliver nothing
+                    lost.append(exc.code)
+                    if self._sandbox is not None:
+                        self._sandbox.cancel()
+                else:
+                    log.warning("task %s: checkpoint deferred (%s)", task_id, exc)
             if self.draining.is_set() and self._sandbox is not None:
                 self._sandbox.cancel()
 
+        uploaded = {c.sha256 for c in done}
+        pending_chunks: list[blender.Chunk] = []
         with self.sandbox([blend, blender.WORKER.parent]) as box:
             self._sandbox = box
             try:
@@ -339,6 +363,9 @@ class Agent:
             finally:
                 self._sandbox = None
             run = rendered.run
+            if lost:
+                log.warning("task %s: lease lost (%s); frame abandoned", task_id, lost[0])
+                return
             if run.outcome is Outcome.CANCELLED and self.draining.is_set():
                 self.give_back(task_id, "drain", f"drained after {len(manifest)} chunks")
                 return

@@ -1,0 +1,153 @@
+"""The agent end to end: `mesh agent run` processes against the orchestrator under uvicorn on
+loopback and the contracts on anvil; real Cycles renders in the sandbox, tiny (2 shared cores)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from agent import keystore
+from agent.sandbox import Limits, Outcome, Sandbox
+from agent.workloads.blender import WORKER, FrameTask, render
+from orchestrator.chain.anvil import Anvil, dev_account
+from orchestrator.chain.sdk import MeshChain
+from tests.agent.grid import Grid, wait_for
+
+pytestmark = [pytest.mark.anvil, pytest.mark.slow]
+
+
+@pytest.fixture
+def grid(chain: MeshChain, anvil: Anvil, tmp_path: Path) -> Iterator[Grid]:
+    grid = Grid(chain, tmp_path, rpc_url=anvil.rpc_url)
+    try:
+        yield grid
+    finally:
+        grid.close()
+
+
+def direct(scene: Path, tmp: Path, **task: object) -> np.ndarray:
+    """The same frame rendered straight through bpy in one sandbox, no grid."""
+    frame = FrameTask(blend=scene, threads=1, **task)  # type: ignore[arg-type]
+    with Sandbox(limits=Limits(wall_s=300), read_only=[scene, WORKER.parent],
+                 parent_dir=tmp) as box:
+        rendered = render(frame, box)
+        assert rendered.run.outcome is Outcome.OK and rendered.frame is not None
+        return np.asarray(Image.open(rendered.frame))
+
+
+def done_tasks(grid: Grid, job_id: str) -> bool:
+    return grid.job(job_id)["tasks"] == {"done": len(grid.results(job_id)["results"])} and \
+        grid.results(job_id)["complete"]
+
+
+def test_renderJob_splitAcrossThreeAgents_downloadsVerifiedFramesEqualToDirectRenders(
+        grid: Grid, scene: Path, tmp_path: Path) -> None:
+    grid.start()
+    job_id = grid.submit(scene, frames={"start": 1, "end": 4}, samples=8, chunk_samples=4,
+                         resolution=[32, 24])
+    agents = [grid.agent(f"render-{i}").start() for i in range(3)]
+
+    wait_for("the job's four frames", lambda: done_tasks(grid, job_id), timeout_s=180)
+    customer_key = tmp_path / "customer.json"
+    (tmp_path / "pw").write_text("customer-pw")
+    keystore.create(customer_key, "customer-pw", bytes(dev_account(4).key))
+    out = tmp_path / "frames"
+    downloaded = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "job", "download", job_id, "--out", str(out),
+         "--orchestrator", grid.url, "--keystore", str(customer_key), "--password-file",
+         str(tmp_path / "pw"), "--chain-id", str(grid.chain.deployment.chain_id),
+         "--orchestrator-id", "depin-mesh-agent-tests"],
+        capture_output=True, text=True, timeout=120, check=False)
+
+    assert downloaded.returncode == 0, downloaded.stderr
+    assert "4 files checked" in downloaded.stdout
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [f"frame-{f:04d}.png" for f in (1, 2, 3, 4)]
+    for frame in (1, 4):
+        pixels = np.asarray(Image.open(out / f"frame-{frame:04d}.png"))
+        assert np.array_equal(pixels, direct(scene, tmp_path, frame=frame, samples=8,
+                                             chunk_samples=4, resolution=(32, 24)))
+    workers = [a for a in agents if "acknowledged" in a.log()]
+    assert len(workers) >= 2, [a.log()[-2000:] for a in agents]  # the job was shared
+    for agent in agents:
+        text = agent.log()
+        assert "no NVIDIA GPU telemetry" in text and "reporting CPU facts only" in text
+        assert text.count("no NVIDIA GPU telemetry") == 1  # said once, plainly
+        assert "private key" not in text.lower()
+
+
+def test_agentKilledMidFrame_frameResumesElsewhere_redoingAtMostOneChunk(
+        grid: Grid, scene: Path, tmp_path: Path) -> None:
+    grid.start()
+    job_id = grid.submit(scene, frames={"start": 12, "end": 12}, samples=360, chunk_samples=60,
+                         resolution=[48, 36])
+    doomed = grid.agent("doomed").start()
+    wait_for("two checkpoints on the doomed agent",
+             lambda: "checkpoint 2/6" in doomed.log(), timeout_s=180)
+    doomed.kill()
+    checkpointed = len(re.findall(r"checkpoint \d/6", doomed.log()))
+    rescuer = grid.agent("rescuer").start()
+
+    wait_for("the frame", lambda: done_tasks(grid, job_id), timeout_s=240)
+    log = rescuer.log()
+    resumed = re.search(r"resumes with (\d+) of 6 chunks", log)
+    assert resumed is not None, log[-3000:]
+    kept = int(resumed.group(1))
+    redone = len(re.findall(r"chunk \d+\+60 rendered", log))
+    assert kept == checkpointed >= 2
+    assert redone == 6 - kept  # only what no checkpoint held: the chunk in flight, and after
+    result = grid.results(job_id)["results"][0]
+    download = tmp_path / "frame.png"
+    response = grid.customer.send("GET", f"/v1/jobs/{job_id}/results/{result['sha256']}")
+    download.write_bytes(response.content)
+    assert np.array_equal(np.asarray(Image.open(download)),
+                          direct(scene, tmp_path, frame=12, samples=360, chunk_samples=60,
+                                 resolution=(48, 36)))
+
+
+def test_restartedAgent_deliversTheResultItSpooledWhileTheServiceWasDown(
+        grid: Grid, scene: Path) -> None:
+    slow = {"MESH_LEASE_TTL_S": "300", "MESH_SWEEP_INTERVAL_S": "3600"}
+    grid.start(**slow)
+    job_id = grid.submit(scene, frames={"start": 3, "end": 3}, samples=240, chunk_samples=40,
+                         resolution=[48, 36])
+    agent = grid.agent("spooler").start()
+    wait_for("a first checkpoint", lambda: "checkpoint 1/6" in agent.log(), timeout_s=180)
+    grid.stop_service()
+    wait_for("the result in the spool", lambda: "kept in the spool" in agent.log(),
+             timeout_s=180)
+    agent.kill()
+    spooled = re.search(r"result ([0-9a-f]{12}) kept in the spool", agent.log())
+    assert spooled is not None
+    assert list((agent.dir / "state" / "spool").glob("task-*.json"))
+
+    grid.start(**slow)
+    agent.start()
+
+    wait_for("the frame", lambda: done_tasks(grid, job_id), timeout_s=120)
+    after = agent.log().split("kept in the spool", 1)[1]
+    assert f"delivering spooled result {spooled.group(1)}" in after
+    assert f"result {spooled.group(1)} acknowledged" in after
+    assert "lease" not in after.split("acknowledged", 1)[0]  # nothing rendered again
+    assert grid.results(job_id)["results"][0]["sha256"].startswith(spooled.group(1))
+    assert not list((agent.dir / "state" / "spool").glob("task-*.json"))
+
+
+def test_taskOverItsMemoryLimit_failsWithThatReason_andTheAgentKeepsServing(
+        grid: Grid, scene: Path) -> None:
+    grid.start()
+    job_id = grid.submit(scene, frames={"start": 1, "end": 1}, samples=4, chunk_samples=4,
+                         resolution=[32, 24])
+    agent = grid.agent("small", "--memory-mb", "400").start()
+
+    wait_for("a memory-limit failure", lambda: "memory_limit" in agent.log(), timeout_s=120)
+    wait_for("a second attempt", lambda: agent.log().count("memory_limit") >= 2, timeout_s=60)
+    assert agent.process is not None and agent.process.poll() is None  # still serving
+    assert grid.job(job_id)["tasks"] != {"done": 1}
