@@ -13,6 +13,7 @@ import os
 import platform
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -80,7 +81,9 @@ class GpuTelemetry:
         self._handles: list[Any] = []
         self._names: list[str] = []
         try:
-            import pynvml
+            with warnings.catch_warnings():  # pynvml 13 is a shim that asks for nvidia-ml-py
+                warnings.simplefilter("ignore", FutureWarning)
+                import pynvml
 
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
