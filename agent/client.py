@@ -4,6 +4,7 @@ and the demo: wallet-signed requests (EIP-712 over method, path, body hash, nonc
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
@@ -29,10 +30,8 @@ def expect(response: httpx.Response, status: int = 200) -> Any:
     """The JSON answer of a request that must succeed with `status`."""
     if response.status_code != status:
         code = ""
-        try:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
             code = str(response.json()["error"]["code"])
-        except (ValueError, KeyError, TypeError):
-            pass
         raise ApiCallError(f"{response.request.method} {response.request.url.path} -> "
                            f"{response.status_code}: {response.text[:500]}",
                            status=response.status_code, code=code)

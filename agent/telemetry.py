@@ -107,9 +107,10 @@ class GpuTelemetry:
             return []
         import pynvml
 
-        def optional(call: Callable[[], Any]) -> Any:
+        def optional(call: Callable[..., Any], *args: Any) -> Any:
+            """None where the device does not support the query (not 0: that is a value)."""
             try:
-                return call()
+                return call(*args)
             except pynvml.NVMLError:
                 return None
 
@@ -118,13 +119,14 @@ class GpuTelemetry:
         for index, handle in enumerate(self._handles):
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
             util = pynvml.nvmlDeviceGetUtilizationRates(handle)
-            reasons = optional(lambda h=handle: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h))
-            energy = optional(lambda h=handle: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
-            ecc = optional(lambda h=handle: pynvml.nvmlDeviceGetTotalEccErrors(
-                h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))
-            replays = optional(lambda h=handle: pynvml.nvmlDeviceGetPcieReplayCounter(h))
-            mem_clock = optional(lambda h=handle: pynvml.nvmlDeviceGetClockInfo(
-                h, pynvml.NVML_CLOCK_MEM))
+            reasons = optional(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle)
+            energy = optional(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+            ecc = optional(pynvml.nvmlDeviceGetTotalEccErrors, handle,
+                           pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+            replays = optional(pynvml.nvmlDeviceGetPcieReplayCounter, handle)
+            mem_clock = optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+            power = optional(pynvml.nvmlDeviceGetPowerUsage, handle)
+            power_limit = optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
             readings.append(GpuReading(
                 at=now, index=index, name=self._names[index],
                 temperature_c=float(pynvml.nvmlDeviceGetTemperature(
@@ -136,9 +138,7 @@ class GpuTelemetry:
                 utilization_pct=float(util.gpu),
                 memory_used_mb=memory.used / 2**20, memory_free_mb=memory.free / 2**20,
                 memory_total_mb=memory.total / 2**20,
-                power_w=(optional(lambda h=handle: pynvml.nvmlDeviceGetPowerUsage(h)) or 0) / 1000,
-                power_limit_w=(optional(lambda h=handle: pynvml.nvmlDeviceGetEnforcedPowerLimit(h))
-                               or 0) / 1000,
+                power_w=(power or 0) / 1000, power_limit_w=(power_limit or 0) / 1000,
                 energy_mj=None if energy is None else float(energy),
                 clock_event_reasons=int(reasons or 0),
                 ecc_uncorrected=None if ecc is None else int(ecc), xid_last=None,

@@ -67,7 +67,8 @@ def test_sleeper_stoppedAtTheWallClock(tmp_path: Path) -> None:
 
 
 def test_bigWriter_stoppedAsOutputLimit_evenThoughItExitsZero(tmp_path: Path) -> None:
-    code = ("import os\ntry:\n open(os.environ['HOME'] + '/../out/big', 'wb').write(b'x' * (8 << 20))\n"
+    code = ("import os\ntry:\n"
+            " open(os.environ['HOME'] + '/../out/big', 'wb').write(b'x' * (8 << 20))\n"
             "except OSError: pass\n")
     outcome, _, reason = sandboxed(code, tmp_path, Limits(file_bytes=1 << 20, wall_s=30,
                                                           output_bytes=1 << 20))
