@@ -151,3 +151,24 @@ def test_taskOverItsMemoryLimit_failsWithThatReason_andTheAgentKeepsServing(
     wait_for("a second attempt", lambda: agent.log().count("memory_limit") >= 2, timeout_s=60)
     assert agent.process is not None and agent.process.poll() is None  # still serving
     assert grid.job(job_id)["tasks"] != {"done": 1}
+
+
+def test_sigterm_drains_checkpointsHandsTheFrameBackAndExitsZero(
+        grid: Grid, scene: Path) -> None:
+    grid.start()
+    job_id = grid.submit(scene, frames={"start": 7, "end": 7}, samples=360, chunk_samples=60,
+                         resolution=[48, 36])
+    leaving = grid.agent("leaving").start()
+    wait_for("a first checkpoint", lambda: "checkpoint 1/6" in leaving.log(), timeout_s=180)
+
+    assert leaving.terminate() == 0
+    log = leaving.log()
+    assert "SIGTERM: draining" in log and "handed back (drain)" in log
+    assert "drained: the orchestrator was told" in log
+    handed = len(re.findall(r"checkpoint \d/6", log))
+    assert handed < 6  # it left mid-frame, after checkpointing what it had
+
+    taker = grid.agent("taker").start()
+    wait_for("the frame", lambda: done_tasks(grid, job_id), timeout_s=240)
+    resumed = re.search(r"resumes with (\d+) of 6 chunks", taker.log())
+    assert resumed is not None and int(resumed.group(1)) == handed
