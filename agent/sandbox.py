@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import IO
 
 NOBODY = 65534
 GIB = 1 << 30
@@ -186,6 +187,7 @@ class Sandbox:
         self.bwrap = bubblewrap()
         self._cancel = threading.Event()
         self._process: subprocess.Popen[str] | None = None
+        self._stderr: IO[str] | None = None
         # Without bwrap a root agent runs the task as nobody: let it write its own dirs. Under
         # bwrap the sandbox's uid 65534 maps to the agent's own uid, which owns them already.
         self._as_nobody = self.bwrap is None and os.geteuid() == 0
@@ -202,6 +204,12 @@ class Sandbox:
     def close(self) -> None:
         """Kill whatever is left and wipe the task's directory."""
         self.cancel()
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                process.wait()
+        if self._stderr is not None:
+            self._stderr.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def cancel(self) -> None:
@@ -217,9 +225,9 @@ class Sandbox:
                 "TMPDIR": "/tmp" if self.bwrap else str(self.root), "LANG": "C.UTF-8",
                 "BLENDER_USER_RESOURCES": str(self.home / "blender"), **(extra or {})}
 
-    def run(self, argv: Sequence[str], *, on_line: Callable[[str], None] | None = None,
-            env: dict[str, str] | None = None) -> Run:
-        """Run `argv` in the sandbox; `on_line` sees each stdout line as it comes."""
+    def start(self, argv: Sequence[str], *, env: dict[str, str] | None = None) -> None:
+        """Start `argv` in the sandbox without feeding it yet: a warm worker imports bpy
+        while the agent waits for a lease, and gets its task on stdin later."""
         full_env = self.env(env)
         if self.bwrap:
             command = _bwrap_argv(self.bwrap, read_only=[*self.read_only, self.given],
@@ -230,31 +238,49 @@ class Sandbox:
             command += ["--", *argv]
         else:
             command = list(argv)
-        began = time.perf_counter()
         stderr_path = self.root / "stderr.log"
-        with stderr_path.open("w+") as stderr:
-            if self._as_nobody:
-                os.chown(stderr_path, NOBODY, NOBODY)
-            self._process = process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=full_env,
-                cwd=self.out, start_new_session=True,
-                preexec_fn=_rlimits(self.limits, drop_to_nobody=self._as_nobody))
-            timer = threading.Timer(self.limits.wall_s, self.cancel)
-            timer.start()
-            try:
-                assert process.stdout is not None
-                for line in process.stdout:
-                    if on_line is not None:
-                        on_line(line.rstrip("\n"))
-                _, status, usage = os.wait4(process.pid, 0)  # the task's own CPU time
-                returncode = process.returncode = os.waitstatus_to_exitcode(status)
-                cpu = usage.ru_utime + usage.ru_stime
-            finally:
-                timer.cancel()
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)  # stray children of the task
-            stderr.seek(0)
-            tail = stderr.read()[-4000:]
+        self._stderr = stderr_path.open("w+")
+        if self._as_nobody:
+            os.chown(stderr_path, NOBODY, NOBODY)
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            text=True, env=full_env, cwd=self.out, start_new_session=True,
+            preexec_fn=_rlimits(self.limits, drop_to_nobody=self._as_nobody))
+
+    @property
+    def started(self) -> bool:
+        return self._process is not None
+
+    def run(self, argv: Sequence[str] | None = None, *,
+            on_line: Callable[[str], None] | None = None, env: dict[str, str] | None = None,
+            stdin: str = "") -> Run:
+        """Run `argv` (or the process `start` began) to its end, `stdin` written to it; the
+        wall clock starts now. `on_line` sees each stdout line as it comes."""
+        if argv is not None:
+            self.start(argv, env=env)
+        process, stderr = self._process, self._stderr
+        assert process is not None and stderr is not None and process.stdin is not None
+        began = time.perf_counter()
+        timer = threading.Timer(self.limits.wall_s, self.cancel)
+        timer.start()
+        try:
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.write(stdin)
+                process.stdin.close()
+            assert process.stdout is not None
+            for line in process.stdout:
+                if on_line is not None:
+                    on_line(line.rstrip("\n"))
+            _, status, usage = os.wait4(process.pid, 0)  # the task's own CPU time
+            returncode = process.returncode = os.waitstatus_to_exitcode(status)
+            cpu = usage.ru_utime + usage.ru_stime
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # stray children of the task
+        stderr.seek(0)
+        tail = stderr.read()[-4000:]
+        stderr.close()
         seconds = time.perf_counter() - began
         written, largest = _tree_bytes(self.out)
         run = Run(outcome=Outcome.OK, returncode=returncode, stderr_tail=tail, seconds=seconds,

@@ -110,6 +110,24 @@ def bench_churn(
     _emit(result, as_json)
 
 
+@bench_app.command("render")
+def bench_render(
+    frames: int = 8,
+    samples: int = 256,
+    chunk_samples: int = 64,
+    width: int = 160,
+    height: int = 120,
+    agents: Annotated[int, typer.Option(help="Local agents, one render thread each.")] = 2,
+    as_json: JsonFlag = False,
+) -> None:
+    """The sample scene rendered directly with bpy and through the grid (anvil, the service,
+    local agents), then a kill mid-frame: overhead, pixel identity, rework."""
+    from orchestrator.bench import render
+
+    _emit(render.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
+                     resolution=(width, height), agents=agents), as_json)
+
+
 @orchestrator_app.command("serve")
 def serve(
     host: str = "127.0.0.1",

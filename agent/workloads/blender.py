@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +96,8 @@ class Rendered:
     run: Run
     chunks: list[Chunk]
     frame: Path | None
-    ready_s: float  # bpy import + open + scene set-up in the sandboxed process
+    ready_s: float  # open the .blend + scene set-up, once the task was given
+    import_s: float  # `import bpy` in the sandboxed process (before the task, when warm)
 
     @property
     def rendered_chunks(self) -> list[Chunk]:
@@ -153,9 +156,16 @@ def image_size(path: Path) -> tuple[int, int]:
         raise OutputInvalid(f"{path.name} is not a readable PNG: {exc}") from None
 
 
+def start_worker(sandbox: Sandbox) -> None:
+    """Start the Blender worker in `sandbox` so that it imports bpy before its task arrives
+    (the sandbox must have `WORKER.parent` among its read-only paths)."""
+    sandbox.start([task_python(), str(WORKER), "-"], env={"PYTHONNOUSERSITE": "1"})
+
+
 def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
            on_chunk: Callable[[Chunk], None] | None = None) -> Rendered:
-    """Render the chunks of `task` not in `done` and merge all of them, in `sandbox`."""
+    """Render the chunks of `task` not in `done` and merge all of them, in `sandbox` (whose
+    worker may already be warm, see `start_worker`)."""
     plan = task.chunks
     have = {(chunk.offset, chunk.length) for chunk in done}
     if not have <= set(plan):
@@ -169,16 +179,19 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
         if chunk.path != target:
             target.write_bytes(chunk.path.read_bytes())
         done_paths.append([str(target), chunk.length])
-    spec = {"blend": str(task.blend.resolve()), "frame": task.frame, "tile": task.tile,
+    blend = given / "scene.blend"  # the sandbox sees its own dir, not the agent's cache
+    try:
+        os.link(task.blend, blend)
+    except OSError:
+        shutil.copyfile(task.blend, blend)
+    spec = {"blend": str(blend), "frames": [task.frame], "tile": task.tile,
             "tiles": task.tiles, "samples": task.samples, "threads": task.threads,
             "resolution": list(task.resolution) if task.resolution else None,
             "format": task.fmt, "out": str(sandbox.out), "done": done_paths,
             "todo": [list(c) for c in plan if c not in have]}
-    spec_path = given / "task.json"
-    spec_path.write_text(json.dumps(spec))
     chunks = [Chunk(c.offset, c.length, c.path, c.sha256, 0.0) for c in done]  # not redone
     frame: list[Path] = []
-    ready = [0.0]
+    ready = [0.0, 0.0]
     shape: list[tuple[int, ...]] = [exr_pixels(c.path).shape for c in done[:1]]
 
     def line(text: str) -> None:
@@ -187,7 +200,7 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
         event = json.loads(text[len(blender_worker.MARK):])
         path = Path(event.get("path", ""))
         if event["event"] == "ready":
-            ready[0] = float(event["seconds"])
+            ready[:] = [float(event["seconds"]), float(event["import_s"])]
         elif event["event"] == "chunk":
             if path.parent != sandbox.out:
                 raise OutputInvalid(f"the worker named a file outside its output: {path}")
@@ -206,10 +219,11 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
                 raise OutputInvalid(f"the worker named a file outside its output: {path}")
             frame.append(path)
 
-    run = sandbox.run([task_python(), str(WORKER), str(spec_path)], on_line=line,
-                      env={"PYTHONNOUSERSITE": "1"})
+    if not sandbox.started:
+        start_worker(sandbox)
+    run = sandbox.run(on_line=line, stdin=json.dumps(spec))
     result = Rendered(run=run, chunks=sorted(chunks, key=lambda c: c.offset),
-                      frame=frame[0] if frame else None, ready_s=ready[0])
+                      frame=frame[0] if frame else None, ready_s=ready[0], import_s=ready[1])
     if run.outcome is Outcome.OK:
         check_frame(result, task)
     return result

@@ -2,10 +2,11 @@
 task, so `import bpy` and opening the .blend (about 0.45 s) are paid once per frame or tile,
 not once per chunk.
 
-Input: one JSON file (argv[1]) with the blend path, frame, tile, samples, the sample chunks
-still to render, the chunks already done (from a checkpoint) and the output format. Output: one
-JSON line on stdout per finished chunk and one for the merged frame; nothing else is trusted
-(the agent decodes every file it names). Job files never run Python: auto-exec stays off and
+Input: one JSON file (argv[1]) with the blend path, the frames (one for a grid task; many for
+`mesh bench render`'s direct pass), tile, samples, the sample chunks still to render, the
+chunks already done (from a checkpoint) and the output format. Output: one JSON line on stdout
+per finished chunk and one per merged frame; nothing else is trusted (the agent decodes every
+file it names). Job files never run Python: auto-exec stays off and
 `open_mainfile` gets `use_scripts=False` (what `blender --disable-autoexec` does).
 """
 
@@ -40,7 +41,6 @@ def configure(spec: dict[str, Any]) -> Any:
     bpy.ops.wm.open_mainfile(filepath=spec["blend"], load_ui=False, use_scripts=False)
     scene = bpy.context.scene
     render = scene.render
-    scene.frame_set(int(spec["frame"]))
     render.engine = "CYCLES"
     scene.cycles.device = "CPU"
     scene.cycles.samples = int(spec["samples"])
@@ -68,7 +68,7 @@ def configure(spec: dict[str, Any]) -> Any:
     return scene
 
 
-def render_chunk(scene: Any, offset: int, length: int, out: Path) -> Path:
+def render_chunk(scene: Any, frame: int, offset: int, length: int, out: Path) -> Path:
     import bpy
 
     scene.cycles.use_sample_subset = True
@@ -78,7 +78,7 @@ def render_chunk(scene: Any, offset: int, length: int, out: Path) -> Path:
     settings.file_format = "OPEN_EXR"
     settings.color_depth = "32"
     settings.exr_codec = "ZIP"
-    path = out / f"chunk-{offset:06d}-{length:06d}.exr"
+    path = out / f"chunk-{frame:06d}-{offset:06d}-{length:06d}.exr"
     scene.render.filepath = str(path)
     bpy.ops.render.render(write_still=True)
     return path
@@ -95,7 +95,7 @@ def load_pixels(path: Path) -> tuple[np.ndarray, tuple[int, int]]:
     return pixels, (width, height)
 
 
-def merge(scene: Any, chunks: list[tuple[Path, int]], fmt: str, out: Path) -> Path:
+def merge(scene: Any, frame: int, chunks: list[tuple[Path, int]], fmt: str, out: Path) -> Path:
     """The frame as the mean of its chunks weighted by their true sample counts (each EXR's
     header claims the total, so Blender's own merge would weigh unequal chunks wrongly), then
     written with the scene's colour management (AgX etc.) like a direct render."""
@@ -116,34 +116,41 @@ def merge(scene: Any, chunks: list[tuple[Path, int]], fmt: str, out: Path) -> Pa
         settings.file_format = "OPEN_EXR"
         settings.color_depth = "32"
         settings.exr_codec = "ZIP"
-        path = out / "frame.exr"
+        path = out / f"frame-{frame:04d}.exr"
     else:
         settings.file_format = "PNG"
         settings.color_mode = "RGBA"
         settings.color_depth = "8"
         settings.compression = 15
-        path = out / "frame.png"
+        path = out / f"frame-{frame:04d}.png"
     image.save_render(str(path), scene=scene)
     return path
 
 
-def main(spec_path: str) -> None:
-    spec = json.loads(Path(spec_path).read_text())
+def main(source: str) -> None:
+    """`source` is a spec file, or `-`: a warm worker imports bpy first, then waits for its
+    spec on stdin (the agent starts it before the lease arrives)."""
+    began = time.perf_counter()
+    import bpy  # noqa: F401  (the slow part, done before the task is known)
+
+    imported = time.perf_counter()
+    spec = json.loads(sys.stdin.read() if source == "-" else Path(source).read_text())
     out = Path(spec["out"])
     started = time.perf_counter()
     scene = configure(spec)
-    emit(event="ready", seconds=time.perf_counter() - started)
-    chunks = [(Path(path), int(length)) for path, length in spec["done"]]
-    for offset, length in spec["todo"]:
+    emit(event="ready", import_s=imported - began, seconds=time.perf_counter() - started)
+    for frame in spec["frames"]:
+        scene.frame_set(int(frame))
+        chunks = [(Path(path), int(length)) for path, length in spec["done"]]
+        for offset, length in spec["todo"]:
+            began = time.perf_counter()
+            path = render_chunk(scene, int(frame), int(offset), int(length), out)
+            chunks.append((path, int(length)))
+            emit(event="chunk", frame=frame, offset=offset, length=length, path=str(path),
+                 seconds=time.perf_counter() - began)
         began = time.perf_counter()
-        path = render_chunk(scene, int(offset), int(length), out)
-        chunks.append((path, int(length)))
-        emit(event="chunk", offset=offset, length=length, path=str(path),
-             seconds=time.perf_counter() - began)
-    if spec.get("merge", True):
-        began = time.perf_counter()
-        path = merge(scene, chunks, spec["format"], out)
-        emit(event="frame", path=str(path), seconds=time.perf_counter() - began)
+        path = merge(scene, int(frame), chunks, spec["format"], out)
+        emit(event="frame", frame=frame, path=str(path), seconds=time.perf_counter() - began)
 
 
 if __name__ == "__main__":

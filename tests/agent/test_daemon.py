@@ -18,7 +18,7 @@ from agent.sandbox import Limits, Outcome, Sandbox
 from agent.workloads.blender import WORKER, FrameTask, render
 from orchestrator.chain.anvil import Anvil, dev_account
 from orchestrator.chain.sdk import MeshChain
-from tests.agent.grid import Grid, wait_for
+from orchestrator.localgrid import ORCHESTRATOR_ID, Grid, wait_for
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
@@ -42,11 +42,6 @@ def direct(scene: Path, tmp: Path, **task: object) -> np.ndarray:
         return np.asarray(Image.open(rendered.frame))
 
 
-def done_tasks(grid: Grid, job_id: str) -> bool:
-    return grid.job(job_id)["tasks"] == {"done": len(grid.results(job_id)["results"])} and \
-        grid.results(job_id)["complete"]
-
-
 def test_renderJob_splitAcrossThreeAgents_downloadsVerifiedFramesEqualToDirectRenders(
         grid: Grid, scene: Path, tmp_path: Path) -> None:
     grid.start()
@@ -54,7 +49,7 @@ def test_renderJob_splitAcrossThreeAgents_downloadsVerifiedFramesEqualToDirectRe
                          resolution=[32, 24])
     agents = [grid.agent(f"render-{i}").start() for i in range(3)]
 
-    wait_for("the job's four frames", lambda: done_tasks(grid, job_id), timeout_s=180)
+    wait_for("the job's four frames", lambda: grid.done(job_id), timeout_s=180)
     customer_key = tmp_path / "customer.json"
     (tmp_path / "pw").write_text("customer-pw")
     keystore.create(customer_key, "customer-pw", bytes(dev_account(4).key))
@@ -63,7 +58,7 @@ def test_renderJob_splitAcrossThreeAgents_downloadsVerifiedFramesEqualToDirectRe
         [sys.executable, "-m", "orchestrator.cli", "job", "download", job_id, "--out", str(out),
          "--orchestrator", grid.url, "--keystore", str(customer_key), "--password-file",
          str(tmp_path / "pw"), "--chain-id", str(grid.chain.deployment.chain_id),
-         "--orchestrator-id", "depin-mesh-agent-tests"],
+         "--orchestrator-id", ORCHESTRATOR_ID],
         capture_output=True, text=True, timeout=120, check=False)
 
     assert downloaded.returncode == 0, downloaded.stderr
@@ -95,7 +90,7 @@ def test_agentKilledMidFrame_frameResumesElsewhere_redoingAtMostOneChunk(
     checkpointed = len(re.findall(r"checkpoint \d/6", doomed.log()))
     rescuer = grid.agent("rescuer").start()
 
-    wait_for("the frame", lambda: done_tasks(grid, job_id), timeout_s=240)
+    wait_for("the frame", lambda: grid.done(job_id), timeout_s=240)
     log = rescuer.log()
     resumed = re.search(r"resumes with (\d+) of 6 chunks", log)
     assert resumed is not None, log[-3000:]
@@ -131,7 +126,7 @@ def test_restartedAgent_deliversTheResultItSpooledWhileTheServiceWasDown(
     grid.start(**slow)
     agent.start()
 
-    wait_for("the frame", lambda: done_tasks(grid, job_id), timeout_s=120)
+    wait_for("the frame", lambda: grid.done(job_id), timeout_s=120)
     after = agent.log().split("kept in the spool", 1)[1]
     assert f"delivering spooled result {spooled.group(1)}" in after
     assert f"result {spooled.group(1)} acknowledged" in after
@@ -169,6 +164,6 @@ def test_sigterm_drains_checkpointsHandsTheFrameBackAndExitsZero(
     assert handed < 6  # it left mid-frame, after checkpointing what it had
 
     taker = grid.agent("taker").start()
-    wait_for("the frame", lambda: done_tasks(grid, job_id), timeout_s=240)
+    wait_for("the frame", lambda: grid.done(job_id), timeout_s=240)
     resumed = re.search(r"resumes with (\d+) of 6 chunks", taker.log())
     assert resumed is not None and int(resumed.group(1)) == handed

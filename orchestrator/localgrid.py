@@ -1,6 +1,8 @@
-"""A real grid for agent tests: the orchestrator as a `mesh orchestrator serve` process on
-loopback against the session's anvil deployment, agents as `mesh agent run` processes, and a
-customer who escrows on chain, uploads the .blend and submits the job, all signed."""
+"""A local grid of real processes, for `mesh bench render` and the agent tests: the
+orchestrator as a `mesh orchestrator serve` process on loopback against an anvil deployment,
+agents as `mesh agent run` processes (own keystore, state dir and log each), and a customer who
+escrows on chain, uploads the .blend and submits the job, all signed. Placement runs without
+the PLS gates (`MESH_PLS_PLACEMENT=false`): no stake is needed to take work here."""
 
 from __future__ import annotations
 
@@ -24,8 +26,12 @@ from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.processes import OrchestratorProcess, stop_process
 
-ORCHESTRATOR_ID = "depin-mesh-agent-tests"
+ORCHESTRATOR_ID = "depin-mesh-local-grid"
 T = TypeVar("T")
+
+
+class GridError(RuntimeError):
+    """Something the grid waited for did not happen."""
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0) -> T:
@@ -35,7 +41,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0)
         if found is not None and found is not False:
             return found
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    raise GridError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 class Grid:
@@ -82,6 +88,12 @@ class Grid:
             self.customer.close()
         self.stop_service()
 
+    def done(self, job_id: str) -> bool:
+        """Every task of the job has its result."""
+        results = self.results(job_id)
+        return bool(results["complete"]) and self.job(job_id)["tasks"] == {
+            "done": len(results["results"])}
+
     def submit(self, blend: Path, **workload: Any) -> str:
         """Escrow on chain, upload the .blend (signed), submit the job; returns its id."""
         assert self.customer is not None
@@ -107,8 +119,8 @@ class Grid:
         assert self.customer is not None
         return dict(expect(self.customer.send("GET", f"/v1/jobs/{job_id}/results")))
 
-    def agent(self, name: str, *extra: str) -> AgentProcess:
-        agent = AgentProcess(self, name, list(extra))
+    def agent(self, name: str, *extra: str, threads: int = 1) -> AgentProcess:
+        agent = AgentProcess(self, name, ["--threads", str(threads), *extra])
         self.agents.append(agent)
         return agent
 
@@ -134,7 +146,7 @@ class AgentProcess:
         argv = [sys.executable, "-m", "orchestrator.cli", "agent", "run", "--orchestrator",
                 self.grid.url, "--keystore", str(self.keystore), "--password-file",
                 str(self.password), "--node-id", self.name, "--state-dir",
-                str(self.dir / "state"), "--threads", "1", "--heartbeat-s", "0.5",
+                str(self.dir / "state"), "--heartbeat-s", "0.5",
                 "--poll-s", "0.3", "--chain-id", str(self.grid.chain.deployment.chain_id),
                 "--orchestrator-id", ORCHESTRATOR_ID, *self.extra]
         with self.log_path.open("ab") as log:
