@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from agent import keystore
+from agent.client import Wallet
 from agent.sandbox import Limits, Outcome, Sandbox
 from agent.workloads.blender import WORKER, FrameTask, render
 from orchestrator.chain.anvil import Anvil, dev_account
@@ -69,6 +70,11 @@ def test_renderJob_splitAcrossThreeAgents_downloadsVerifiedFramesEqualToDirectRe
         pixels = np.asarray(Image.open(out / f"frame-{frame:04d}.png"))
         assert np.array_equal(pixels, direct(scene, tmp_path, frame=frame, samples=8,
                                              chunk_samples=4, resolution=(32, 24)))
+    stranger = Wallet(grid.url, bytes(dev_account(7).key), dev_account(7).address,
+                      chain_id=grid.chain.deployment.chain_id, orchestrator_id=ORCHESTRATOR_ID)
+    refused = stranger.send("GET", f"/v1/jobs/{job_id}/results")
+    stranger.close()
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "job_not_owned"
     workers = [a for a in agents if "acknowledged" in a.log()]
     assert len(workers) >= 2, [a.log()[-2000:] for a in agents]  # the job was shared
     for agent in agents:
