@@ -95,14 +95,22 @@ class Grid:
             "done": len(results["results"])}
 
     def submit(self, blend: Path, **workload: Any) -> str:
-        """Escrow on chain, upload the .blend (signed), submit the job; returns its id."""
+        """Upload the .blend (signed) and submit a render job of it; returns the job id."""
+        return self.submit_workload({"kind": "blender", "blend_sha256": self.upload(blend),
+                                     **workload})
+
+    def upload(self, path: Path) -> str:
         assert self.customer is not None
-        data = blend.read_bytes()
-        blend_sha = hashlib.sha256(data).hexdigest()
-        self.customer.upload(blend_sha, data)
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        self.customer.upload(digest, data)
+        return digest
+
+    def submit_workload(self, workload: dict[str, Any]) -> str:
+        """Escrow on chain, then submit the job (signed, with an idempotency key)."""
+        assert self.customer is not None
         deadline = int(time.time()) + 3600
-        spec = {"workload": {"kind": "blender", "blend_sha256": blend_sha, **workload},
-                "deadline": deadline}
+        spec = {"workload": workload, "deadline": deadline}
         spec_hash = JobSpec.model_validate(spec).canonical_hash()
         job_id = keccak(text=f"agent test job {secrets.token_hex(8)}")
         self.chain.account(dev_account(4)).create_job(job_id, 10**18, deadline, spec_hash)

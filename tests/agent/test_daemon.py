@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from PIL import Image
 
 from agent import keystore
 from agent.client import Wallet
+from agent.customer import download
 from agent.sandbox import Limits, Outcome, Sandbox
 from agent.workloads.blender import WORKER, FrameTask, render
 from orchestrator.chain.anvil import Anvil, dev_account
@@ -173,3 +175,63 @@ def test_sigterm_drains_checkpointsHandsTheFrameBackAndExitsZero(
     wait_for("the frame", lambda: grid.done(job_id), timeout_s=240)
     resumed = re.search(r"resumes with (\d+) of 6 chunks", taker.log())
     assert resumed is not None and int(resumed.group(1)) == handed
+
+
+def test_tiledFrame_downloadedAndAssembled_equalsTheDirectFullFrame(
+        grid: Grid, scene: Path, tmp_path: Path) -> None:
+    grid.start()
+    job_id = grid.submit(scene, frames={"start": 9, "end": 9}, tiles=3, samples=8,
+                         chunk_samples=8, resolution=[32, 25])
+    grid.agent("tiler").start()
+    wait_for("three tiles", lambda: grid.done(job_id), timeout_s=180)
+    assert grid.customer is not None
+
+    done = download(grid.customer, job_id, tmp_path / "out", show_progress=False)
+
+    assert [p.name for p in done.files] == [f"frame-0009-tile-0{t}.png" for t in range(3)]
+    assert [p.name for p in done.frames] == ["frame-0009.png"]
+    assert np.array_equal(np.asarray(Image.open(done.frames[0])),
+                          direct(scene, tmp_path, frame=9, samples=8, chunk_samples=8,
+                                 resolution=(32, 25)))
+
+
+def test_commandJob_runsSandboxed_resultIsATarOfItsDeclaredOutputs(
+        grid: Grid, tmp_path: Path) -> None:
+    grid.start()
+    data = tmp_path / "input.txt"
+    data.write_text("hello grid")
+    script = ("import os, pathlib; out = pathlib.Path(os.environ['MESH_OUT']); "
+              "text = pathlib.Path(os.environ['MESH_INPUT']).read_text(); "
+              "(out / 'upper.txt').write_text(text.upper() + os.environ['MESH_SHARD']); "
+              "(out / 'env.txt').write_text(' '.join(sorted(os.environ)))")
+    job_id = grid.submit_workload({"kind": "command", "command": ["{python}", "-c", script],
+                                   "input_sha256": grid.upload(data), "count": 2,
+                                   "outputs": ["upper.txt", "env.txt"]})
+    grid.agent("runner").start()
+    wait_for("both shards", lambda: grid.done(job_id), timeout_s=120)
+    assert grid.customer is not None
+
+    done = download(grid.customer, job_id, tmp_path / "out", show_progress=False)
+
+    assert [p.name for p in done.files] == ["shard-0000.tar", "shard-0001.tar"]
+    for shard, path in enumerate(done.files):
+        with tarfile.open(path) as tar:
+            assert sorted(tar.getnames()) == ["env.txt", "upper.txt"]
+            upper = tar.extractfile("upper.txt")
+            env = tar.extractfile("env.txt")
+            assert upper is not None and env is not None
+            assert upper.read().decode() == f"HELLO GRID{shard}"
+            assert "MESH_AGENT_PASSWORD" not in env.read().decode()
+
+
+def test_agent_withAWrongPassword_saysSoInOneLineAndExits2(tmp_path: Path) -> None:
+    keystore.create(tmp_path / "key.json", "right")
+    (tmp_path / "pw").write_text("wrong")
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "agent", "run", "--orchestrator",
+         "http://127.0.0.1:9", "--keystore", str(tmp_path / "key.json"), "--password-file",
+         str(tmp_path / "pw")], capture_output=True, text=True, timeout=60, check=False)
+
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"mesh agent: wrong password for {tmp_path / 'key.json'}"]
