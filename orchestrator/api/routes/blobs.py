@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse
 from orchestrator.api.deps import CtxDep, NodeDep, SessionDep, UploaderDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.schemas import BlobOut
-from orchestrator.db import crud
+from orchestrator.db import crud, work
 from orchestrator.storage.blobs import BlobError, BlobTooLarge
 
 router = APIRouter(tags=["blobs"])
@@ -49,8 +49,11 @@ def blob_file(ctx: CtxDep, sha256: str) -> FileResponse:
 
 
 @router.get("/blobs/{sha256}", response_class=FileResponse,
-            summary="Download a blob (session token of a node that holds a live lease)")
+            summary="Download an input or checkpoint of a task this node holds a lease on")
 def download(sha256: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> FileResponse:
-    if not crud.live_leases(session, node_id=claims.node_id):
-        raise ApiError(403, "no_live_lease", "only a node working a lease may read blobs")
+    readable = work.readable_blobs(session, node_id=claims.node_id, read=ctx.blobs.read,
+                                   size_of=lambda sha: ctx.blobs.path_of(sha).stat().st_size)
+    if sha256 not in readable:
+        raise ApiError(403, "blob_not_leased",
+                       "a node reads only the inputs and checkpoints of tasks it holds")
     return blob_file(ctx, sha256)
