@@ -39,7 +39,7 @@ class Limits:
     memory_bytes: int = 4 * GIB  # RLIMIT_AS; bpy with 2 threads needs about 1.43 GiB
     file_bytes: int = 1 * GIB  # RLIMIT_FSIZE: largest single file the task may write
     output_bytes: int = 2 * GIB  # every file under the output dir together
-    processes: int = 256  # RLIMIT_NPROC (threads count; under bwrap, per sandbox uid)
+    processes: int = 256  # threads of the task's process tree (the watchdog counts them)
     wall_s: float = 3600.0
     tmp_bytes: int = 512 << 20  # the task's private /tmp (tmpfs) under bwrap
 
@@ -153,8 +153,6 @@ def _rlimits(limits: Limits, drop_to_nobody: bool) -> Callable[[], None]:
             os.setgroups([])
             os.setgid(NOBODY)
             os.setuid(NOBODY)
-        elif os.geteuid() != 0:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
     return apply
 
@@ -169,6 +167,29 @@ def _tree_bytes(root: Path) -> tuple[int, int]:
                 total += size
                 largest = max(largest, size)
     return total, largest
+
+
+def _tree_threads(root: int) -> int:
+    """Threads of `root` and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    threads: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="utf-8") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)  # fields[1]: ppid
+        threads[pid] = int(fields[17])  # num_threads
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += threads.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
 
 
 class Sandbox:
@@ -186,6 +207,7 @@ class Sandbox:
             path.mkdir()
         self.bwrap = bubblewrap()
         self._cancel = threading.Event()
+        self._breach: Outcome | None = None  # a limit the watchdog saw broken
         self._process: subprocess.Popen[str] | None = None
         self._stderr: IO[str] | None = None
         # Without bwrap a root agent runs the task as nobody: let it write its own dirs. Under
@@ -261,8 +283,10 @@ class Sandbox:
         process, stderr = self._process, self._stderr
         assert process is not None and stderr is not None and process.stdin is not None
         began = time.perf_counter()
-        timer = threading.Timer(self.limits.wall_s, self.cancel)
-        timer.start()
+        finished = threading.Event()
+        watchdog = threading.Thread(target=self._watch, args=(process.pid, began, finished),
+                                    name="sandbox-watchdog", daemon=True)
+        watchdog.start()
         try:
             with contextlib.suppress(BrokenPipeError):
                 process.stdin.write(stdin)
@@ -275,7 +299,7 @@ class Sandbox:
             returncode = process.returncode = os.waitstatus_to_exitcode(status)
             cpu = usage.ru_utime + usage.ru_stime
         finally:
-            timer.cancel()
+            finished.set()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)  # stray children of the task
         stderr.seek(0)
@@ -288,11 +312,27 @@ class Sandbox:
         run.outcome, run.detail = self._judge(returncode, tail, seconds, written, largest, cpu)
         return run
 
+    def _watch(self, pid: int, began: float, finished: threading.Event) -> None:
+        """The wall clock and the process count (threads included) of the task's whole tree,
+        checked four times a second: RLIMIT_NPROC does not bind a root agent's sandbox (its
+        uid 65534 maps to root outside) and counts all of a user's processes otherwise."""
+        while not finished.wait(0.25):
+            if time.perf_counter() - began >= self.limits.wall_s:
+                self._breach = Outcome.WALL
+            elif _tree_threads(pid) > self.limits.processes:
+                self._breach = Outcome.PROCESSES
+            else:
+                continue
+            self.cancel()
+            return
+
     def _judge(self, returncode: int, tail: str, seconds: float, written: int, largest: int,
                cpu: float) -> tuple[Outcome, str]:
         limits = self.limits
-        if self._cancel.is_set() and seconds >= limits.wall_s:
+        if self._breach is Outcome.WALL:
             return Outcome.WALL, f"ran past {limits.wall_s:.0f} s"
+        if self._breach is Outcome.PROCESSES:
+            return Outcome.PROCESSES, f"more than {limits.processes} processes or threads"
         if self._cancel.is_set():
             return Outcome.CANCELLED, "stopped by the agent"
         if written > limits.output_bytes:

@@ -80,3 +80,11 @@ def test_failingTask_reportsItsLastErrorLine(tmp_path: Path) -> None:
     assert outcome is Outcome.FAILED and "bad scene" in reason
     assert sys.executable  # the agent process itself is untouched
     assert os.getpid() > 0
+
+
+def test_threadBomb_stoppedAsProcessLimit(tmp_path: Path) -> None:
+    code = ("import threading, time\n"
+            "for _ in range(400): threading.Thread(target=time.sleep, args=(20,)).start()\n"
+            "time.sleep(20)\n")
+    outcome, _, reason = sandboxed(code, tmp_path, Limits(processes=64, wall_s=60))
+    assert outcome is Outcome.PROCESSES, reason
