@@ -104,7 +104,8 @@ def test_agentKilledMidFrame_frameResumesElsewhere_redoingAtMostOneChunk(
     assert resumed is not None, log[-3000:]
     kept = int(resumed.group(1))
     redone = len(re.findall(r"chunk \d+\+60 rendered", log))
-    assert kept == checkpointed >= 2
+    # the checkpoints its log shows, or one more that landed as the kill came
+    assert checkpointed >= 2 and kept in (checkpointed, checkpointed + 1)
     assert redone == 6 - kept  # only what no checkpoint held: the chunk in flight, and after
     result = grid.results(job_id)["results"][0]
     download = tmp_path / "frame.png"
@@ -174,7 +175,7 @@ def test_sigterm_drains_checkpointsHandsTheFrameBackAndExitsZero(
     taker = grid.agent("taker").start()
     wait_for("the frame", lambda: grid.done(job_id), timeout_s=240)
     resumed = re.search(r"resumes with (\d+) of 6 chunks", taker.log())
-    assert resumed is not None and int(resumed.group(1)) == handed
+    assert resumed is not None and int(resumed.group(1)) == handed  # logged before it exited
 
 
 def test_tiledFrame_downloadedAndAssembled_equalsTheDirectFullFrame(
