@@ -160,7 +160,10 @@ class Agent:
         self.sampler.start()
         threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
         if config.popw_class:
-            self.handshake(config.popw_class)
+            try:
+                self.handshake(config.popw_class)
+            except ApiCallError as exc:  # no high-priority tier for now; normal work goes on
+                log.warning("PoPW handshake: failed (%s)", exc.code or exc)
 
     def handshake(self, gpu_class: str) -> None:
         node = self.config.node_id

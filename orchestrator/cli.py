@@ -182,6 +182,7 @@ def agent_run(
     import logging
     import os
 
+    from agent.client import ApiCallError
     from agent.daemon import Agent, AgentConfig
     from agent.sandbox import Limits
 
@@ -197,7 +198,10 @@ def agent_run(
                       output_bytes=output_mb * mb, file_bytes=output_mb * mb),
         heartbeat_s=heartbeat_s, poll_s=poll_s, popw_class=popw_class,
         exit_when_idle_s=exit_when_idle_s)
-    Agent(config, account).run()
+    try:
+        Agent(config, account).run()
+    except (ApiCallError, OSError) as error:  # e.g. a registration the service refuses
+        raise _fail("agent run", error) from None
 
 
 @job_app.command("download")

@@ -72,9 +72,12 @@ class Grid:
                                orchestrator_id=ORCHESTRATOR_ID)
         return self
 
-    def stop_service(self) -> None:
+    def stop_service(self, *, kill: bool = False) -> None:
         if self.service is not None:
-            self.service.stop()
+            if kill:
+                self.service.kill()
+            else:
+                self.service.stop()
 
     @property
     def url(self) -> str:
@@ -126,6 +129,9 @@ class Grid:
     def results(self, job_id: str) -> dict[str, Any]:
         assert self.customer is not None
         return dict(expect(self.customer.send("GET", f"/v1/jobs/{job_id}/results")))
+
+    def wait_logged_in(self, agents: list[AgentProcess]) -> None:
+        wait_for("the agents to log in", lambda: all("logged in" in a.log() for a in agents))
 
     def agent(self, name: str, *extra: str, threads: int = 1) -> AgentProcess:
         agent = AgentProcess(self, name, ["--threads", str(threads), *extra])

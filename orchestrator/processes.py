@@ -99,6 +99,13 @@ class OrchestratorProcess:
         if process is not None:
             stop_process(process, timeout_s=15)
 
+    def kill(self) -> None:
+        """SIGKILL: an outage, not a shutdown."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()

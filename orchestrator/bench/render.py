@@ -72,8 +72,7 @@ def run(*, frames: int = 8, samples: int = 256, chunk_samples: int = 64,
         grid = Grid(chain, root / "grid", rpc_url=anvil.rpc_url).start()
         try:
             workers = [grid.agent(f"bench-{i}").start() for i in range(agents)]
-            wait_for("the agents to log in",
-                     lambda: all("logged in" in w.log() for w in workers))
+            grid.wait_logged_in(workers)
             began = time.perf_counter()
             job = grid.submit(scene, frames={"start": 1, "end": frames}, **render)
             wait_for("the grid's frames", lambda: grid.done(job), timeout_s=3600)
