@@ -40,9 +40,9 @@ def build(out: Path, *, width: int = 160, height: int = 120, samples: int = 64) 
     sphere.data.materials.append(red)
     bpy.ops.mesh.primitive_cube_add(size=0.8, location=(2.5, 0, 0.5))
     cube = bpy.context.active_object
-    for frame, (x, y) in ((1, (2.5, 0.0)), (FPS * SECONDS // 2, (-2.5, 0.0)),
+    for frame, (x, y) in ((1, (2.5, 0.0)), (FPS * SECONDS // 2, (-2.5, 1.5)),
                           (FPS * SECONDS, (2.5, 0.0))):
-        cube.location = (x, y if frame != FPS * SECONDS // 2 else 1.5, 0.5)
+        cube.location = (x, y, 0.5)
         cube.rotation_euler = (0.0, 0.0, frame * 0.1)
         cube.keyframe_insert("location", frame=frame)
         cube.keyframe_insert("rotation_euler", frame=frame)
