@@ -116,6 +116,30 @@ async def node_token(request: Request, ctx: CtxDep) -> SessionClaims:
 NodeDep = Annotated[SessionClaims, Depends(node_token)]
 
 
+async def blob_uploader(request: Request, ctx: CtxDep) -> str:
+    """Who may upload a blob: a node (session token) or a wallet (a customer's .blend). A
+    wallet signs the method and path with an empty body: the path names the content's sha256,
+    which the store checks, so the streamed bytes need not be read twice to be bound."""
+    if request.headers.get("authorization"):
+        return (await node_token(request, ctx)).address
+    try:
+        signed = verify_request(
+            request.headers, method=request.method, path=request.url.path, body=b"",
+            now=ctx.now(), chain_id=ctx.settings.chain_id,
+            orchestrator_id=ctx.settings.orchestrator_id,
+            max_age_s=ctx.settings.signature_max_age_s)
+    except ApiError as exc:
+        ctx.metrics.auth_failures.labels(exc.code).inc()
+        raise
+    if not burn_nonce(ctx, signed):
+        ctx.metrics.auth_failures.labels("nonce_replayed").inc()
+        raise ApiError(401, "nonce_replayed", "this nonce was already used")
+    return signed.address
+
+
+UploaderDep = Annotated[str, Depends(blob_uploader)]
+
+
 async def admin(request: Request, ctx: CtxDep) -> None:
     expected = ctx.settings.admin_key
     if expected is None:

@@ -327,6 +327,13 @@ def add_checkpoint(session: Session, *, task: Task, node_id: str, sha256: str, p
     return checkpoint
 
 
+def job_results(session: Session, *, job_id: str) -> list[tuple[Task, Blob]]:
+    """Tasks of the job that have a result, with the result's blob, in task order."""
+    return [(task, blob) for task, blob in session.execute(
+        select(Task, Blob).join(Blob, Blob.sha256 == Task.result_sha256)
+        .where(Task.job_id == job_id).order_by(Task.index)).tuples()]
+
+
 def job_artifact_hashes(session: Session, *, job_id: str) -> list[str]:
     return list(session.scalars(select(Checkpoint.sha256).join(Task, Task.id == Checkpoint.task_id)
                                 .where(Task.job_id == job_id).distinct()))

@@ -1,5 +1,6 @@
-"""Streamed, size-limited, hash-checked uploads of checkpoints and results; large ones are
-timed, as the node's upload throughput for PLS."""
+"""Streamed, size-limited, hash-checked uploads of inputs, checkpoints and results (large ones
+are timed, as the node's upload throughput for PLS); downloads for nodes that hold a lease (the
+.blend, the checkpoint chunks they resume from)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import re
 import time
 
 from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse
 
-from orchestrator.api.deps import CtxDep, NodeDep
+from orchestrator.api.deps import CtxDep, NodeDep, SessionDep, UploaderDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.schemas import BlobOut
-from orchestrator.db import crud
+from orchestrator.db import crud, work
 from orchestrator.storage.blobs import BlobError, BlobTooLarge
 
 router = APIRouter(tags=["blobs"])
@@ -21,7 +23,7 @@ MIN_TIMED_UPLOAD_BYTES = 1 << 20  # smaller bodies measure the round trip, not t
 
 @router.put("/blobs/{sha256}", response_model=BlobOut,
             summary="Upload a blob under its sha256 (streamed; checked on arrival)")
-async def upload(sha256: str, request: Request, claims: NodeDep, ctx: CtxDep) -> BlobOut:
+async def upload(sha256: str, request: Request, uploader: UploaderDep, ctx: CtxDep) -> BlobOut:
     if not SHA256.fullmatch(sha256):
         raise ApiError(422, "invalid_sha256", "the name must be a lowercase hex sha256")
     declared = request.headers.get("content-length")
@@ -42,3 +44,24 @@ async def upload(sha256: str, request: Request, claims: NodeDep, ctx: CtxDep) ->
             ctx.pls.record_upload(session, node_id=claims.node_id,
                                   mbps=size * 8 / 1e6 / elapsed, now=ctx.now())
     return BlobOut(sha256=sha256, size=size)
+
+
+def blob_file(ctx: CtxDep, sha256: str) -> FileResponse:
+    """The stored blob as a download (404 when it is not stored)."""
+    if not SHA256.fullmatch(sha256):
+        raise ApiError(422, "invalid_sha256", "the name must be a lowercase hex sha256")
+    if not ctx.blobs.exists(sha256):
+        raise ApiError(404, "blob_not_found", f"no blob {sha256}")
+    return FileResponse(ctx.blobs.path_of(sha256), media_type="application/octet-stream",
+                        headers={"x-content-sha256": sha256})
+
+
+@router.get("/blobs/{sha256}", response_class=FileResponse,
+            summary="Download an input or checkpoint of a task this node holds a lease on")
+def download(sha256: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> FileResponse:
+    readable = work.readable_blobs(session, node_id=claims.node_id, read=ctx.blobs.read,
+                                   size_of=lambda sha: ctx.blobs.path_of(sha).stat().st_size)
+    if sha256 not in readable:
+        raise ApiError(403, "blob_not_leased",
+                       "a node reads only the inputs and checkpoints of tasks it holds")
+    return blob_file(ctx, sha256)
