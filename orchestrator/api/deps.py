@@ -116,12 +116,19 @@ async def node_token(request: Request, ctx: CtxDep) -> SessionClaims:
 NodeDep = Annotated[SessionClaims, Depends(node_token)]
 
 
-async def blob_uploader(request: Request, ctx: CtxDep) -> str:
+@dataclass(frozen=True, slots=True)
+class Uploader:
+    address: str
+    node_id: str | None  # set for a node's session: its uploads time its uplink for PLS
+
+
+async def blob_uploader(request: Request, ctx: CtxDep) -> Uploader:
     """Who may upload a blob: a node (session token) or a wallet (a customer's .blend). A
     wallet signs the method and path with an empty body: the path names the content's sha256,
     which the store checks, so the streamed bytes need not be read twice to be bound."""
     if request.headers.get("authorization"):
-        return (await node_token(request, ctx)).address
+        claims = await node_token(request, ctx)
+        return Uploader(claims.address, claims.node_id)
     try:
         signed = verify_request(
             request.headers, method=request.method, path=request.url.path, body=b"",
@@ -134,10 +141,10 @@ async def blob_uploader(request: Request, ctx: CtxDep) -> str:
     if not burn_nonce(ctx, signed):
         ctx.metrics.auth_failures.labels("nonce_replayed").inc()
         raise ApiError(401, "nonce_replayed", "this nonce was already used")
-    return signed.address
+    return Uploader(signed.address, None)
 
 
-UploaderDep = Annotated[str, Depends(blob_uploader)]
+UploaderDep = Annotated[Uploader, Depends(blob_uploader)]
 
 
 async def admin(request: Request, ctx: CtxDep) -> None:

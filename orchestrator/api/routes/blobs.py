@@ -40,8 +40,8 @@ async def upload(sha256: str, request: Request, uploader: UploaderDep, ctx: CtxD
     elapsed = time.perf_counter() - started
     with ctx.factory.begin() as session:
         crud.add_blob(session, sha256=sha256, size=size, now=ctx.now())
-        if size >= MIN_TIMED_UPLOAD_BYTES and elapsed > 0:
-            ctx.pls.record_upload(session, node_id=claims.node_id,
+        if uploader.node_id is not None and size >= MIN_TIMED_UPLOAD_BYTES and elapsed > 0:
+            ctx.pls.record_upload(session, node_id=uploader.node_id,
                                   mbps=size * 8 / 1e6 / elapsed, now=ctx.now())
     return BlobOut(sha256=sha256, size=size)
 
