@@ -59,3 +59,9 @@ else
   chmod +x "$solc_target.tmp"
   mv "$solc_target.tmp" "$solc_target"
 fi
+
+# The provider agent sandboxes tasks with bubblewrap where it can; say so plainly when not.
+if ! command -v bwrap >/dev/null; then
+  echo "setup: bubblewrap is not installed: the provider agent will run tasks under rlimits" \
+       "only, with no filesystem or network isolation (Debian: apt-get install bubblewrap)" >&2
+fi

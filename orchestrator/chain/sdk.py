@@ -27,7 +27,8 @@ from orchestrator.chain.artifacts import Artifacts, load_artifacts
 from orchestrator.chain.deployment import Deployment
 from orchestrator.chain.errors import ChainError, ErrorDecoder, snake_case
 from orchestrator.chain.tx import Receipt, SignedTx, TransactionSender, connect, revert_data
-from orchestrator.chain.views import (
+from orchestrator.config import Settings
+from orchestrator.domain.chain_views import (
     DisputeKind,
     DisputeRecord,
     DisputeStatus,
@@ -39,7 +40,6 @@ from orchestrator.chain.views import (
     SlashStatus,
     UnbondingLock,
 )
-from orchestrator.config import Settings
 from orchestrator.domain.types import SlashReason
 
 

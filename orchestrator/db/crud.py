@@ -3,7 +3,7 @@ through the domain transition table and lands in `status_history` in the same tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -24,7 +24,6 @@ from orchestrator.db.models import (
     RecoveryEvent,
     StatusHistory,
     Task,
-    TelemetrySample,
     UsedNonce,
 )
 from orchestrator.domain.lifecycle import (
@@ -195,6 +194,10 @@ def get_job(session: Session, *, job_id: str) -> Job | None:
     return session.get(Job, job_id)
 
 
+def get_task(session: Session, *, task_id: int) -> Task | None:
+    return session.get(Task, task_id)
+
+
 def job_tasks(session: Session, *, job_id: str) -> list[Task]:
     return list(session.scalars(select(Task).where(Task.job_id == job_id).order_by(Task.index)))
 
@@ -324,6 +327,13 @@ def add_checkpoint(session: Session, *, task: Task, node_id: str, sha256: str, p
     return checkpoint
 
 
+def job_results(session: Session, *, job_id: str) -> list[tuple[Task, Blob]]:
+    """Tasks of the job that have a result, with the result's blob, in task order."""
+    return [(task, blob) for task, blob in session.execute(
+        select(Task, Blob).join(Blob, Blob.sha256 == Task.result_sha256)
+        .where(Task.job_id == job_id).order_by(Task.index)).tuples()]
+
+
 def job_artifact_hashes(session: Session, *, job_id: str) -> list[str]:
     return list(session.scalars(select(Checkpoint.sha256).join(Task, Task.id == Checkpoint.task_id)
                                 .where(Task.job_id == job_id).distinct()))
@@ -373,14 +383,6 @@ def try_lead(session: Session, *, name: str, holder: str, now: float, ttl_s: flo
     except IntegrityError:
         return False
     return True
-
-
-def add_telemetry(session: Session, *, node_id: str, samples: Iterable[tuple[str, float, float]]
-                  ) -> None:
-    rows = [{"node_id": node_id, "metric": metric, "at": at, "value": value}
-            for metric, at, value in samples]
-    if rows:
-        session.execute(insert(TelemetrySample), rows)
 
 
 def ping(session: Session) -> None:

@@ -34,8 +34,8 @@ from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.errors import ChainError
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import Receipt, connect
-from orchestrator.chain.views import EscrowStatus
 from orchestrator.demo.actors import DemoError, ScriptedNode, Wallet, expect
+from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.types import Tier
 from orchestrator.processes import OrchestratorProcess, ServiceError
 

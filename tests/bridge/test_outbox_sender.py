@@ -29,10 +29,10 @@ from orchestrator.chain.outbox_sender import (
 )
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
-from orchestrator.chain.views import EscrowStatus
 from orchestrator.config import Settings
 from orchestrator.db import crud, work
 from orchestrator.db.models import OutboxAction
+from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port

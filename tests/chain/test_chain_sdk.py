@@ -8,7 +8,7 @@ from eth_utils import keccak
 from orchestrator.chain.anvil import increase_time
 from orchestrator.chain.errors import ContractError
 from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement
-from orchestrator.chain.views import DisputeStatus, EscrowStatus, SlashStatus
+from orchestrator.domain.chain_views import DisputeStatus, EscrowStatus, SlashStatus
 from orchestrator.domain.merkle import MerkleTree, score_leaf
 from orchestrator.domain.types import Tier
 
