@@ -1,6 +1,8 @@
 """`mesh agent run`: a provider's machine on the grid.
 
-It registers its node and logs in (wallet-signed), heartbeats with a session token, sends
+It registers its node and logs in (wallet-signed, naming an ephemeral session key that lives
+only in this process: the orchestrator's proof that a reconnect after a network cut is the same
+process, see `orchestrator.domain.continuity`), heartbeats with a session token, sends
 pynvml telemetry when there is a GPU, answers probes and, when asked to, the PoPW handshake,
 pulls leases and runs each task in the sandbox. A Blender frame is rendered in sample chunks;
 every chunk is uploaded and recorded as the task's checkpoint (a manifest naming the chunks by
@@ -37,6 +39,7 @@ from agent.spool import Pending, Spool
 from agent.telemetry import GpuTelemetry, Sampler
 from agent.workloads import blender
 from orchestrator.domain import popw
+from orchestrator.domain.continuity import session_address
 
 log = logging.getLogger("mesh.agent")
 T = TypeVar("T")
@@ -83,6 +86,7 @@ class Agent:
         self.draining = threading.Event()
         self._stop_beats = threading.Event()
         self._token = ""
+        self._session_key = os.urandom(32)  # never written anywhere: a restart makes a new one
         self._token_lock = threading.Lock()
         self._sandbox: Sandbox | None = None
         self._spare: Sandbox | None = None  # a Blender worker already past `import bpy`
@@ -106,8 +110,9 @@ class Agent:
             delay = min(delay * 2, self.config.max_backoff_s)
 
     def login(self) -> None:
-        answer = expect(self.wallet.send("POST", "/v1/auth/login",
-                                         {"node_id": self.config.node_id}))
+        answer = expect(self.wallet.send("POST", "/v1/auth/login", {
+            "node_id": self.config.node_id,
+            "session_key": session_address(self._session_key)}))
         with self._token_lock:
             self._token = str(answer["token"])
 

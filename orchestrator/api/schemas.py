@@ -41,6 +41,9 @@ class NodeOut(BaseModel):
 
 class LoginRequest(Strict):
     node_id: Name
+    # The address of the agent process's ephemeral session key; the wallet's signature over
+    # this body binds it to the login (see `domain.continuity`).
+    session_key: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{40}$")] | None = None
 
 
 class LoginOut(BaseModel):

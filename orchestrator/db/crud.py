@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from eth_utils import to_checksum_address
 from sqlalchemy import delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -120,6 +121,12 @@ def node_spec(node: Node) -> NodeSpec:
 
 def get_node(session: Session, *, node_id: str) -> Node | None:
     return session.get(Node, node_id)
+
+
+def bind_session_key(session: Session, *, node: Node, session_key: str) -> None:
+    """Record the session key a node's login named (checksummed, as signers recover)."""
+    node.session_key = to_checksum_address(session_key)
+    session.flush()
 
 
 def set_node_health(session: Session, *, node: Node, health: NodeHealth, now: float,

@@ -68,6 +68,9 @@ class Node(Base):
     draining: Mapped[bool] = mapped_column(Boolean, default=False)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The ephemeral key the node's agent process named in its latest login (wallet-signed):
+    # only that process can later prove it rendered on through a network cut.
+    session_key: Mapped[str | None] = mapped_column(String(42), nullable=True)
 
 
 class Job(Base):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
 from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
@@ -39,6 +40,12 @@ class PlsIngest(PlsState):
             if not self.engine.online(node.id, now):
                 store.open_session(session, node_id=node.id, at=now)
                 self.engine.session_started(node.id, now)
+
+    def session_bound(self, session: Session, *, node: Node, session_key: str) -> None:
+        """The node's wallet-signed login named its process's ephemeral session key."""
+        crud.bind_session_key(session, node=node, session_key=session_key)
+        with self._lock:
+            self._know(node)  # binds the key in the engine as a rebuild does
 
     def after_sweep(self, session: Session, *, facts: SweepFacts, now: float) -> None:
         """Departures end sessions (abrupt = DEAD; censored = drained, or a silence shared with

@@ -105,3 +105,5 @@ class PlsState:
         """Register a node with the engine (its region is also its network group)."""
         self.engine.register(node.id, node.provider, region=node.region, network=node.region,
                              at=node.registered_at, tier=Tier(node.tier))
+        if node.session_key is not None:
+            self.engine.staking.session_bound(node.id, node.session_key)

@@ -56,7 +56,10 @@ def register(body: NodeRegistration, signed: SignedDep, session: SessionDep,
 @router.post("/auth/login", response_model=LoginOut,
              summary="Trade a signature for a short-lived session token (for heartbeats)")
 def login(body: LoginRequest, signed: SignedDep, session: SessionDep, ctx: CtxDep) -> LoginOut:
-    owned_node(session, node_id=body.node_id, address=signed.address)
+    node = owned_node(session, node_id=body.node_id, address=signed.address)
+    if body.session_key is not None:
+        ctx.pls.session_bound(session, node=node, session_key=body.session_key)
+        session.commit()
     expires_at = ctx.now() + ctx.settings.session_ttl_s
     token = issue_token(ctx.session_secret, SessionClaims(signed.address, body.node_id,
                                                           expires_at))
