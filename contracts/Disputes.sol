@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {AccessControlDefaultAdminRules} from
+    "@openzeppelin/contracts/access/extensions/AccessControlDefaultAdminRules.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
+import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 
 import {IDisputes} from "./interfaces/IDisputes.sol";
 import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
@@ -14,14 +16,20 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// @notice Bonded disputes over settlements and slashes, ruled by an arbiter. See {IDisputes}.
 /// @dev Needs DISPUTES_ROLE on the JobEscrow (freeze/unfreeze payouts) and DISPUTES_ROLE plus
 /// SLASHER_ROLE on the StakeManager (freeze/resolve slashes; slash on a granted customer dispute).
-/// The escrow cannot tell which providers a settlement paid (that would cost storage on every
-/// settlement), so a settlement dispute may freeze up to the job's amount of the respondent's
-/// pending balance; the bond and the arbiter's ruling keep that honest.
-contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
+/// The escrow does not record what a settlement paid each provider (that would cost storage on
+/// every settlement): a customer's dispute names a provider that backed the job, and the escrow
+/// caps what all disputes of a job may freeze at what the job paid its providers (and its refund).
+contract Disputes is IDisputes, AccessControlDefaultAdminRules, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
+    using SafeCast for uint256;
 
     /// @inheritdoc IDisputes
     bytes32 public constant ARBITER_ROLE = keccak256("ARBITER_ROLE");
+    /// @inheritdoc IDisputes
+    uint256 public constant MAX_RULING_PERIOD = 30 days;
+
+    /// @dev Delay of a two-step transfer of DEFAULT_ADMIN_ROLE (AccessControlDefaultAdminRules).
+    uint48 private constant ADMIN_TRANSFER_DELAY = 2 days;
 
     IERC20 private immutable _token;
     IStakeManager private immutable _stakeManager;
@@ -47,11 +55,21 @@ contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
         address admin,
         uint96 bond_,
         uint64 rulingPeriod_
-    ) {
+    ) AccessControlDefaultAdminRules(ADMIN_TRANSFER_DELAY, admin) {
+        if (address(token_) == address(0)) revert DisputesZeroAddress("token");
+        if (address(stakeManager_) == address(0)) revert DisputesZeroAddress("stakeManager");
+        if (address(escrow_) == address(0)) revert DisputesZeroAddress("escrow");
+        if (
+            stakeManager_.token() != address(token_) || escrow_.token() != address(token_)
+                || escrow_.stakeManager() != address(stakeManager_)
+        ) revert DisputesWiringMismatch(address(token_), address(escrow_));
+        if (bond_ == 0) revert DisputesParameterOutOfRange(0, 1, type(uint96).max);
+        if (rulingPeriod_ == 0 || rulingPeriod_ > MAX_RULING_PERIOD) {
+            revert DisputesParameterOutOfRange(rulingPeriod_, 1, MAX_RULING_PERIOD);
+        }
         _token = token_;
         _stakeManager = stakeManager_;
         _escrow = escrow_;
-        _grantRole(DEFAULT_ADMIN_ROLE, admin);
         _bond = bond_;
         _rulingPeriod = rulingPeriod_;
         emit DisputeBondSet(bond_);
@@ -68,13 +86,16 @@ contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
     {
         IJobEscrow.Job memory job = _escrow.jobOf(jobId);
         if (job.status != IJobEscrow.JobStatus.Settled) revert DisputesJobNotSettled(jobId);
-        if (amount == 0) revert DisputesZeroAmount();
+        if (amount == 0) revert DisputesZeroAmount(jobId);
         if (msg.sender == job.customer) {
-            // The customer disputes a provider's payout.
-            if (respondent == address(0) || respondent == job.customer) revert DisputesInvalidRespondent(respondent);
-        } else if (respondent != job.customer) {
-            // A provider can only dispute against the customer's refund.
-            revert DisputesInvalidRespondent(respondent);
+            // The customer disputes the payout of a provider that backed this job.
+            if (respondent == job.customer || !_escrow.isBacker(jobId, respondent)) {
+                revert DisputesInvalidRespondent(respondent);
+            }
+        } else {
+            // A provider that backed this job can only dispute against the customer's refund.
+            if (!_escrow.isBacker(jobId, msg.sender)) revert DisputesNotAParty(msg.sender);
+            if (respondent != job.customer) revert DisputesInvalidRespondent(respondent);
         }
         disputeId = _open(DisputeKind.Settlement, jobId, respondent, amount, evidence);
         _escrow.freezePayout(jobId, respondent, amount);
@@ -98,7 +119,8 @@ contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
         d.status = DisputeStatus.Defaulted;
         emit DisputeDefaulted(disputeId);
         _restoreStatusQuo(d);
-        if (d.bond != 0) _token.safeTransfer(d.opener, d.bond);
+        // The opener did not prove its case: the bond compensates the respondent for the freeze.
+        if (d.bond != 0) _token.safeTransfer(d.respondent, d.bond);
     }
 
     // ------------------------------------------------------------------ arbiter role
@@ -115,13 +137,15 @@ contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
         bool customerOpened =
             d.kind == DisputeKind.Settlement && _escrow.jobOf(d.subject).customer == d.opener;
         if (slashAmount != 0 && !(granted && customerOpened)) revert DisputesSlashNotAllowed(disputeId);
+        if (slashAmount > d.frozenAmount) revert DisputesSlashTooLarge(disputeId, slashAmount, d.frozenAmount);
 
         d.status = granted ? DisputeStatus.Granted : DisputeStatus.Dismissed;
+        // slither-disable-next-line uninitialized-local
         uint256 slashId;
         if (!granted) {
             _restoreStatusQuo(d);
         } else if (d.kind == DisputeKind.Settlement) {
-            _escrow.unfreezePayout(d.respondent, d.opener, d.frozenAmount);
+            _escrow.unfreezePayout(d.subject, d.respondent, d.opener, d.frozenAmount);
             if (slashAmount != 0) {
                 slashId = _stakeManager.slash(d.respondent, slashAmount, IStakeManager.SlashReason.Other, evidence);
             }
@@ -136,12 +160,14 @@ contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
 
     /// @inheritdoc IDisputes
     function setBond(uint96 bond_) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        if (bond_ == 0) revert DisputesParameterOutOfRange(0, 1, type(uint96).max);
         _bond = bond_;
         emit DisputeBondSet(bond_);
     }
 
     /// @inheritdoc IDisputes
     function setRulingPeriod(uint64 period) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        if (period == 0 || period > MAX_RULING_PERIOD) revert DisputesParameterOutOfRange(period, 1, MAX_RULING_PERIOD);
         _rulingPeriod = period;
         emit RulingPeriodSet(period);
     }
@@ -175,7 +201,7 @@ contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
         returns (uint256 disputeId)
     {
         disputeId = ++_disputeCount;
-        uint40 rulingDeadline = uint40(block.timestamp + _rulingPeriod);
+        uint40 rulingDeadline = (block.timestamp + _rulingPeriod).toUint40();
         uint96 bondAmount = _bond;
         _disputes[disputeId] = Dispute({
             opener: msg.sender,
@@ -196,7 +222,7 @@ contract Disputes is IDisputes, AccessControl, ReentrancyGuardTransient {
     /// slash becomes releasable.
     function _restoreStatusQuo(Dispute storage d) private {
         if (d.kind == DisputeKind.Settlement) {
-            _escrow.unfreezePayout(d.respondent, d.respondent, d.frozenAmount);
+            _escrow.unfreezePayout(d.subject, d.respondent, d.respondent, d.frozenAmount);
         } else {
             _stakeManager.resolveSlash(uint256(d.subject), false);
         }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {AccessControlDefaultAdminRules} from
+    "@openzeppelin/contracts/access/extensions/AccessControlDefaultAdminRules.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
@@ -18,7 +19,7 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// payout tokens, but the payout books live in the StakeManager, in the same slot as the
 /// provider's locked collateral: settling a job releases the collateral and credits the payout
 /// with one storage write per provider, and the customer's refund costs none.
-contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransient {
+contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
 
@@ -26,6 +27,13 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
     bytes32 public constant ORCHESTRATOR_ROLE = keccak256("ORCHESTRATOR_ROLE");
     /// @inheritdoc IJobEscrow
     bytes32 public constant DISPUTES_ROLE = keccak256("DISPUTES_ROLE");
+    /// @inheritdoc IJobEscrow
+    uint256 public constant PAYOUT_PERIOD = 1 days;
+    /// @inheritdoc IJobEscrow
+    uint256 public constant MAX_PERIOD = 30 days;
+
+    /// @dev Delay of a two-step transfer of DEFAULT_ADMIN_ROLE (AccessControlDefaultAdminRules).
+    uint48 private constant ADMIN_TRANSFER_DELAY = 2 days;
 
     /// @dev One job, three slots; settlement reads and writes only `head`, in one SLOAD and one
     /// SSTORE (see {_packHead} / {_unpackHead}).
@@ -40,8 +48,15 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
     struct JobHead {
         uint96 amount; // token units escrowed
         uint96 refund; // settled: owed back to the customer until claimed (less any frozen part)
-        uint40 settledAt; // unix time of settlement, 0 before
+        uint40 time; // Settled: unix time of settlement; otherwise the deadline (read by settlement)
         JobStatus status; // see JobStatus
+    }
+
+    /// @dev What disputes froze so far about one settled job, booked at its first dispute.
+    struct DisputeBook {
+        uint96 payeeCap; // what the job paid its providers: the most payee-side freezes may take
+        uint96 fromPayees; // frozen from payees so far (all-time, so a freed amount is not re-frozen)
+        bool booked;
     }
 
     /// @dev (job, provider, payout) pairs a settlement hands to the StakeManager in one call.
@@ -50,9 +65,9 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         uint256 count; // pairs filled so far
     }
 
-    // Bit offsets of the packed JobHead word: amount | refund | settledAt | status.
+    // Bit offsets of the packed JobHead word: amount | refund | time | status.
     uint256 private constant _REFUND_SHIFT = 96;
-    uint256 private constant _SETTLED_AT_SHIFT = 192;
+    uint256 private constant _SETTLED_AT_SHIFT = 192; // the `time` field
     uint256 private constant _STATUS_SHIFT = 232;
 
     IERC20 private immutable _token;
@@ -60,9 +75,12 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
 
     mapping(bytes32 jobId => JobRecord) private _jobs;
     mapping(address account => uint256) private _frozen;
+    mapping(bytes32 jobId => mapping(address provider => bool)) private _backers;
+    mapping(bytes32 jobId => DisputeBook) private _disputeBooks;
 
     uint64 private _gracePeriod;
     uint64 private _disputeWindow;
+    uint64 private _collateralSlashWindow;
 
     /// @notice Deploy after the StakeManager; then the StakeManager admin calls
     /// `stakeManager.setJobEscrow(address(this))` so this contract may lock collateral.
@@ -71,14 +89,24 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
     /// @param admin Receives DEFAULT_ADMIN_ROLE (pause, parameters, role grants).
     /// @param gracePeriod_ Seconds after a job's deadline before its customer may reclaim.
     /// @param disputeWindow_ Seconds after settlement that payouts stay pending and disputable.
-    constructor(IERC20 token_, IStakeManager stakeManager_, address admin, uint64 gracePeriod_, uint64 disputeWindow_) {
+    /// The collateral slash window starts at one day ({setCollateralSlashWindow}).
+    constructor(IERC20 token_, IStakeManager stakeManager_, address admin, uint64 gracePeriod_, uint64 disputeWindow_)
+        AccessControlDefaultAdminRules(ADMIN_TRANSFER_DELAY, admin)
+    {
+        if (address(token_) == address(0)) revert JobEscrowZeroAddress("token");
+        if (address(stakeManager_) == address(0)) revert JobEscrowZeroAddress("stakeManager");
+        address stakeToken = stakeManager_.token();
+        if (stakeToken != address(token_)) revert JobEscrowTokenMismatch(address(token_), stakeToken);
+        _checkRange(gracePeriod_, 0, MAX_PERIOD);
+        _checkRange(disputeWindow_, 0, PAYOUT_PERIOD);
         _token = token_;
         _stakeManager = stakeManager_;
-        _grantRole(DEFAULT_ADMIN_ROLE, admin);
         _gracePeriod = gracePeriod_;
         _disputeWindow = disputeWindow_;
+        _collateralSlashWindow = 1 days;
         emit GracePeriodSet(gracePeriod_);
         emit DisputeWindowSet(disputeWindow_);
+        emit CollateralSlashWindowSet(1 days);
     }
 
     // ------------------------------------------------------------------ customer
@@ -90,13 +118,14 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         whenNotPaused
     {
         if (_jobs[jobId].head != 0) revert JobEscrowJobExists(jobId);
-        if (amount == 0) revert JobEscrowZeroAmount();
+        if (amount == 0) revert JobEscrowZeroAmount(jobId);
         if (amount > type(uint96).max) revert JobEscrowAmountTooLarge(amount, type(uint96).max);
         if (deadline <= block.timestamp) revert JobEscrowDeadlineInPast(deadline, block.timestamp);
+        uint40 due = uint256(deadline).toUint40();
         _jobs[jobId] = JobRecord({
-            head: _packHead(JobHead({amount: uint96(amount), refund: 0, settledAt: 0, status: JobStatus.Funded})),
+            head: _packHead(JobHead({amount: uint96(amount), refund: 0, time: due, status: JobStatus.Funded})),
             customer: msg.sender,
-            deadline: uint256(deadline).toUint40(),
+            deadline: due,
             specHash: specHash
         });
         emit JobCreated(jobId, msg.sender, amount, deadline, specHash);
@@ -134,10 +163,11 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
     function claimRefund(bytes32 jobId) external nonReentrant returns (uint256 amount) {
         JobRecord storage job = _jobs[jobId];
         JobHead memory head = _unpackHead(job.head);
-        if (head.status != JobStatus.Settled) revert JobEscrowJobNotFunded(jobId, head.status);
+        if (head.status != JobStatus.Settled) revert JobEscrowJobNotSettled(jobId, head.status);
         amount = head.refund;
+        // slither-disable-next-line incorrect-equality
         if (amount == 0) revert JobEscrowNoRefund(jobId);
-        uint256 claimableAt = uint256(head.settledAt) + _disputeWindow;
+        uint256 claimableAt = uint256(head.time) + _disputeWindow;
         if (block.timestamp < claimableAt) revert JobEscrowRefundNotClaimableYet(jobId, claimableAt);
         head.refund = 0;
         job.head = _packHead(head);
@@ -148,9 +178,10 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
 
     /// @inheritdoc IJobEscrow
     function releaseCollateral(bytes32 jobId, address[] calldata providers) external {
-        JobStatus status = _unpackHead(_jobs[jobId].head).status;
-        if (status == JobStatus.Funded) revert JobEscrowJobStillOpen(jobId);
-        if (status == JobStatus.None) revert JobEscrowJobNotFunded(jobId, status);
+        uint256 releasableAt = collateralReleasableAt(jobId);
+        // slither-disable-next-line incorrect-equality
+        if (releasableAt == 0) revert JobEscrowUnknownJob(jobId);
+        if (block.timestamp < releasableAt) revert JobEscrowCollateralStillSlashable(jobId, releasableAt);
         bytes32[] memory jobIds = new bytes32[](providers.length);
         for (uint256 i; i < providers.length; ++i) {
             jobIds[i] = jobId;
@@ -166,8 +197,14 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         onlyRole(ORCHESTRATOR_ROLE)
         whenNotPaused
     {
-        JobStatus status = _unpackHead(_jobs[jobId].head).status;
-        if (status != JobStatus.Funded) revert JobEscrowJobNotFunded(jobId, status);
+        JobHead memory head = _unpackHead(_jobs[jobId].head);
+        if (head.status != JobStatus.Funded) revert JobEscrowJobNotFunded(jobId, head.status);
+        uint256 closedAt = uint256(head.time) + _gracePeriod;
+        if (block.timestamp > closedAt) revert JobEscrowSettlementClosed(jobId, closedAt);
+        mapping(address => bool) storage backers = _backers[jobId];
+        for (uint256 i; i < providers.length; ++i) {
+            if (!backers[providers[i]]) backers[providers[i]] = true;
+        }
         _stakeManager.lockCollateral(jobId, providers, amounts);
     }
 
@@ -177,43 +214,49 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         onlyRole(ORCHESTRATOR_ROLE)
     {
         PayoutList memory list = _newPayoutList(providers.length);
-        uint256 refund = _settle(jobId, providers, payouts, resultRoot, list);
+        uint256 refund = _settle(jobId, providers, payouts, resultRoot, list, _gracePeriod);
         emit JobSettled(jobId, refund, resultRoot);
-        _stakeManager.settleCollateral(list.pairs, _releaseAt());
+        for (uint256 i; i < providers.length; ++i) {
+            emit ProviderPaid(jobId, providers[i], payouts[i]);
+        }
+        _stakeManager.settleCollateral(list.pairs, payoutReleaseAt(block.timestamp));
     }
 
     /// @inheritdoc IJobEscrow
     function settleBatch(Settlement[] calldata settlements) external onlyRole(ORCHESTRATOR_ROLE) {
+        // slither-disable-next-line uninitialized-local
         uint256 pairs;
         for (uint256 j; j < settlements.length; ++j) {
             pairs += settlements[j].providers.length;
         }
         PayoutList memory list = _newPayoutList(pairs);
         bytes32[] memory jobIds = new bytes32[](settlements.length);
+        uint256 grace = _gracePeriod;
         for (uint256 j; j < settlements.length; ++j) {
             Settlement calldata s = settlements[j];
             bytes32 jobId = s.jobId;
-            _settle(jobId, s.providers, s.payouts, s.resultRoot, list);
+            _settle(jobId, s.providers, s.payouts, s.resultRoot, list, grace);
             jobIds[j] = jobId;
         }
         emit JobsSettled(jobIds);
-        _stakeManager.settleCollateral(list.pairs, _releaseAt());
+        _stakeManager.settleCollateral(list.pairs, payoutReleaseAt(block.timestamp));
     }
 
     /// @inheritdoc IJobEscrow
     function settleBatchSolo(SoloSettlement[] calldata settlements) external onlyRole(ORCHESTRATOR_ROLE) {
         uint256 count = settlements.length;
         bytes32[] memory jobIds = new bytes32[](count);
+        uint256 grace = _gracePeriod;
         for (uint256 j; j < count; ++j) {
             SoloSettlement calldata s = settlements[j];
             bytes32 jobId = s.jobId;
-            _closeJob(jobId, s.payout);
+            _closeJob(jobId, s.payout, grace);
             assembly ("memory-safe") {
                 mstore(add(jobIds, shl(5, add(j, 1))), jobId) // jobIds[j], j < count
             }
         }
         emit JobsSettled(jobIds);
-        _stakeManager.settleCollateral(settlements, _releaseAt());
+        _stakeManager.settleCollateral(settlements, payoutReleaseAt(block.timestamp));
     }
 
     // ------------------------------------------------------------------ disputes role
@@ -222,30 +265,48 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
     function freezePayout(bytes32 jobId, address account, uint256 amount) external onlyRole(DISPUTES_ROLE) {
         JobRecord storage job = _jobs[jobId];
         JobHead memory head = _unpackHead(job.head);
-        if (head.status != JobStatus.Settled) revert JobEscrowJobNotFunded(jobId, head.status);
-        uint256 closedAt = uint256(head.settledAt) + _disputeWindow;
+        if (head.status != JobStatus.Settled) revert JobEscrowJobNotSettled(jobId, head.status);
+        uint256 closedAt = uint256(head.time) + _disputeWindow;
         if (block.timestamp >= closedAt) revert JobEscrowDisputeWindowClosed(jobId, closedAt);
-        if (amount > head.amount) revert JobEscrowPayoutExceedsEscrow(jobId, amount, head.amount);
-        if (account == job.customer) {
-            if (amount > head.refund) revert JobEscrowInsufficientPending(account, amount, head.refund);
+        DisputeBook storage book = _disputeBooks[jobId];
+        if (!book.booked) {
+            // The first dispute books what the job paid its providers (the refund is untouched
+            // until then: only disputes change it inside the window).
+            (book.payeeCap, book.booked) = (head.amount - head.refund, true);
+        }
+        bool fromRefund = account == job.customer;
+        if (fromRefund) {
+            if (amount > head.refund) revert JobEscrowDisputeCapExceeded(jobId, amount, head.refund);
             head.refund -= uint96(amount);
             job.head = _packHead(head);
         } else {
+            uint256 available = book.payeeCap - book.fromPayees;
+            if (amount > available) revert JobEscrowDisputeCapExceeded(jobId, amount, available);
             uint256 pending = _stakeManager.payoutOf(account).pending;
             if (amount > pending) revert JobEscrowInsufficientPending(account, amount, pending);
-            _stakeManager.freezePending(account, amount);
+            book.fromPayees += uint96(amount);
         }
         _frozen[account] += amount;
         emit PayoutFrozen(jobId, account, amount);
+        if (!fromRefund) _stakeManager.freezePending(account, amount, payoutReleaseAt(head.time));
     }
 
     /// @inheritdoc IJobEscrow
-    function unfreezePayout(address from, address to, uint256 amount) external onlyRole(DISPUTES_ROLE) {
+    function unfreezePayout(bytes32 jobId, address from, address to, uint256 amount) external onlyRole(DISPUTES_ROLE) {
         uint256 frozen = _frozen[from];
         if (amount > frozen) revert JobEscrowInsufficientFrozen(from, amount, frozen);
         _frozen[from] = frozen - amount;
-        emit PayoutUnfrozen(from, to, amount);
-        _stakeManager.creditClaimable(to, amount);
+        emit PayoutUnfrozen(jobId, from, to, amount);
+        JobRecord storage job = _jobs[jobId];
+        if (to != from) {
+            _stakeManager.creditPayout(to, amount, 0); // a ruling: the winner may claim at once
+        } else if (from == job.customer) {
+            JobHead memory head = _unpackHead(job.head);
+            head.refund += amount.toUint96(); // claimRefund waits for the job's window
+            job.head = _packHead(head);
+        } else {
+            _stakeManager.creditPayout(from, amount, payoutReleaseAt(_unpackHead(job.head).time));
+        }
     }
 
     // ------------------------------------------------------------------ admin
@@ -262,14 +323,23 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
 
     /// @inheritdoc IJobEscrow
     function setGracePeriod(uint64 grace) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _checkRange(grace, 0, MAX_PERIOD);
         _gracePeriod = grace;
         emit GracePeriodSet(grace);
     }
 
     /// @inheritdoc IJobEscrow
     function setDisputeWindow(uint64 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _checkRange(window, 0, PAYOUT_PERIOD);
         _disputeWindow = window;
         emit DisputeWindowSet(window);
+    }
+
+    /// @inheritdoc IJobEscrow
+    function setCollateralSlashWindow(uint64 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _checkRange(window, 0, MAX_PERIOD);
+        _collateralSlashWindow = window;
+        emit CollateralSlashWindowSet(window);
     }
 
     // ------------------------------------------------------------------ views
@@ -288,10 +358,11 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
     function jobOf(bytes32 jobId) external view returns (Job memory) {
         JobRecord storage job = _jobs[jobId];
         JobHead memory head = _unpackHead(job.head);
+        // slither-disable-next-line incorrect-equality
         return Job({
             customer: job.customer,
             deadline: job.deadline,
-            settledAt: head.settledAt,
+            settledAt: head.status == JobStatus.Settled ? head.time : 0,
             status: head.status,
             amount: head.amount,
             refund: head.refund,
@@ -315,10 +386,49 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         return _disputeWindow;
     }
 
+    /// @inheritdoc IJobEscrow
+    function collateralSlashWindow() external view returns (uint64) {
+        return _collateralSlashWindow;
+    }
+
+    /// @inheritdoc IJobEscrow
+    function payoutReleaseAt(uint256 settledAt) public view returns (uint256) {
+        // Rounded up to whole periods, so one provider's pending payouts have at most two release
+        // times in the future (the StakeManager keeps two buckets) and none moves another's.
+        uint256 due = settledAt + _disputeWindow;
+        // slither-disable-next-line divide-before-multiply
+        return (due + PAYOUT_PERIOD - 1) / PAYOUT_PERIOD * PAYOUT_PERIOD;
+    }
+
+    /// @inheritdoc IJobEscrow
+    function collateralReleasableAt(bytes32 jobId) public view returns (uint256) {
+        JobHead memory head = _unpackHead(_jobs[jobId].head);
+        // slither-disable-next-line incorrect-equality
+        if (head.status == JobStatus.None) return 0;
+        // A settled job closed at settlement; any other closed when settlement did: deadline + grace.
+        // slither-disable-next-line incorrect-equality
+        uint256 closedAt = head.status == JobStatus.Settled ? head.time : uint256(head.time) + _gracePeriod;
+        return closedAt + _collateralSlashWindow;
+    }
+
+    /// @inheritdoc IJobEscrow
+    function isBacker(bytes32 jobId, address provider) external view returns (bool) {
+        return _backers[jobId][provider];
+    }
+
+    /// @inheritdoc IJobEscrow
+    function disputedOf(bytes32 jobId) external view returns (uint256 fromPayees, uint256 payeeCap) {
+        DisputeBook storage book = _disputeBooks[jobId];
+        if (book.booked) return (book.fromPayees, book.payeeCap);
+        JobHead memory head = _unpackHead(_jobs[jobId].head);
+        // slither-disable-next-line incorrect-equality
+        return (0, head.status == JobStatus.Settled ? head.amount - head.refund : 0);
+    }
+
     // ------------------------------------------------------------------ internal
 
-    function _releaseAt() private view returns (uint256) {
-        return block.timestamp + _disputeWindow;
+    function _checkRange(uint256 value, uint256 min, uint256 max) private pure {
+        if (value < min || value > max) revert JobEscrowParameterOutOfRange(value, min, max);
     }
 
     function _newPayoutList(uint256 pairs) private pure returns (PayoutList memory) {
@@ -335,9 +445,11 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         address[] calldata providers,
         uint256[] calldata payouts,
         bytes32 resultRoot,
-        PayoutList memory list
+        PayoutList memory list,
+        uint256 grace
     ) private returns (uint256 refund) {
         if (providers.length != payouts.length) revert JobEscrowLengthMismatch(providers.length, payouts.length);
+        // slither-disable-next-line uninitialized-local
         uint256 paid;
         uint256 k = list.count;
         for (uint256 i; i < providers.length; ++i) {
@@ -347,14 +459,15 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
             ++k;
         }
         list.count = k;
-        refund = _closeJob(jobId, paid);
+        refund = _closeJob(jobId, paid, grace);
     }
 
-    /// @dev Marks funded job `jobId` settled exactly once, paying `paid` out of its escrow (the
-    /// caller credits the providers), and keeps the rest as the customer's refund. Hot path: the
-    /// packed head is read and written as one word, without a memory JobHead.
+    /// @dev Marks funded job `jobId` settled exactly once, until its deadline + `grace`, paying
+    /// `paid` out of its escrow (the caller credits the providers), and keeps the rest as the
+    /// customer's refund. Hot path: the packed head is read and written as one word, without a
+    /// memory JobHead; a funded job's head holds its deadline, so the deadline costs no read.
     /// @return refund What the customer gets back.
-    function _closeJob(bytes32 jobId, uint256 paid) private returns (uint256 refund) {
+    function _closeJob(bytes32 jobId, uint256 paid, uint256 grace) private returns (uint256 refund) {
         JobRecord storage job = _jobs[jobId];
         uint256 head = job.head;
         if (head >> _STATUS_SHIFT != uint256(JobStatus.Funded)) {
@@ -362,6 +475,8 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
             if (status == JobStatus.Settled) revert JobEscrowAlreadySettled(jobId);
             revert JobEscrowJobNotFunded(jobId, status);
         }
+        uint256 closedAt = uint40(head >> _SETTLED_AT_SHIFT) + grace;
+        if (block.timestamp > closedAt) revert JobEscrowSettlementClosed(jobId, closedAt);
         uint256 amount = uint96(head);
         if (paid > amount) revert JobEscrowPayoutExceedsEscrow(jobId, paid, amount);
         unchecked {
@@ -372,7 +487,7 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
     }
 
     function _packHead(JobHead memory h) private pure returns (uint256) {
-        return uint256(h.amount) | (uint256(h.refund) << _REFUND_SHIFT) | (uint256(h.settledAt) << _SETTLED_AT_SHIFT)
+        return uint256(h.amount) | (uint256(h.refund) << _REFUND_SHIFT) | (uint256(h.time) << _SETTLED_AT_SHIFT)
             | (uint256(h.status) << _STATUS_SHIFT);
     }
 
@@ -380,7 +495,7 @@ contract JobEscrow is IJobEscrow, AccessControl, Pausable, ReentrancyGuardTransi
         return JobHead({
             amount: uint96(packed),
             refund: uint96(packed >> _REFUND_SHIFT),
-            settledAt: uint40(packed >> _SETTLED_AT_SHIFT),
+            time: uint40(packed >> _SETTLED_AT_SHIFT),
             status: JobStatus(uint8(packed >> _STATUS_SHIFT))
         });
     }

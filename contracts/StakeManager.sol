@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {AccessControlDefaultAdminRules} from
+    "@openzeppelin/contracts/access/extensions/AccessControlDefaultAdminRules.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
+import {Checkpoints} from "@openzeppelin/contracts/utils/structs/Checkpoints.sol";
 
 import {IStakeManager} from "./interfaces/IStakeManager.sol";
 import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
@@ -15,15 +17,18 @@ import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
 /// @title StakeManager
 /// @notice Provider stake of DePIN Mesh. See {IStakeManager}.
 /// @dev Slashing order for stake not tied to a job: free bonded stake first, then the unbonding
-/// pool. Unbonding locks are claims on that pool: a lock pays min(its amount, what is left of the
-/// pool), so slashing unbonding stake is O(1) whatever the number of locks. Locked collateral is only
-/// ever slashed per job, by {slashCollateral}.
+/// locks (from the last open lock backwards, each lowered by what it loses), so a lock never pays
+/// more than what is left of it. Locked collateral is only ever slashed per job, by
+/// {slashCollateral}, until the job's collateral slash window closes.
 /// Gas layout for settlement: a provider's locked collateral, pending payout and the payout's
 /// release time share one slot (`_ledgers`), so settling a job releases the collateral and credits
-/// the payout with one storage write per provider; claimable payouts sit beside `bonded`.
-contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient {
+/// the payout with one storage write per provider; claimable payouts sit beside `bonded`. An older
+/// pending payout that is still maturing when a payout with a later release time arrives moves to
+/// a second slot (`_maturing`), at most once per payout period and provider.
+contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
+    using Checkpoints for Checkpoints.Trace208;
 
     /// @inheritdoc IStakeManager
     bytes32 public constant ORCHESTRATOR_ROLE = keccak256("ORCHESTRATOR_ROLE");
@@ -33,20 +38,33 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
     bytes32 public constant ESCROW_ROLE = keccak256("ESCROW_ROLE");
     /// @inheritdoc IStakeManager
     bytes32 public constant DISPUTES_ROLE = keccak256("DISPUTES_ROLE");
+    /// @inheritdoc IStakeManager
+    uint256 public constant MAX_UNBONDING_LOCKS = 16;
+    /// @inheritdoc IStakeManager
+    uint256 public constant MAX_PERIOD = 365 days;
 
     uint256 private constant BPS = 10_000;
+    /// @dev Delay of a two-step transfer of DEFAULT_ADMIN_ROLE (AccessControlDefaultAdminRules).
+    uint48 private constant ADMIN_TRANSFER_DELAY = 2 days;
 
     /// @dev One account's stake and claimable payout, two slots; its locked collateral and pending
     /// payout are in `_ledgers`.
     struct Provider {
         uint128 bonded; // stake that backs work, including the locked collateral
         uint128 claimable; // payout the escrow pays on `claim`
-        uint128 unbonding; // unbonding pool: what the provider's open locks can still pay out
+        uint128 unbonding; // sum of the open unbonding locks' amounts
         uint64 nextLockId; // id of the next unbonding lock
         Tier tier; // current tier
     }
 
+    /// @dev An epoch's committed score root and when it was committed (proofs expire).
+    struct EpochRecord {
+        bytes32 root;
+        uint40 committedAt;
+    }
+
     // Bit layout of a packed ledger word: locked (uint96) | pending (uint104) | releaseAt (uint40).
+    // `_maturing` words use the same layout with locked = 0.
     uint256 private constant _PENDING_SHIFT = 96;
     uint256 private constant _RELEASE_AT_SHIFT = 200;
 
@@ -54,15 +72,21 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     mapping(address provider => Provider) private _providers;
     mapping(address account => uint256) private _ledgers; // packed locked | pending | releaseAt
+    mapping(address account => uint256) private _maturing; // packed 0 | pending | releaseAt, older bucket
     mapping(address provider => mapping(uint256 lockId => UnbondingLock)) private _unbondingLocks;
+    // slither-disable-next-line uninitialized-state
+    mapping(address provider => uint64[]) private _openLockIds;
     mapping(bytes32 jobId => mapping(address provider => uint256)) private _lockedFor;
-    mapping(uint64 epoch => bytes32) private _epochRoots;
+    mapping(uint64 epoch => EpochRecord) private _epochs;
     mapping(address provider => mapping(uint64 epoch => bool)) private _scoreSlashed;
+    mapping(address provider => Checkpoints.Trace208) private _stakeHistory; // bonded + unbonding
+    mapping(bytes32 commitment => uint256 blockNumber) private _findings;
     mapping(uint256 slashId => Slash) private _slashes;
     uint256 private _slashCount;
 
     uint64 private _unbondingPeriod;
     uint64 private _slashDisputeWindow;
+    uint64 private _scoreProofWindow;
     uint16 private _scoreThresholdBps;
     uint16 private _scoreSlashBps;
     uint16 private _finderBps;
@@ -78,25 +102,29 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     /// @notice Deploy first (after the token). Then deploy JobEscrow and call {setJobEscrow}.
     /// @param token_ The stake and payment ERC-20.
-    /// @param admin Receives DEFAULT_ADMIN_ROLE.
+    /// @param admin Receives DEFAULT_ADMIN_ROLE (transferred in two steps, with a 2-day delay).
     /// @param treasury_ Receives slash proceeds without an injured customer.
-    /// @param unbondingPeriod_ Seconds between {requestUnbond} and {withdraw}.
-    /// @param slashDisputeWindow_ Seconds a slash stays disputable before its proceeds are released.
-    constructor(IERC20 token_, address admin, address treasury_, uint64 unbondingPeriod_, uint64 slashDisputeWindow_) {
-        if (address(token_) == address(0) || admin == address(0) || treasury_ == address(0)) {
-            revert StakeManagerZeroAddress();
-        }
+    /// @param unbondingPeriod_ Seconds between {requestUnbond} and {withdraw}, at most MAX_PERIOD.
+    /// @param slashDisputeWindow_ Seconds a slash stays disputable, at most MAX_PERIOD.
+    constructor(IERC20 token_, address admin, address treasury_, uint64 unbondingPeriod_, uint64 slashDisputeWindow_)
+        AccessControlDefaultAdminRules(ADMIN_TRANSFER_DELAY, admin)
+    {
+        if (address(token_) == address(0)) revert StakeManagerZeroAddress("token");
+        if (treasury_ == address(0)) revert StakeManagerZeroAddress("treasury");
+        _checkRange(unbondingPeriod_, 0, MAX_PERIOD);
+        _checkRange(slashDisputeWindow_, 0, MAX_PERIOD);
         _token = token_;
-        _grantRole(DEFAULT_ADMIN_ROLE, admin);
         _treasury = treasury_;
         _unbondingPeriod = unbondingPeriod_;
         _slashDisputeWindow = slashDisputeWindow_;
+        _scoreProofWindow = 1 days;
         _scoreThresholdBps = 5_000;
         _scoreSlashBps = 1_000;
         _finderBps = 1_000;
         emit TreasurySet(treasury_);
         emit UnbondingPeriodSet(unbondingPeriod_);
         emit SlashDisputeWindowSet(slashDisputeWindow_);
+        emit ScoreProofWindowSet(1 days);
         emit ScoreSlashingSet(5_000, 1_000, 1_000);
     }
 
@@ -104,24 +132,28 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     /// @inheritdoc IStakeManager
     function stake(uint256 amount) external nonReentrant {
-        if (amount == 0) revert StakeManagerZeroAmount();
+        if (amount == 0) revert StakeManagerZeroAmount(msg.sender);
         Provider storage p = _providers[msg.sender];
         p.bonded += amount.toUint128();
+        _checkpoint(msg.sender);
         emit Staked(msg.sender, amount);
         _pullExact(msg.sender, amount);
     }
 
     /// @inheritdoc IStakeManager
     function requestUnbond(uint256 amount) external returns (uint256 lockId) {
-        if (amount == 0) revert StakeManagerZeroAmount();
+        if (amount == 0) revert StakeManagerZeroAmount(msg.sender);
         Provider storage p = _providers[msg.sender];
         uint256 free = p.bonded - _lockedOf(msg.sender);
         if (amount > free) revert StakeManagerInsufficientFreeStake(msg.sender, amount, free);
+        uint64[] storage open = _openLockIds[msg.sender];
+        if (open.length >= MAX_UNBONDING_LOCKS) revert StakeManagerTooManyUnbondingLocks(msg.sender, MAX_UNBONDING_LOCKS);
         lockId = p.nextLockId;
-        uint64 withdrawableAt = uint64(block.timestamp) + _unbondingPeriod;
-        p.bonded -= uint128(amount);
+        uint64 withdrawableAt = (block.timestamp + _unbondingPeriod).toUint64();
+        p.bonded -= uint128(amount); // amount <= free <= bonded
         p.unbonding += uint128(amount);
-        p.nextLockId = uint64(lockId + 1);
+        p.nextLockId = (lockId + 1).toUint64();
+        open.push(uint64(lockId));
         _unbondingLocks[msg.sender][lockId] = UnbondingLock({amount: uint128(amount), withdrawableAt: withdrawableAt});
         emit UnbondRequested(msg.sender, lockId, amount, withdrawableAt);
     }
@@ -131,8 +163,9 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         UnbondingLock memory lock = _openLock(msg.sender, lockId);
         if (block.timestamp < lock.withdrawableAt) revert StakeManagerUnbondingNotEnded(lockId, lock.withdrawableAt);
         uint256 amount = _closeLock(msg.sender, lockId, lock);
+        _checkpoint(msg.sender);
         emit Withdrawn(msg.sender, lockId, amount);
-        if (amount != 0) _token.safeTransfer(msg.sender, amount);
+        _token.safeTransfer(msg.sender, amount);
     }
 
     /// @inheritdoc IStakeManager
@@ -154,7 +187,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         for (uint256 i; i < providers.length; ++i) {
             address provider = providers[i];
             uint256 amount = amounts[i];
-            if (amount == 0) revert StakeManagerZeroAmount();
+            if (amount == 0) revert StakeManagerZeroAmount(provider);
             uint256 ledger = _ledgers[provider];
             uint256 locked = uint96(ledger);
             uint256 free = _providers[provider].bonded - locked;
@@ -181,6 +214,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
             unchecked {
                 _ledgers[provider] -= amount;
             }
+            emit CollateralReleased(jobIds[i], provider, amount);
         }
     }
 
@@ -189,7 +223,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         external
         onlyJobEscrow
     {
-        uint256 releaseBits = uint256(uint40(releaseAt)) << _RELEASE_AT_SHIFT;
+        uint256 releaseBits = uint256(releaseAt.toUint40()) << _RELEASE_AT_SHIFT;
         for (uint256 i; i < pairs.length; ++i) {
             bytes32 jobId;
             address provider;
@@ -198,15 +232,19 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
             uint256 ledger;
             uint256 ledgerSlot;
             // Hot path, in assembly: pair `i` is read straight from calldata (4 words: jobId,
-            // provider, payout, resultRoot; `i` < length, and a dirty address reverts as the ABI
-            // decoder would), and each slot's address is hashed once, by Solidity's mapping
-            // layout, and read and written through it: `_lockedFor[jobId][provider]` (released:
-            // set to 0) and `_ledgers[provider]`.
+            // provider, payout, resultRoot; `i` < length, and a dirty address reverts with
+            // StakeManagerInvalidAddress), and each slot's address is hashed once, by Solidity's
+            // mapping layout, and read and written through it: `_lockedFor[jobId][provider]`
+            // (released: set to 0) and `_ledgers[provider]`.
             assembly ("memory-safe") {
                 let pair := add(pairs.offset, shl(7, i))
                 jobId := calldataload(pair)
                 provider := calldataload(add(pair, 0x20))
-                if shr(160, provider) { revert(0, 0) }
+                if shr(160, provider) {
+                    mstore(0x00, 0x6f39895200000000000000000000000000000000000000000000000000000000) // StakeManagerInvalidAddress(uint256)
+                    mstore(0x04, provider)
+                    revert(0x00, 0x24)
+                }
                 payout := calldataload(add(pair, 0x40))
                 mstore(0x00, jobId)
                 mstore(0x20, _lockedFor.slot)
@@ -220,19 +258,20 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
                 ledger := sload(ledgerSlot)
             }
             if (payout != 0) {
-                // A pending payout past its release time becomes claimable first; the whole
-                // pending payout then waits until `releaseAt`.
                 uint256 pending = uint104(ledger >> _PENDING_SHIFT);
-                if (pending != 0 && (ledger >> _RELEASE_AT_SHIFT) <= block.timestamp) {
-                    _providers[provider].claimable += uint128(pending); // pending fits 104 bits
-                    pending = 0;
-                }
-                // Cannot overflow: pending < 2**104 and the escrow caps a payout at a job's uint96 amount.
-                unchecked {
-                    pending += payout;
+                uint256 dueBits = releaseBits;
+                if (pending != 0 && ledger >> _RELEASE_AT_SHIFT != releaseAt) {
+                    // Rare (once per payout period and provider): the pending payout has another
+                    // release time, which it keeps.
+                    (pending, dueBits) = _creditElsewhere(provider, pending, ledger >> _RELEASE_AT_SHIFT, payout, releaseAt);
+                } else {
+                    // Cannot overflow: pending < 2**104 and the escrow caps a payout at a job's uint96 amount.
+                    unchecked {
+                        pending += payout;
+                    }
                 }
                 if (pending > type(uint104).max) revert StakeManagerAmountTooLarge(pending, type(uint104).max);
-                ledger = uint96(ledger) | (pending << _PENDING_SHIFT) | releaseBits;
+                ledger = uint96(ledger) | (pending << _PENDING_SHIFT) | dueBits;
             }
             // Cannot underflow: the locked field (low bits) is the sum of this provider's job locks.
             unchecked {
@@ -253,16 +292,38 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
     }
 
     /// @inheritdoc IStakeManager
-    function freezePending(address account, uint256 amount) external onlyJobEscrow {
+    function freezePending(address account, uint256 amount, uint256 releaseAt) external onlyJobEscrow {
         uint256 ledger = _mature(account);
-        uint256 pending = uint104(ledger >> _PENDING_SHIFT);
-        if (amount > pending) revert StakeManagerInsufficientPending(account, amount, pending);
-        _ledgers[account] = ledger - (amount << _PENDING_SHIFT);
+        uint256 hot = uint104(ledger >> _PENDING_SHIFT);
+        uint256 older = uint104(_maturing[account] >> _PENDING_SHIFT);
+        if (amount > hot + older) revert StakeManagerInsufficientPending(account, amount, hot + older);
+        // The bucket the disputed job's payout went to first (the older one when its release
+        // time is `releaseAt`), so the freeze holds that job's payout, not another's.
+        uint256 olderFirst = _maturing[account] >> _RELEASE_AT_SHIFT == releaseAt ? Math.min(amount, older) : 0;
+        uint256 fromHot = Math.min(amount - olderFirst, hot);
+        uint256 fromOlder = amount - fromHot;
+        _ledgers[account] = ledger - (fromHot << _PENDING_SHIFT);
+        if (fromOlder != 0) _maturing[account] -= fromOlder << _PENDING_SHIFT;
     }
 
     /// @inheritdoc IStakeManager
-    function creditClaimable(address account, uint256 amount) external onlyJobEscrow {
-        _providers[account].claimable += amount.toUint128();
+    function creditPayout(address account, uint256 amount, uint256 releaseAt) external onlyJobEscrow {
+        emit PayoutCredited(account, amount, releaseAt);
+        if (amount == 0) return;
+        if (releaseAt <= block.timestamp) {
+            _addClaimable(account, amount);
+            return;
+        }
+        uint256 ledger = _ledgers[account];
+        uint256 pending = uint104(ledger >> _PENDING_SHIFT);
+        uint256 dueBits = uint256(releaseAt.toUint40()) << _RELEASE_AT_SHIFT;
+        if (pending != 0 && ledger >> _RELEASE_AT_SHIFT != releaseAt) {
+            (pending, dueBits) = _creditElsewhere(account, pending, ledger >> _RELEASE_AT_SHIFT, amount, releaseAt);
+        } else {
+            pending += amount;
+        }
+        if (pending > type(uint104).max) revert StakeManagerAmountTooLarge(pending, type(uint104).max);
+        _ledgers[account] = uint96(ledger) | (pending << _PENDING_SHIFT) | dueBits;
     }
 
     // ------------------------------------------------------------------ orchestrator role
@@ -274,9 +335,9 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     /// @inheritdoc IStakeManager
     function commitEpoch(uint64 epoch, bytes32 scoreRoot) external onlyRole(ORCHESTRATOR_ROLE) {
-        if (scoreRoot == bytes32(0)) revert StakeManagerZeroRoot();
-        if (_epochRoots[epoch] != bytes32(0)) revert StakeManagerEpochAlreadyCommitted(epoch);
-        _epochRoots[epoch] = scoreRoot;
+        if (scoreRoot == bytes32(0)) revert StakeManagerZeroRoot(epoch);
+        if (_epochs[epoch].root != bytes32(0)) revert StakeManagerEpochAlreadyCommitted(epoch);
+        _epochs[epoch] = EpochRecord({root: scoreRoot, committedAt: block.timestamp.toUint40()});
         emit EpochCommitted(epoch, scoreRoot);
     }
 
@@ -288,8 +349,9 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         onlyRole(SLASHER_ROLE)
         returns (uint256 slashId)
     {
-        if (amount == 0) revert StakeManagerZeroAmount();
+        if (amount == 0) revert StakeManagerZeroAmount(provider);
         uint256 taken = _takeUnlockedStake(provider, amount);
+        // slither-disable-next-line incorrect-equality
         if (taken == 0) revert StakeManagerNothingToSlash(provider);
         slashId = _recordSlash(provider, bytes32(0), reason, evidence, _treasury, taken, address(0), 0);
     }
@@ -300,18 +362,27 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         onlyRole(SLASHER_ROLE)
         returns (uint256 slashId)
     {
-        if (amount == 0) revert StakeManagerZeroAmount();
+        if (amount == 0) revert StakeManagerZeroAmount(provider);
         address escrow = _jobEscrow;
-        if (escrow == address(0)) revert StakeManagerEscrowNotSet();
+        if (escrow == address(0)) revert StakeManagerEscrowNotSet(jobId);
         uint256 locked = _lockedFor[jobId][provider];
         if (locked == 0) revert StakeManagerNothingToSlash(provider);
+        // Views on the escrow set by the admin: the job's slash window and the customer it protects.
+        uint256 closedAt = IJobEscrow(escrow).collateralReleasableAt(jobId);
+        if (block.timestamp >= closedAt) revert StakeManagerCollateralSlashWindowClosed(jobId, closedAt);
         uint256 taken = Math.min(amount, locked);
         _lockedFor[jobId][provider] = locked - taken;
         _ledgers[provider] -= taken; // the locked field holds at least this job's lock
         _providers[provider].bonded -= uint128(taken);
-        // A view on the escrow set by the admin: the customer the collateral protects.
         address customer = IJobEscrow(escrow).jobOf(jobId).customer;
         slashId = _recordSlash(provider, jobId, reason, evidence, customer, taken, address(0), 0);
+    }
+
+    /// @inheritdoc IStakeManager
+    function commitFinding(bytes32 commitment) external {
+        if (_findings[commitment] != 0) revert StakeManagerFindingAlreadyCommitted(commitment);
+        _findings[commitment] = block.number;
+        emit FindingCommitted(msg.sender, commitment);
     }
 
     /// @inheritdoc IStakeManager
@@ -320,27 +391,12 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         uint64 epoch,
         uint256 scoreBps,
         bytes32 telemetryDigest,
-        bytes32[] calldata proof
+        bytes32[] calldata proof,
+        bytes32 salt
     ) external returns (uint256 slashId) {
-        bytes32 root = _epochRoots[epoch];
-        if (root == bytes32(0)) revert StakeManagerEpochNotCommitted(epoch);
-        if (_scoreSlashed[provider][epoch]) revert StakeManagerAlreadySlashedForEpoch(provider, epoch);
-        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(provider, scoreBps, telemetryDigest))));
-        if (!MerkleProof.verify(proof, root, leaf)) revert StakeManagerInvalidScoreProof(provider, epoch);
-        if (scoreBps >= _scoreThresholdBps) revert StakeManagerScoreAboveThreshold(scoreBps, _scoreThresholdBps);
-
+        uint256 committedAt = _useFinding(provider, epoch, scoreBps, telemetryDigest, proof, salt);
         _scoreSlashed[provider][epoch] = true;
-        Provider storage p = _providers[provider];
-        uint256 share = (uint256(p.bonded) + p.unbonding) * _scoreSlashBps / BPS;
-        uint256 taken = share == 0 ? 0 : _takeUnlockedStake(provider, share);
-        _setTier(provider, Tier.Background);
-        if (taken != 0) {
-            uint256 finderAmount = taken * _finderBps / BPS;
-            slashId = _recordSlash(
-                provider, bytes32(0), SlashReason.LowScore, telemetryDigest, _treasury, taken - finderAmount,
-                msg.sender, finderAmount
-            );
-        }
+        slashId = _slashScore(provider, committedAt, telemetryDigest);
     }
 
     /// @inheritdoc IStakeManager
@@ -371,9 +427,16 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         if (s.status != SlashStatus.Frozen) revert StakeManagerSlashNotInStatus(slashId, s.status);
         if (reverse) {
             s.status = SlashStatus.Reversed;
+            address provider = s.provider;
             uint256 amount = uint256(s.amount) + s.finderAmount;
-            _providers[s.provider].bonded += uint128(amount);
-            emit SlashReversed(slashId, s.provider, amount);
+            _providers[provider].bonded += uint128(amount);
+            _checkpoint(provider);
+            emit SlashReversed(slashId, provider, amount);
+            // A reversed score slash undoes its demotion, unless the tier was set since.
+            // slither-disable-next-line incorrect-equality
+            if (s.reason == SlashReason.LowScore && _providers[provider].tier == Tier.Background) {
+                _setTier(provider, s.priorTier);
+            }
         } else {
             s.status = SlashStatus.Pending;
             emit SlashUpheld(slashId);
@@ -384,14 +447,23 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     /// @inheritdoc IStakeManager
     function setUnbondingPeriod(uint64 period) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _checkRange(period, 0, MAX_PERIOD);
         _unbondingPeriod = period;
         emit UnbondingPeriodSet(period);
     }
 
     /// @inheritdoc IStakeManager
     function setSlashDisputeWindow(uint64 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _checkRange(window, 0, MAX_PERIOD);
         _slashDisputeWindow = window;
         emit SlashDisputeWindowSet(window);
+    }
+
+    /// @inheritdoc IStakeManager
+    function setScoreProofWindow(uint64 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        _checkRange(window, 1, MAX_PERIOD);
+        _scoreProofWindow = window;
+        emit ScoreProofWindowSet(window);
     }
 
     /// @inheritdoc IStakeManager
@@ -408,15 +480,18 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     /// @inheritdoc IStakeManager
     function setTreasury(address treasury_) external onlyRole(DEFAULT_ADMIN_ROLE) {
-        if (treasury_ == address(0)) revert StakeManagerZeroAddress();
+        if (treasury_ == address(0)) revert StakeManagerZeroAddress("treasury");
         _treasury = treasury_;
         emit TreasurySet(treasury_);
     }
 
     /// @inheritdoc IStakeManager
     function setJobEscrow(address escrow) external onlyRole(DEFAULT_ADMIN_ROLE) {
-        if (escrow == address(0)) revert StakeManagerZeroAddress();
+        if (escrow == address(0)) revert StakeManagerZeroAddress("escrow");
         if (_jobEscrow != address(0)) revert StakeManagerEscrowAlreadySet(_jobEscrow);
+        if (IJobEscrow(escrow).token() != address(_token) || IJobEscrow(escrow).stakeManager() != address(this)) {
+            revert StakeManagerEscrowMismatch(escrow);
+        }
         _jobEscrow = escrow;
         _grantRole(ESCROW_ROLE, escrow);
         emit JobEscrowSet(escrow);
@@ -436,18 +511,30 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
     }
 
     /// @inheritdoc IStakeManager
-    function payoutOf(address account) external view returns (Payout memory) {
-        uint256 ledger = _ledgers[account];
-        uint256 claimable = _providers[account].claimable;
-        uint256 pending = uint104(ledger >> _PENDING_SHIFT);
-        uint256 releaseAt = ledger >> _RELEASE_AT_SHIFT;
-        if (pending != 0 && releaseAt <= block.timestamp) (claimable, pending) = (claimable + pending, 0);
-        return Payout({claimable: claimable, pending: pending, releaseAt: releaseAt});
+    function payoutOf(address account) external view returns (Payout memory payout) {
+        payout.claimable = _providers[account].claimable;
+        uint256[2] memory buckets = [_ledgers[account], _maturing[account]];
+        for (uint256 i; i < 2; ++i) {
+            uint256 amount = uint104(buckets[i] >> _PENDING_SHIFT);
+            uint256 due = buckets[i] >> _RELEASE_AT_SHIFT;
+            if (amount == 0) continue;
+            if (due <= block.timestamp) {
+                payout.claimable += amount;
+            } else {
+                payout.pending += amount;
+                payout.releaseAt = Math.max(payout.releaseAt, due);
+            }
+        }
     }
 
     /// @inheritdoc IStakeManager
     function unbondingLock(address provider, uint256 lockId) external view returns (UnbondingLock memory) {
         return _unbondingLocks[provider][lockId];
+    }
+
+    /// @inheritdoc IStakeManager
+    function openLocks(address provider) external view returns (uint64[] memory) {
+        return _openLockIds[provider];
     }
 
     /// @inheritdoc IStakeManager
@@ -457,7 +544,22 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
 
     /// @inheritdoc IStakeManager
     function epochRoot(uint64 epoch) external view returns (bytes32) {
-        return _epochRoots[epoch];
+        return _epochs[epoch].root;
+    }
+
+    /// @inheritdoc IStakeManager
+    function epochCommittedAt(uint64 epoch) external view returns (uint256) {
+        return _epochs[epoch].committedAt;
+    }
+
+    /// @inheritdoc IStakeManager
+    function stakeAt(address provider, uint256 at) external view returns (uint256) {
+        return _stakeHistory[provider].upperLookupRecent(at.toUint48());
+    }
+
+    /// @inheritdoc IStakeManager
+    function findingCommittedAt(bytes32 commitment) external view returns (uint256) {
+        return _findings[commitment];
     }
 
     /// @inheritdoc IStakeManager
@@ -486,6 +588,11 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
     }
 
     /// @inheritdoc IStakeManager
+    function scoreProofWindow() external view returns (uint64) {
+        return _scoreProofWindow;
+    }
+
+    /// @inheritdoc IStakeManager
     function scoreSlashing() external view returns (uint16 thresholdBps, uint16 slashBps, uint16 finderBps) {
         return (_scoreThresholdBps, _scoreSlashBps, _finderBps);
     }
@@ -510,29 +617,119 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         if (received != amount) revert StakeManagerFeeOnTransferToken(amount, received);
     }
 
+    /// @dev Checks a score finding (not self-found, fresh, committed by the caller in an earlier
+    /// block, first for this provider and epoch, proven, under the threshold) and uses up its
+    /// commitment. Returns when the epoch was committed.
+    function _useFinding(
+        address provider,
+        uint64 epoch,
+        uint256 scoreBps,
+        bytes32 telemetryDigest,
+        bytes32[] calldata proof,
+        bytes32 salt
+    ) private returns (uint256 committedAt) {
+        if (msg.sender == provider) revert StakeManagerSelfFinding(provider);
+        EpochRecord memory record = _epochs[epoch];
+        // slither-disable-next-line incorrect-equality
+        if (record.root == bytes32(0)) revert StakeManagerEpochNotCommitted(epoch);
+        committedAt = record.committedAt;
+        uint256 expiredAt = committedAt + _scoreProofWindow;
+        if (block.timestamp > expiredAt) revert StakeManagerScoreProofExpired(epoch, expiredAt);
+        bytes32 commitment = keccak256(abi.encode(msg.sender, provider, epoch, salt));
+        uint256 committedIn = _findings[commitment];
+        // slither-disable-next-line incorrect-equality
+        if (committedIn == 0 || committedIn >= block.number) revert StakeManagerFindingNotCommitted(commitment);
+        if (_scoreSlashed[provider][epoch]) revert StakeManagerAlreadySlashedForEpoch(provider, epoch);
+        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(provider, scoreBps, telemetryDigest))));
+        if (!MerkleProof.verify(proof, record.root, leaf)) revert StakeManagerInvalidScoreProof(provider, epoch);
+        if (scoreBps >= _scoreThresholdBps) revert StakeManagerScoreAboveThreshold(scoreBps, _scoreThresholdBps);
+        delete _findings[commitment];
+    }
+
+    /// @dev Slashes the score share of the stake `provider` held at `committedAt` (capped by what is
+    /// slashable now), the finder's share to the caller, and demotes it to Background.
+    function _slashScore(address provider, uint256 committedAt, bytes32 telemetryDigest)
+        private
+        returns (uint256 slashId)
+    {
+        Provider storage p = _providers[provider];
+        // The commitment covers the stake the provider held when the epoch was committed, not
+        // stake added since (a finder cannot wait for the provider to add stake).
+        uint256 covered = Math.min(
+            uint256(p.bonded) + p.unbonding, _stakeHistory[provider].upperLookupRecent(uint48(committedAt))
+        );
+        uint256 share = covered * _scoreSlashBps / BPS;
+        Tier priorTier = p.tier;
+        // slither-disable-next-line incorrect-equality
+        uint256 taken = share == 0 ? 0 : _takeUnlockedStake(provider, share);
+        _setTier(provider, Tier.Background);
+        if (taken != 0) {
+            uint256 finderAmount = taken * _finderBps / BPS;
+            slashId = _recordSlash(
+                provider, bytes32(0), SlashReason.LowScore, telemetryDigest, _treasury, taken - finderAmount,
+                msg.sender, finderAmount
+            );
+            _slashes[slashId].priorTier = priorTier;
+        }
+    }
+
+    function _checkRange(uint256 value, uint256 min, uint256 max) private pure {
+        if (value < min || value > max) revert StakeManagerParameterOutOfRange(value, min, max);
+    }
+
+    /// @dev Records `provider`'s bonded + unbonding stake now, for sizing score slashes.
+    function _checkpoint(address provider) private {
+        Provider storage p = _providers[provider];
+        // slither-disable-next-line unused-return
+        _stakeHistory[provider].push(block.timestamp.toUint48(), (uint256(p.bonded) + p.unbonding).toUint208());
+    }
+
     function _openLock(address provider, uint256 lockId) private view returns (UnbondingLock memory lock) {
         lock = _unbondingLocks[provider][lockId];
         if (lock.amount == 0) revert StakeManagerUnknownUnbondingLock(provider, lockId);
     }
 
-    /// @dev Deletes the lock and takes its payout out of the unbonding pool; slashing may have left
-    /// the pool smaller than the lock, then the lock gets what is left.
+    /// @dev Deletes the lock and takes its amount out of the unbonding stake.
     function _closeLock(address provider, uint256 lockId, UnbondingLock memory lock) private returns (uint256 amount) {
-        Provider storage p = _providers[provider];
-        amount = Math.min(lock.amount, p.unbonding);
-        p.unbonding -= uint128(amount);
+        amount = lock.amount;
+        _providers[provider].unbonding -= uint128(amount);
         delete _unbondingLocks[provider][lockId];
+        uint64[] storage open = _openLockIds[provider];
+        uint256 last = open.length - 1;
+        for (uint256 i; i <= last; ++i) {
+            if (open[i] == lockId) {
+                open[i] = open[last];
+                open.pop();
+                return amount;
+            }
+        }
     }
 
-    /// @dev Takes up to `amount` from free bonded stake, then from the unbonding pool; never from
-    /// locked collateral. Returns what was taken.
+    /// @dev Takes up to `amount` from free bonded stake, then from the unbonding locks (the last
+    /// open lock first, each lowered by what it loses); never from locked collateral. Returns what
+    /// was taken.
     function _takeUnlockedStake(address provider, uint256 amount) private returns (uint256 taken) {
         Provider storage p = _providers[provider];
         uint256 fromBonded = Math.min(amount, p.bonded - _lockedOf(provider));
-        uint256 fromUnbonding = Math.min(amount - fromBonded, p.unbonding);
         p.bonded -= uint128(fromBonded);
-        p.unbonding -= uint128(fromUnbonding);
-        taken = fromBonded + fromUnbonding;
+        taken = fromBonded;
+        uint64[] storage open = _openLockIds[provider];
+        for (uint256 i = open.length; i > 0 && taken < amount; --i) {
+            uint256 lockId = open[i - 1];
+            UnbondingLock storage lock = _unbondingLocks[provider][lockId];
+            uint256 cut = Math.min(amount - taken, lock.amount);
+            lock.amount -= uint128(cut);
+            taken += cut;
+            emit UnbondingLockSlashed(provider, lockId, cut);
+            // slither-disable-next-line incorrect-equality
+            if (lock.amount == 0) {
+                delete _unbondingLocks[provider][lockId];
+                open[i - 1] = open[open.length - 1];
+                open.pop();
+            }
+        }
+        p.unbonding -= uint128(taken - fromBonded);
+        if (taken != 0) _checkpoint(provider);
     }
 
     function _recordSlash(
@@ -546,12 +743,13 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         uint256 finderAmount
     ) private returns (uint256 slashId) {
         slashId = ++_slashCount;
-        uint40 releasableAt = uint40(block.timestamp + _slashDisputeWindow);
+        uint40 releasableAt = (block.timestamp + _slashDisputeWindow).toUint40();
         _slashes[slashId] = Slash({
             provider: provider,
             releasableAt: releasableAt,
             status: SlashStatus.Pending,
             reason: reason,
+            priorTier: _providers[provider].tier,
             beneficiary: beneficiary,
             amount: amount.toUint96(),
             finder: finder,
@@ -573,15 +771,64 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuardTransient 
         return locked;
     }
 
-    /// @dev Moves `account`'s pending payout to claimable if its release time has passed; returns
-    /// the ledger word as stored afterwards.
+    function _addClaimable(address account, uint256 amount) private {
+        _providers[account].claimable += amount.toUint128();
+        emit PayoutMatured(account, amount);
+    }
+
+    /// @dev Credits `amount` due at `releaseAt` to `account`, whose newest bucket holds `hot` due at
+    /// `hotDue` (`hotDue` != `releaseAt`), without moving any payout's release time earlier or later:
+    /// a bucket past its time becomes claimable, and of two maturing release times the earlier one
+    /// goes to the older bucket (`_maturing`). Returns the newest bucket (amount, release bits).
+    /// @dev The escrow rounds release times up to whole payout periods and keeps its dispute window
+    /// within one period, so at most two release times are ever in the future; the last branch
+    /// (a third one) is unreachable and merges into the later bucket rather than revert a settlement.
+    function _creditElsewhere(address account, uint256 hot, uint256 hotDue, uint256 amount, uint256 releaseAt)
+        private
+        returns (uint256 newest, uint256 newestBits)
+    {
+        if (hotDue <= block.timestamp) {
+            _addClaimable(account, hot);
+            return (amount, uint256(releaseAt.toUint40()) << _RELEASE_AT_SHIFT);
+        }
+        if (hotDue < releaseAt) {
+            return (amount + _putOlder(account, hot, hotDue), uint256(releaseAt.toUint40()) << _RELEASE_AT_SHIFT);
+        }
+        return (hot + _putOlder(account, amount, releaseAt), hotDue << _RELEASE_AT_SHIFT);
+    }
+
+    /// @dev Puts `amount` due at `due` (in the future) into `account`'s older bucket, after moving
+    /// the bucket's matured content to claimable. Returns what did not fit (a third release time;
+    /// unreachable, see {_creditElsewhere}), which the caller adds to the newest bucket.
+    function _putOlder(address account, uint256 amount, uint256 due) private returns (uint256 left) {
+        uint256 older = _maturing[account];
+        uint256 olderAmount = uint104(older >> _PENDING_SHIFT);
+        uint256 olderDue = older >> _RELEASE_AT_SHIFT;
+        if (olderAmount != 0 && olderDue <= block.timestamp) {
+            _addClaimable(account, olderAmount);
+            olderAmount = 0;
+        }
+        if (olderAmount != 0 && olderDue != due) return amount;
+        olderAmount += amount;
+        if (olderAmount > type(uint104).max) revert StakeManagerAmountTooLarge(olderAmount, type(uint104).max);
+        _maturing[account] = (olderAmount << _PENDING_SHIFT) | (uint256(due.toUint40()) << _RELEASE_AT_SHIFT);
+    }
+
+    /// @dev Moves `account`'s pending buckets past their release time to claimable; returns the
+    /// ledger word as stored afterwards.
     function _mature(address account) private returns (uint256 ledger) {
         ledger = _ledgers[account];
         uint256 pending = uint104(ledger >> _PENDING_SHIFT);
         if (pending != 0 && (ledger >> _RELEASE_AT_SHIFT) <= block.timestamp) {
-            _providers[account].claimable += uint128(pending);
+            _addClaimable(account, pending);
             ledger -= pending << _PENDING_SHIFT;
             _ledgers[account] = ledger;
+        }
+        uint256 older = _maturing[account];
+        uint256 olderAmount = uint104(older >> _PENDING_SHIFT);
+        if (olderAmount != 0 && (older >> _RELEASE_AT_SHIFT) <= block.timestamp) {
+            _addClaimable(account, olderAmount);
+            _maturing[account] = 0;
         }
     }
 

@@ -13,10 +13,37 @@ app = typer.Typer(help="DePIN Mesh: a render grid kept reliable by Predictive La
                   no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks; each prints one JSON document.", no_args_is_help=True)
 orchestrator_app = typer.Typer(help="The orchestrator service.", no_args_is_help=True)
+agent_app = typer.Typer(help="The provider agent.", no_args_is_help=True)
+job_app = typer.Typer(help="A customer's jobs.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(orchestrator_app, name="orchestrator")
+app.add_typer(agent_app, name="agent")
+app.add_typer(job_app, name="job")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print only the JSON result.")]
+OrchestratorUrl = Annotated[str, typer.Option("--orchestrator", help="The service's base URL.")]
+KeystoreFile = Annotated[Path, typer.Option("--keystore", help="eth-account keystore (JSON).")]
+PasswordFile = Annotated[Path | None, typer.Option(
+    "--password-file", help="File holding the keystore password (else $MESH_AGENT_PASSWORD, "
+    "else a prompt).")]
+ChainId = Annotated[int, typer.Option(help="Chain id the orchestrator binds signatures to.")]
+OrchestratorId = Annotated[str, typer.Option(help="The orchestrator's id (EIP-712 salt).")]
+
+
+def _fail(command: str, error: Exception) -> typer.Exit:
+    typer.echo(f"mesh {command}: {error}", err=True)
+    return typer.Exit(2)
+
+
+def _account(keystore: Path, password_file: Path | None) -> Any:
+    from agent import keystore as keys
+
+    try:
+        secret = keys.password(password_file=password_file, prompt=lambda: typer.prompt(
+            "keystore password", hide_input=True))
+        return keys.load(keystore, secret)
+    except keys.KeystoreError as error:
+        raise _fail("agent", error) from None
 
 
 def _emit(result: dict[str, Any], as_json: bool) -> None:
@@ -44,12 +71,15 @@ def bench_schedule(
     backends: Annotated[
         str, typer.Option(help="Comma-separated: sqlite,postgresql")
     ] = "sqlite,postgresql",
+    pls: Annotated[bool, typer.Option(
+        help="Place through the PLS gate (engine ranking, collateral locks)")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Placements committed to the DB per second, with p50/p99 decision latency."""
     from orchestrator.bench import schedule
 
-    _emit(schedule.run(nodes=nodes, tasks=tasks, backends=backends.split(",")), as_json)
+    _emit(schedule.run(nodes=nodes, tasks=tasks, backends=backends.split(","), pls=pls),
+          as_json)
 
 
 @bench_app.command("ingest")
@@ -83,6 +113,24 @@ def bench_churn(
     _emit(result, as_json)
 
 
+@bench_app.command("render")
+def bench_render(
+    frames: int = 8,
+    samples: int = 256,
+    chunk_samples: int = 64,
+    width: int = 160,
+    height: int = 120,
+    agents: Annotated[int, typer.Option(help="Local agents, one render thread each.")] = 2,
+    as_json: JsonFlag = False,
+) -> None:
+    """The sample scene rendered directly with bpy and through the grid (anvil, the service,
+    local agents), then a kill mid-frame: overhead, pixel identity, rework."""
+    from orchestrator.bench import render
+
+    _emit(render.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
+                     resolution=(width, height), agents=agents), as_json)
+
+
 @orchestrator_app.command("serve")
 def serve(
     host: str = "127.0.0.1",
@@ -95,6 +143,98 @@ def serve(
 
     uvicorn.run("orchestrator.main:app", host=host, port=port, access_log=access_log,
                 log_level=log_level)
+
+
+@agent_app.command("keygen")
+def agent_keygen(keystore: KeystoreFile, password_file: PasswordFile = None) -> None:
+    """Create a new encrypted keystore and print its address."""
+    from agent import keystore as keys
+
+    try:
+        secret = keys.password(password_file=password_file, prompt=lambda: typer.prompt(
+            "new keystore password", hide_input=True, confirmation_prompt=True))
+        typer.echo(keys.create(keystore, secret))
+    except keys.KeystoreError as error:
+        raise _fail("agent keygen", error) from None
+
+
+@agent_app.command("run")
+def agent_run(
+    orchestrator: OrchestratorUrl,
+    keystore: KeystoreFile,
+    password_file: PasswordFile = None,
+    node_id: Annotated[str | None, typer.Option(help="Default: node-<address prefix>.")] = None,
+    state_dir: Annotated[Path, typer.Option(help="Spool, blob cache, task dirs.")] = Path(
+        ".mesh-agent"),
+    region: str = "local",
+    price: Annotated[int, typer.Option(help="Asking price per GPU hour (token units).")] = 100,
+    threads: Annotated[int, typer.Option(help="Render threads (default: every core).")] = 0,
+    memory_mb: Annotated[int, typer.Option(help="Address-space limit of a task.")] = 4096,
+    cpu_s: Annotated[int, typer.Option(help="CPU-time limit of a task.")] = 3600,
+    wall_s: Annotated[float, typer.Option(help="Wall-clock limit of a task.")] = 3600.0,
+    output_mb: Annotated[int, typer.Option(help="Output size limit of a task.")] = 2048,
+    heartbeat_s: float = 1.0,
+    poll_s: float = 1.0,
+    popw_class: Annotated[str | None, typer.Option(help="Answer a PoPW handshake.")] = None,
+    exit_when_idle_s: Annotated[float | None, typer.Option(
+        help="Leave after this long without work.")] = None,
+    chain_id: ChainId = 31337,
+    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator",
+) -> None:
+    """Serve a provider's machine: register, heartbeat, render leases in the sandbox."""
+    import logging
+    import os
+
+    from agent.client import ApiCallError
+    from agent.daemon import Agent, AgentConfig
+    from agent.sandbox import Limits
+
+    account = _account(keystore, password_file)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    mb = 1 << 20
+    config = AgentConfig(
+        orchestrator=orchestrator, node_id=node_id or f"node-{account.address[2:12].lower()}",
+        state_dir=state_dir, chain_id=chain_id, orchestrator_id=orchestrator_id, region=region,
+        price_per_gpu_hour=price, threads=threads or os.cpu_count() or 1,
+        limits=Limits(cpu_s=cpu_s, memory_bytes=memory_mb * mb, wall_s=wall_s,
+                      output_bytes=output_mb * mb, file_bytes=output_mb * mb),
+        heartbeat_s=heartbeat_s, poll_s=poll_s, popw_class=popw_class,
+        exit_when_idle_s=exit_when_idle_s)
+    try:
+        Agent(config, account).run()
+    except (ApiCallError, OSError) as error:  # e.g. a registration the service refuses
+        raise _fail("agent run", error) from None
+
+
+@job_app.command("download")
+def job_download(
+    job: Annotated[str, typer.Argument(help="The job id (0x + 64 hex).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the frames.")],
+    orchestrator: OrchestratorUrl,
+    keystore: KeystoreFile,
+    password_file: PasswordFile = None,
+    chain_id: ChainId = 31337,
+    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator",
+) -> None:
+    """Download a job's results, checking every sha256 (signed: the job's customer only)."""
+    import httpx
+
+    from agent.client import ApiCallError, Wallet
+    from agent.customer import download
+
+    account = _account(keystore, password_file)
+    wallet = Wallet(orchestrator, bytes(account.key), str(account.address), chain_id=chain_id,
+                    orchestrator_id=orchestrator_id)
+    try:
+        done = download(wallet, job, out)
+    except (ApiCallError, httpx.HTTPError, OSError) as error:
+        raise _fail("job download", error) from None
+    finally:
+        wallet.close()
+    typer.echo(f"{len(done.files)} files checked and written to {out}"
+               + (f", {len(done.frames)} frames assembled from tiles" if done.frames else "")
+               + ("" if done.complete else "; the job is not finished yet"))
 
 
 @app.command("demo")

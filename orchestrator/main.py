@@ -16,16 +16,18 @@ from orchestrator.api.errors import install_error_handlers
 from orchestrator.api.limits import BodyLimit
 from orchestrator.api.routes import admin, blobs, health, jobs, nodes, pls, tasks
 from orchestrator.config import Settings, get_settings
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.failure_detector import PhiAccrualDetector
-from orchestrator.scheduling import pls_jobs
+from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
+from orchestrator.services import work
+from orchestrator.services.pls import PlsService
+from orchestrator.services.pls_state import StakeReader
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 from orchestrator.telemetry.logs import configure_logging
 from orchestrator.telemetry.metrics import MeshMetrics
-from orchestrator.telemetry.pls_service import PlsConfig, PlsService, StakeReader
 
 log = logging.getLogger("orchestrator")
 API_PREFIX = "/v1"
@@ -33,34 +35,22 @@ API_PREFIX = "/v1"
 
 def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     def sweep(session: Session, now: float) -> None:
-        result = work.sweep(session, detector=ctx.detector, now=now,
-                            lease_holds=ctx.pls.lease_holds)
-        pls_jobs.after_sweep(ctx.pls, session, result, now)
-        ctx.metrics.node_failures.inc(len(result.dead_nodes))
-        ctx.metrics.retries.labels("lapsed").inc(result.expired_leases)
-        ctx.metrics.retries.labels("dead").inc(result.revoked)
-        if result.dead_nodes:
-            log.warning("nodes declared dead: %s (%d tasks moved)", result.dead_nodes,
-                        result.revoked)
+        work.sweep(session, detector=ctx.detector, pls=ctx.pls, metrics=ctx.metrics, now=now)
 
     def forget_nonces(session: Session, now: float) -> None:
         crud.forget_expired_nonces(session, now=now)
+        ctx.pls.prune_challenges(now)
 
     def escrow_sync(session: Session, now: float) -> None:
         reader = escrow_provider(ctx)  # connects on first use: only when a job is settling
-        result = work.sync_settlements(
-            session, read_escrow=lambda job_id: reader().escrowed_job(job_id), now=now)
-        for _, lag in result.settled:
-            ctx.metrics.settlement_lag.observe(lag)
-        ctx.metrics.divergence.inc(len(result.diverged))
-        if result.diverged:
-            log.error("chain state diverges from ours for jobs %s", result.diverged)
+        work.sync_escrow(session, read_escrow=lambda job_id: reader().escrowed_job(job_id),
+                           metrics=ctx.metrics, now=now)
 
     def pls_decide(session: Session, now: float) -> None:
-        pls_jobs.decide(ctx.pls, session, now)
+        ctx.pls.run_decide(session, now=now)
 
     def pls_epoch(session: Session, now: float) -> None:
-        pls_jobs.close_last_epoch(ctx.pls, session, now)
+        ctx.pls.close_last_epoch(session, now=now)
 
     jobs = [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
             PeriodicJob("nonce-gc", 60.0, forget_nonces),

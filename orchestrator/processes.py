@@ -44,8 +44,8 @@ class OrchestratorProcess:
     for /healthz."""
 
     def __init__(self, env: Mapping[str, str], log_path: Path, startup_timeout_s: float = 60.0,
-                 serve_args: Sequence[str] = ()) -> None:
-        self.port = free_port()
+                 serve_args: Sequence[str] = (), port: int | None = None) -> None:
+        self.port = port or free_port()  # a given port: a restart at the same address
         self._env = {**os.environ, **env}
         self._serve_args = list(serve_args)
         self._log_path = log_path
@@ -57,7 +57,7 @@ class OrchestratorProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> OrchestratorProcess:
-        with self._log_path.open("wb") as log:  # the child keeps its own copy of the handle
+        with self._log_path.open("ab") as log:  # the child keeps its own copy of the handle
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "orchestrator.cli", "orchestrator", "serve",
                  "--port", str(self.port), *self._serve_args],
@@ -98,6 +98,13 @@ class OrchestratorProcess:
         process, self._process = self._process, None
         if process is not None:
             stop_process(process, timeout_s=15)
+
+    def kill(self) -> None:
+        """SIGKILL: an outage, not a shutdown."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:

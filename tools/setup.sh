@@ -33,10 +33,18 @@ if ! fresh python requirements.lock pyproject.toml; then
 fi
 
 if ! fresh npm package.json package-lock.json; then
-  echo "setup: npm tools (solc-js, anvil, OpenZeppelin)"
+  echo "setup: npm tools (solc-js, anvil, forge, OpenZeppelin)"
   command -v npm >/dev/null || { echo "setup: npm is required (apt-get install nodejs npm)" >&2; exit 1; }
   npm ci --no-audit --no-fund --loglevel=error
   stamp npm
+fi
+
+# Slither in a venv of its own (its pins clash with the ape stack), from its own lock.
+if ! fresh slither tools/slither-requirements.txt; then
+  echo "setup: slither (.venv-slither)"
+  [ -x .venv-slither/bin/python ] || "$PYTHON" -m venv .venv-slither
+  .venv-slither/bin/python -m pip install -q -r tools/slither-requirements.txt
+  stamp slither
 fi
 
 # py-solc-x and ape-solidity look for `solc-v<version>` in SOLCX_BINARY_PATH.
@@ -50,4 +58,10 @@ else
   printf '#!/bin/sh\nexec node "%s/tools/solc-facade.js" "$@"\n' "$root" > "$solc_target.tmp"
   chmod +x "$solc_target.tmp"
   mv "$solc_target.tmp" "$solc_target"
+fi
+
+# The provider agent sandboxes tasks with bubblewrap where it can; say so plainly when not.
+if ! command -v bwrap >/dev/null; then
+  echo "setup: bubblewrap is not installed: the provider agent will run tasks under rlimits" \
+       "only, with no filesystem or network isolation (Debian: apt-get install bubblewrap)" >&2
 fi

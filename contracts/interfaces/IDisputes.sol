@@ -9,7 +9,11 @@ pragma solidity ^0.8.28;
 /// StakeManager. Granted: the frozen payout goes to the opener (and the arbiter may slash the
 /// provider), or the slash is reversed; the bond returns to the opener. Dismissed: the frozen payout
 /// returns to the respondent or the slash becomes releasable; the bond goes to the respondent.
-/// No ruling by the ruling deadline: anyone applies the default (status quo) and the bond returns.
+/// No ruling by the ruling deadline: anyone applies the default, which is a dismissal (status quo,
+/// bond to the respondent): the opener carries the burden of proof, so a dispute never decided costs
+/// the opener its bond, and freezing someone's money is never free. A settlement dispute names a
+/// party of that job: the customer names a provider that backed the job with collateral; only such
+/// a provider may dispute the customer's refund.
 interface IDisputes {
     /// @notice What is disputed.
     enum DisputeKind {
@@ -23,7 +27,7 @@ interface IDisputes {
         Open, // funds frozen, waiting for the arbiter
         Granted, // arbiter ruled for the opener
         Dismissed, // arbiter ruled for the respondent
-        Defaulted // no ruling in time: status quo, bond returned
+        Defaulted // no ruling in time: status quo, bond to the respondent (as dismissed)
     }
 
     /// @notice One dispute.
@@ -46,8 +50,16 @@ interface IDisputes {
     error DisputesNotAParty(address caller);
     /// @notice A settlement dispute must name the other side; `respondent` is not valid here.
     error DisputesInvalidRespondent(address respondent);
-    /// @notice A zero amount was given.
-    error DisputesZeroAmount();
+    /// @notice A zero amount was given for a dispute about job `jobId`.
+    error DisputesZeroAmount(bytes32 jobId);
+    /// @notice The arbiter's slash of `slashAmount` exceeds `max`, the payout dispute `disputeId` is about.
+    error DisputesSlashTooLarge(uint256 disputeId, uint256 slashAmount, uint256 max);
+    /// @notice A parameter was set to `value`, outside [`min`, `max`].
+    error DisputesParameterOutOfRange(uint256 value, uint256 min, uint256 max);
+    /// @notice The zero address was given for `parameter`.
+    error DisputesZeroAddress(string parameter);
+    /// @notice `escrow` or the StakeManager does not use `token` and the same StakeManager.
+    error DisputesWiringMismatch(address token, address escrow);
     /// @notice Dispute `disputeId` is not open.
     error DisputesNotOpen(uint256 disputeId);
     /// @notice Dispute `disputeId` can be ruled only until `rulingDeadline`.
@@ -85,8 +97,10 @@ interface IDisputes {
     // ------------------------------------------------------------------ parties
 
     /// @notice Disputes the settlement of job `jobId`, freezing `amount` of `respondent`'s pending
-    /// payout. The customer names a provider as respondent; a provider names the customer.
-    /// @dev Pulls the bond from the caller. Reverts after the escrow's dispute window.
+    /// payout. The customer names a provider that backed the job (`IJobEscrow.isBacker`); a
+    /// provider that backed the job names the customer.
+    /// @dev Pulls the bond from the caller. Reverts after the escrow's dispute window and beyond
+    /// the escrow's per-job caps (all disputes of a job freeze at most the job's amount).
     /// @return disputeId Id of the new dispute, from 1.
     function disputeSettlement(bytes32 jobId, address respondent, uint256 amount, bytes32 evidence)
         external
@@ -98,14 +112,16 @@ interface IDisputes {
     function disputeSlash(uint256 slashId, bytes32 evidence) external returns (uint256 disputeId);
 
     /// @notice Applies the default ruling to an open dispute past its ruling deadline: frozen funds
-    /// return to the respondent / the slash stands, and the bond returns to the opener. Anyone may call.
+    /// return to the respondent (for the rest of the job's dispute window) / the slash stands, and
+    /// the bond goes to the respondent. Anyone may call.
     function applyDefaultRuling(uint256 disputeId) external;
 
     // ------------------------------------------------------------------ arbiter role
 
     /// @notice Rules dispute `disputeId` before its deadline.
     /// @dev ARBITER_ROLE only. `slashAmount` > 0 only for a granted settlement dispute opened by the
-    /// customer: it slashes the provider's stake (to the treasury, itself disputable).
+    /// customer, at most the payout it froze: it slashes the provider's stake (to the treasury,
+    /// itself disputable).
     /// @param granted True: the opener wins (refund / reverse the slash); false: dismissed.
     /// @param slashAmount Provider stake to slash on a granted customer dispute, else 0.
     /// @param evidence Hash of the arbiter's reasoning and evidence.
@@ -113,15 +129,18 @@ interface IDisputes {
 
     // ------------------------------------------------------------------ admin
 
-    /// @notice Sets the bond of new disputes. DEFAULT_ADMIN_ROLE only.
+    /// @notice Sets the bond of new disputes, non-zero. DEFAULT_ADMIN_ROLE only.
     function setBond(uint96 bond) external;
-    /// @notice Sets the arbiter's ruling period of new disputes. DEFAULT_ADMIN_ROLE only.
+    /// @notice Sets the arbiter's ruling period of new disputes, 1 s to MAX_RULING_PERIOD.
+    /// DEFAULT_ADMIN_ROLE only.
     function setRulingPeriod(uint64 period) external;
 
     // ------------------------------------------------------------------ views
 
     /// @notice Role that may rule disputes.
     function ARBITER_ROLE() external view returns (bytes32);
+    /// @notice Longest ruling period, seconds.
+    function MAX_RULING_PERIOD() external view returns (uint256);
     /// @notice Dispute `disputeId`.
     function disputeOf(uint256 disputeId) external view returns (Dispute memory);
     /// @notice Number of disputes so far; ids run from 1 to this.

@@ -62,8 +62,8 @@ interface IJobEscrow {
 
     /// @notice Job `jobId` already exists.
     error JobEscrowJobExists(bytes32 jobId);
-    /// @notice A zero amount was given.
-    error JobEscrowZeroAmount();
+    /// @notice A zero amount was given for job `jobId`.
+    error JobEscrowZeroAmount(bytes32 jobId);
     /// @notice The deadline `deadline` is not after the current time `nowTs`.
     error JobEscrowDeadlineInPast(uint256 deadline, uint256 nowTs);
     /// @notice The token delivered `received` for a transfer of `expected` (fee-on-transfer token).
@@ -80,8 +80,6 @@ interface IJobEscrow {
     error JobEscrowNotCustomer(bytes32 jobId, address customer);
     /// @notice Job `jobId` cannot be reclaimed before `reclaimableAt`.
     error JobEscrowNotReclaimableYet(bytes32 jobId, uint256 reclaimableAt);
-    /// @notice Job `jobId` is still funded, so its collateral cannot be released by anyone yet.
-    error JobEscrowJobStillOpen(bytes32 jobId);
     /// @notice `account` has nothing to claim.
     error JobEscrowNothingToClaim(address account);
     /// @notice Job `jobId`'s refund is claimable from `claimableAt`.
@@ -96,6 +94,23 @@ interface IJobEscrow {
     error JobEscrowInsufficientFrozen(address account, uint256 requested, uint256 available);
     /// @notice An amount does not fit the packed storage (`amount` > `max`).
     error JobEscrowAmountTooLarge(uint256 amount, uint256 max);
+    /// @notice Job `jobId` is not settled (status `status`).
+    error JobEscrowJobNotSettled(bytes32 jobId, JobStatus status);
+    /// @notice No job `jobId` exists.
+    error JobEscrowUnknownJob(bytes32 jobId);
+    /// @notice Job `jobId` could be settled (or collateral locked for it) until `closedAt`, its
+    /// deadline + grace; after that only its customer's reclaim closes it.
+    error JobEscrowSettlementClosed(bytes32 jobId, uint256 closedAt);
+    /// @notice Collateral of job `jobId` stays slashable, and locked, until `releasableAt`.
+    error JobEscrowCollateralStillSlashable(bytes32 jobId, uint256 releasableAt);
+    /// @notice Disputes about job `jobId` may freeze `available` more from this side, not `requested`.
+    error JobEscrowDisputeCapExceeded(bytes32 jobId, uint256 requested, uint256 available);
+    /// @notice A parameter was set to `value`, outside [`min`, `max`].
+    error JobEscrowParameterOutOfRange(uint256 value, uint256 min, uint256 max);
+    /// @notice The zero address was given for `parameter`.
+    error JobEscrowZeroAddress(string parameter);
+    /// @notice The StakeManager uses token `stakeToken`, not this escrow's `token`.
+    error JobEscrowTokenMismatch(address token, address stakeToken);
 
     // ------------------------------------------------------------------ events
 
@@ -119,8 +134,13 @@ interface IJobEscrow {
     event RefundClaimed(bytes32 indexed jobId, address indexed customer, uint256 amount);
     /// @notice `amount` of `account`'s pending balance was frozen by a dispute over job `jobId`.
     event PayoutFrozen(bytes32 indexed jobId, address indexed account, uint256 amount);
-    /// @notice `amount` frozen from `from` became claimable by `to`.
-    event PayoutUnfrozen(address indexed from, address indexed to, uint256 amount);
+    /// @notice `amount` frozen from `from` over job `jobId` went to `to`: back to the rest of the
+    /// job's dispute window when `to == from`, else claimable at once.
+    event PayoutUnfrozen(bytes32 indexed jobId, address indexed from, address indexed to, uint256 amount);
+    /// @notice `settle` credited `payout` to `provider` for job `jobId` (batches: see JobsSettled).
+    event ProviderPaid(bytes32 indexed jobId, address indexed provider, uint256 payout);
+    /// @notice Collateral of a closed job stays slashable for `window` seconds after it closes.
+    event CollateralSlashWindowSet(uint256 window);
     /// @notice The reclaim grace period is now `grace` seconds.
     event GracePeriodSet(uint256 grace);
     /// @notice The settlement dispute window is now `window` seconds.
@@ -134,7 +154,8 @@ interface IJobEscrow {
     function createJob(bytes32 jobId, uint256 amount, uint64 deadline, bytes32 specHash) external;
 
     /// @notice Customer takes back the whole escrow of a job not settled by deadline + grace.
-    /// @dev Works while paused. Collateral is then freed with `releaseCollateral`.
+    /// @dev Works while paused. Settlement closes at deadline + grace, so reclaim and settle never
+    /// race. Collateral is freed with `releaseCollateral` after the collateral slash window.
     function reclaim(bytes32 jobId) external;
 
     /// @notice Pays the caller everything claimable (including pending whose window has passed).
@@ -146,18 +167,22 @@ interface IJobEscrow {
     /// @return amount Token units paid.
     function claimRefund(bytes32 jobId) external returns (uint256 amount);
 
-    /// @notice Frees collateral locked for a job that is settled or reclaimed. Anyone may call.
+    /// @notice Frees collateral still locked for job `jobId` once `collateralReleasableAt(jobId)`
+    /// has passed: a settled job's slash window after settlement, otherwise after deadline + grace
+    /// (whether or not the customer reclaimed, so a provider always has a way out). Anyone may call.
     function releaseCollateral(bytes32 jobId, address[] calldata providers) external;
 
     // ------------------------------------------------------------------ orchestrator role
 
-    /// @notice Locks providers' stake as collateral for funded job `jobId` on the StakeManager.
-    /// @dev ORCHESTRATOR_ROLE only; not while paused.
+    /// @notice Locks providers' stake as collateral for funded job `jobId` on the StakeManager; the
+    /// providers become the job's backers (the payees a customer may dispute).
+    /// @dev ORCHESTRATOR_ROLE only; not while paused; not after deadline + grace.
     function lockCollateral(bytes32 jobId, address[] calldata providers, uint256[] calldata amounts) external;
 
     /// @notice Settles job `jobId` exactly once: pays providers (pending, pull), releases their
     /// collateral, and credits the rest of the escrow to the customer. All-or-nothing.
-    /// @dev ORCHESTRATOR_ROLE only.
+    /// @dev ORCHESTRATOR_ROLE only; until deadline + grace. Payouts are claimable from
+    /// `payoutReleaseAt(now)`: now + dispute window, rounded up to a whole PAYOUT_PERIOD.
     function settle(bytes32 jobId, address[] calldata providers, uint256[] calldata payouts, bytes32 resultRoot)
         external;
 
@@ -174,12 +199,16 @@ interface IJobEscrow {
 
     /// @notice Freezes `amount` of `account`'s pending balance (or, when `account` is the job's
     /// customer, of the job's refund) for a dispute over settled job `jobId`.
-    /// @dev DISPUTES_ROLE only; inside the job's dispute window; `amount` <= the job's amount.
+    /// @dev DISPUTES_ROLE only; inside the job's dispute window. Per job, all disputes together
+    /// freeze at most what the job paid its providers from their pending payouts, and at most the
+    /// job's refund from the customer: never more than the job's amount.
     function freezePayout(bytes32 jobId, address account, uint256 amount) external;
 
-    /// @notice Makes `amount` frozen from `from` claimable by `to` (`to == from` to give it back).
+    /// @notice Ends the freeze of `amount` taken from `from` over job `jobId`: to `to` (the winner),
+    /// claimable at once; or back to `from` (`to == from`), where it waits out the rest of the
+    /// job's dispute window (a refund goes back into the job's refund).
     /// @dev DISPUTES_ROLE only.
-    function unfreezePayout(address from, address to, uint256 amount) external;
+    function unfreezePayout(bytes32 jobId, address from, address to, uint256 amount) external;
 
     // ------------------------------------------------------------------ admin
 
@@ -187,10 +216,13 @@ interface IJobEscrow {
     function pause() external;
     /// @notice Resumes new jobs and collateral locks. DEFAULT_ADMIN_ROLE only.
     function unpause() external;
-    /// @notice Sets the reclaim grace period. DEFAULT_ADMIN_ROLE only.
+    /// @notice Sets the reclaim grace period, at most MAX_PERIOD. DEFAULT_ADMIN_ROLE only.
     function setGracePeriod(uint64 grace) external;
-    /// @notice Sets the settlement dispute window. DEFAULT_ADMIN_ROLE only.
+    /// @notice Sets the settlement dispute window, at most PAYOUT_PERIOD. DEFAULT_ADMIN_ROLE only.
     function setDisputeWindow(uint64 window) external;
+    /// @notice Sets how long collateral of a closed job stays slashable, at most MAX_PERIOD.
+    /// DEFAULT_ADMIN_ROLE only.
+    function setCollateralSlashWindow(uint64 window) external;
 
     // ------------------------------------------------------------------ views
 
@@ -210,4 +242,21 @@ interface IJobEscrow {
     function gracePeriod() external view returns (uint64);
     /// @notice Seconds after settlement during which disputes may open and payouts stay pending.
     function disputeWindow() external view returns (uint64);
+    /// @notice Seconds collateral of a closed job stays slashable (and locked) after it closes.
+    function collateralSlashWindow() external view returns (uint64);
+    /// @notice Payout release times are whole multiples of this; the dispute window is at most one.
+    function PAYOUT_PERIOD() external view returns (uint256);
+    /// @notice Longest grace period and collateral slash window, seconds.
+    function MAX_PERIOD() external view returns (uint256);
+    /// @notice When a payout settled at `settledAt` becomes claimable: settledAt + dispute window,
+    /// rounded up to a whole PAYOUT_PERIOD.
+    function payoutReleaseAt(uint256 settledAt) external view returns (uint256);
+    /// @notice From when collateral still locked for job `jobId` may be released (and no longer
+    /// slashed); zero for an unknown job.
+    function collateralReleasableAt(bytes32 jobId) external view returns (uint256);
+    /// @notice Whether `provider` locked collateral for job `jobId` (a payee disputes may name).
+    function isBacker(bytes32 jobId, address provider) external view returns (bool);
+    /// @notice What disputes about job `jobId` froze so far from providers' pending payouts
+    /// (`fromPayees`, all-time) and what they may freeze at most (`payeeCap`: what it paid them).
+    function disputedOf(bytes32 jobId) external view returns (uint256 fromPayees, uint256 payeeCap);
 }

@@ -49,13 +49,13 @@ interface IStakeManager {
     /// @notice An account's payout books, kept for the JobEscrow (which holds the tokens).
     struct Payout {
         uint256 claimable; // the escrow pays this on `claim`
-        uint256 pending; // credited by settlement, claimable from `releaseAt`
-        uint256 releaseAt; // unix time `pending` becomes claimable
+        uint256 pending; // credited by settlement, not yet claimable
+        uint256 releaseAt; // unix time all of `pending` is claimable (an older part may mature sooner)
     }
 
     /// @notice One request to unbond (Livepeer's UnbondingLock).
     struct UnbondingLock {
-        uint128 amount; // stake requested out; the payout is capped by what slashing left in `unbonding`
+        uint128 amount; // stake still in this lock (slashing lowers it); `withdraw` pays exactly this
         uint64 withdrawableAt; // unix time from which `withdraw` pays it out
     }
 
@@ -65,6 +65,7 @@ interface IStakeManager {
         uint40 releasableAt; // end of the dispute window: proceeds can be released from then on
         SlashStatus status; // see SlashStatus
         SlashReason reason; // why
+        Tier priorTier; // the provider's tier before the slash (a reversed score slash restores it)
         address beneficiary; // the injured customer, or the treasury
         uint96 amount; // beneficiary's share of the slashed stake
         address finder; // who proved the fault (slashForScore caller), or zero
@@ -74,8 +75,8 @@ interface IStakeManager {
 
     // ------------------------------------------------------------------ errors
 
-    /// @notice An amount of zero was given where stake must move.
-    error StakeManagerZeroAmount();
+    /// @notice An amount of zero was given where stake of `account` must move.
+    error StakeManagerZeroAmount(address account);
     /// @notice `provider` asked for `requested` but only `free` is neither locked nor unbonding.
     error StakeManagerInsufficientFreeStake(address provider, uint256 requested, uint256 free);
     /// @notice `provider` has no open unbonding lock `lockId`.
@@ -90,8 +91,8 @@ interface IStakeManager {
     error StakeManagerEpochAlreadyCommitted(uint64 epoch);
     /// @notice Epoch `epoch` has no committed score root.
     error StakeManagerEpochNotCommitted(uint64 epoch);
-    /// @notice A zero score root was given.
-    error StakeManagerZeroRoot();
+    /// @notice A zero score root was given for `epoch`.
+    error StakeManagerZeroRoot(uint64 epoch);
     /// @notice The proof does not place (provider, score, digest) under the epoch root.
     error StakeManagerInvalidScoreProof(address provider, uint64 epoch);
     /// @notice `scoreBps` is not under the slashing threshold `thresholdBps`.
@@ -108,23 +109,53 @@ interface IStakeManager {
     error StakeManagerSlashWindowClosed(uint256 slashId, uint256 releasableAt);
     /// @notice A basis-point parameter `bps` exceeds 10_000.
     error StakeManagerInvalidBps(uint256 bps);
-    /// @notice The zero address was given where one is needed.
-    error StakeManagerZeroAddress();
+    /// @notice The zero address was given for `parameter`.
+    error StakeManagerZeroAddress(string parameter);
     /// @notice The job escrow is already set to `escrow`.
     error StakeManagerEscrowAlreadySet(address escrow);
-    /// @notice No job escrow is set, so a job's customer cannot be found.
-    error StakeManagerEscrowNotSet();
+    /// @notice No job escrow is set, so the customer of job `jobId` cannot be found.
+    error StakeManagerEscrowNotSet(bytes32 jobId);
     /// @notice `account` holds `available` pending payout, less than the `requested` to freeze.
     error StakeManagerInsufficientPending(address account, uint256 requested, uint256 available);
     /// @notice Only the JobEscrow set by `setJobEscrow` keeps payout books; `caller` is not it.
     error StakeManagerNotJobEscrow(address caller);
     /// @notice An amount does not fit its packed storage field (`amount` > `max`).
     error StakeManagerAmountTooLarge(uint256 amount, uint256 max);
+    /// @notice A parameter was set to `value`, outside [`min`, `max`].
+    error StakeManagerParameterOutOfRange(uint256 value, uint256 min, uint256 max);
+    /// @notice `provider` already has `max` open unbonding locks; withdraw or cancel one first.
+    error StakeManagerTooManyUnbondingLocks(address provider, uint256 max);
+    /// @notice Collateral of job `jobId` could be slashed only before `closedAt` (its slash window).
+    error StakeManagerCollateralSlashWindowClosed(bytes32 jobId, uint256 closedAt);
+    /// @notice The proof of epoch `epoch` is too old: score proofs are accepted until `expiredAt`.
+    error StakeManagerScoreProofExpired(uint64 epoch, uint256 expiredAt);
+    /// @notice `provider` cannot be the finder of its own score slash.
+    error StakeManagerSelfFinding(address provider);
+    /// @notice No finding `commitment` was committed by the caller in an earlier block.
+    error StakeManagerFindingNotCommitted(bytes32 commitment);
+    /// @notice Finding `commitment` was already committed.
+    error StakeManagerFindingAlreadyCommitted(bytes32 commitment);
+    /// @notice A calldata word `word` that must be an address has dirty upper bits.
+    error StakeManagerInvalidAddress(uint256 word);
+    /// @notice The JobEscrow `escrow` does not use this StakeManager's token and this StakeManager.
+    error StakeManagerEscrowMismatch(address escrow);
 
     // ------------------------------------------------------------------ events
 
     /// @notice `provider` bonded `amount` more stake.
     event Staked(address indexed provider, uint256 amount);
+    /// @notice A slash took `amount` from `provider`'s unbonding lock `lockId`.
+    event UnbondingLockSlashed(address indexed provider, uint256 indexed lockId, uint256 amount);
+    /// @notice `amount` of collateral `provider` held for job `jobId` was released to its free stake.
+    event CollateralReleased(bytes32 indexed jobId, address indexed provider, uint256 amount);
+    /// @notice `amount` of `account`'s pending payout became claimable.
+    event PayoutMatured(address indexed account, uint256 amount);
+    /// @notice `amount` was credited to `account`, claimable from `releaseAt` (at once if past).
+    event PayoutCredited(address indexed account, uint256 amount, uint256 releaseAt);
+    /// @notice `finder` committed to a score finding (revealed by `slashForScore` in a later block).
+    event FindingCommitted(address indexed finder, bytes32 commitment);
+    /// @notice Score proofs are accepted for `window` seconds after their epoch's commit.
+    event ScoreProofWindowSet(uint256 window);
     /// @notice `provider` moved `amount` into unbonding lock `lockId`, withdrawable at `withdrawableAt`.
     event UnbondRequested(address indexed provider, uint256 indexed lockId, uint256 amount, uint256 withdrawableAt);
     /// @notice `provider` cancelled lock `lockId`; `amount` went back to bonded.
@@ -178,13 +209,16 @@ interface IStakeManager {
     function stake(uint256 amount) external;
 
     /// @notice Moves `amount` of free bonded stake into a new unbonding lock.
-    /// @dev Only free stake (bonded minus locked collateral) can unbond. The lock stays slashable.
+    /// @dev Only free stake (bonded minus locked collateral) can unbond. The lock stays slashable:
+    /// a slash of unbonding stake lowers the locks themselves, so a lock never pays more than what
+    /// is left of it, and nothing leaves earlier than its own `withdrawableAt`. At most
+    /// `MAX_UNBONDING_LOCKS` locks are open per provider (slashing walks them).
     /// @param amount Token units to unbond.
     /// @return lockId Id of the new lock, per provider, from 0.
     function requestUnbond(uint256 amount) external returns (uint256 lockId);
 
     /// @notice Pays out unbonding lock `lockId` once its unbonding period has ended.
-    /// @dev Pays min(lock amount, what slashing left of the unbonding stake).
+    /// @dev Pays the lock's amount, which slashing may have lowered.
     /// @param lockId The caller's lock.
     function withdraw(uint256 lockId) external;
 
@@ -204,8 +238,7 @@ interface IStakeManager {
 
     /// @notice Releases all collateral `providers[i]` holds for `jobIds[i]`.
     /// @dev ESCROW_ROLE only. Pairs without a lock are skipped, so releasing twice is harmless.
-    /// Emits no event per pair (it runs inside batch settlement, where each log costs ~1.8k gas):
-    /// the escrow's JobSettled / JobReclaimed mark the release; `lockedFor` and `stakeOf` show it.
+    /// Emits CollateralReleased per released pair (settlement releases through `settleCollateral`).
     /// @param jobIds Job of each pair.
     /// @param providers Provider of each pair.
     function releaseCollateral(bytes32[] calldata jobIds, address[] calldata providers) external;
@@ -213,6 +246,9 @@ interface IStakeManager {
     /// @notice Settlement of (job, provider) pairs: for each pair, releases all collateral
     /// `provider` holds for `jobId` and credits `payout` to its pending payout, claimable from
     /// `releaseAt` (a pending payout already past its release time first becomes claimable).
+    /// A payout never moves older pending payouts' release time: pending is kept in two buckets
+    /// (the escrow rounds release times up to whole `PAYOUT_PERIOD`s and bounds its dispute window
+    /// by one period, so at most two release times are ever in the future).
     /// @dev The JobEscrow (`jobEscrow()`) only, not any ESCROW_ROLE holder, since these books decide
     /// what the escrow pays out; it has checked the payouts against the jobs' escrow and holds the
     /// tokens. The collateral and the pending payout share one slot per provider. Takes
@@ -228,13 +264,15 @@ interface IStakeManager {
     /// @return amount Token units the escrow must pay `account`.
     function takeClaimable(address account) external returns (uint256 amount);
 
-    /// @notice Takes `amount` out of `account`'s pending payout, to be held by a dispute.
+    /// @notice Takes `amount` out of `account`'s pending payout, to be held by a dispute about a
+    /// job whose payouts are released at `releaseAt`: from that release time's bucket first.
     /// @dev The JobEscrow only; reverts with StakeManagerInsufficientPending when not enough is pending.
-    function freezePending(address account, uint256 amount) external;
+    function freezePending(address account, uint256 amount, uint256 releaseAt) external;
 
-    /// @notice Adds `amount` to `account`'s claimable payout (a dispute's frozen funds released).
+    /// @notice Credits `amount` to `account`, claimable from `releaseAt` (at once when that has
+    /// passed): a dispute's frozen funds released, back to the rest of their window or to the winner.
     /// @dev The JobEscrow only.
-    function creditClaimable(address account, uint256 amount) external;
+    function creditPayout(address account, uint256 amount, uint256 releaseAt) external;
 
     // ------------------------------------------------------------------ orchestrator role
 
@@ -259,22 +297,32 @@ interface IStakeManager {
 
     /// @notice Slashes collateral `provider` locked for `jobId`; proceeds go to the job's customer
     /// after the dispute window.
-    /// @dev SLASHER_ROLE only. Capped at the collateral still locked; reverts if none is.
+    /// @dev SLASHER_ROLE only. Capped at the collateral still locked; reverts if none is, and once
+    /// the job's collateral slash window has closed (`IJobEscrow.collateralReleasableAt`).
     /// @return slashId Id of the pending slash.
     function slashCollateral(bytes32 jobId, address provider, uint256 amount, SlashReason reason, bytes32 evidence)
         external
         returns (uint256 slashId);
 
-    /// @notice Anyone holding a proof that `provider` scored under the threshold in `epoch`
-    /// slashes the configured share of its stake (caller gets the finder's share) and demotes it to
-    /// Background. Once per (provider, epoch).
+    /// @notice Commits to a score finding before revealing it with `slashForScore`, so a copied
+    /// proof earns a front-runner nothing. `commitment` is
+    /// keccak256(abi.encode(finder, provider, epoch, salt)).
+    function commitFinding(bytes32 commitment) external;
+
+    /// @notice A finder holding a proof that `provider` scored under the threshold in `epoch`
+    /// slashes the configured share of its stake and demotes it to Background. Once per
+    /// (provider, epoch). The caller must have committed the finding (`commitFinding`) in an earlier
+    /// block, must not be `provider`, and the epoch must have been committed at most
+    /// `scoreProofWindow` ago. The share is of the provider's stake at the epoch's commit (never of
+    /// stake added since), capped by what is slashable now; the caller gets the finder's share.
     /// @return slashId Id of the pending slash, or 0 when nothing was slashable (demotion only).
     function slashForScore(
         address provider,
         uint64 epoch,
         uint256 scoreBps,
         bytes32 telemetryDigest,
-        bytes32[] calldata proof
+        bytes32[] calldata proof,
+        bytes32 salt
     ) external returns (uint256 slashId);
 
     /// @notice Pays out a pending slash whose dispute window has passed. Anyone may call.
@@ -285,17 +333,22 @@ interface IStakeManager {
     function freezeSlash(uint256 slashId) external;
 
     /// @notice Ends the dispute of a frozen slash: reverse returns the stake to the provider's
-    /// bonded stake; otherwise the slash becomes releasable.
+    /// bonded stake (and a reversed score slash restores the tier it demoted); otherwise the slash
+    /// becomes releasable.
     /// @dev DISPUTES_ROLE only.
     function resolveSlash(uint256 slashId, bool reverse) external;
 
     // ------------------------------------------------------------------ admin
 
-    /// @notice Sets the unbonding period for new locks. DEFAULT_ADMIN_ROLE only.
+    /// @notice Sets the unbonding period for new locks, at most `MAX_PERIOD`. DEFAULT_ADMIN_ROLE only.
     function setUnbondingPeriod(uint64 period) external;
 
-    /// @notice Sets how long new slashes stay disputable. DEFAULT_ADMIN_ROLE only.
+    /// @notice Sets how long new slashes stay disputable, at most `MAX_PERIOD`. DEFAULT_ADMIN_ROLE only.
     function setSlashDisputeWindow(uint64 window) external;
+
+    /// @notice Sets how long after its commit an epoch's score proofs are accepted, from 1 s to
+    /// `MAX_PERIOD`. DEFAULT_ADMIN_ROLE only.
+    function setScoreProofWindow(uint64 window) external;
 
     /// @notice Sets score slashing parameters, all in basis points. DEFAULT_ADMIN_ROLE only.
     function setScoreSlashing(uint16 thresholdBps, uint16 slashBps, uint16 finderBps) external;
@@ -303,8 +356,8 @@ interface IStakeManager {
     /// @notice Sets where slash proceeds without a customer go. DEFAULT_ADMIN_ROLE only.
     function setTreasury(address treasury) external;
 
-    /// @notice Sets, once, the JobEscrow (customer look-ups) and grants it ESCROW_ROLE.
-    /// DEFAULT_ADMIN_ROLE only.
+    /// @notice Sets, once, the JobEscrow (customer look-ups) and grants it ESCROW_ROLE; it must use
+    /// this StakeManager and its token. DEFAULT_ADMIN_ROLE only.
     function setJobEscrow(address escrow) external;
 
     // ------------------------------------------------------------------ views
@@ -317,6 +370,10 @@ interface IStakeManager {
     function ESCROW_ROLE() external view returns (bytes32);
     /// @notice Role of the Disputes contract: freeze and resolve slashes.
     function DISPUTES_ROLE() external view returns (bytes32);
+    /// @notice Most unbonding locks a provider may hold open at once.
+    function MAX_UNBONDING_LOCKS() external view returns (uint256);
+    /// @notice Longest unbonding period, slash dispute window and score proof window, seconds.
+    function MAX_PERIOD() external view returns (uint256);
 
     /// @notice The stake and payment token.
     function token() external view returns (address);
@@ -330,6 +387,16 @@ interface IStakeManager {
     function payoutOf(address account) external view returns (Payout memory);
     /// @notice Score root of `epoch` (zero: not committed).
     function epochRoot(uint64 epoch) external view returns (bytes32);
+    /// @notice Unix time `epoch`'s score root was committed (zero: not committed).
+    function epochCommittedAt(uint64 epoch) external view returns (uint256);
+    /// @notice `provider`'s bonded plus unbonding stake at unix time `at` (stake history).
+    function stakeAt(address provider, uint256 at) external view returns (uint256);
+    /// @notice Ids of `provider`'s open unbonding locks.
+    function openLocks(address provider) external view returns (uint64[] memory);
+    /// @notice Block in which finding `commitment` was committed (zero: none or used).
+    function findingCommittedAt(bytes32 commitment) external view returns (uint256);
+    /// @notice Seconds after an epoch's commit during which its score proofs are accepted.
+    function scoreProofWindow() external view returns (uint64);
     /// @notice Whether `provider` was already slashed for its score in `epoch`.
     function scoreSlashed(address provider, uint64 epoch) external view returns (bool);
     /// @notice Slash record `slashId`.

@@ -12,14 +12,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.api.auth import SessionClaims, SignedRequest, check_token, verify_request
 from orchestrator.api.errors import ApiError
-from orchestrator.chain.views import EscrowedJob
 from orchestrator.config import Settings
 from orchestrator.db import crud
+from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.services.pls import PlsService
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 from orchestrator.telemetry.metrics import MeshMetrics
-from orchestrator.telemetry.pls_service import PlsService
 
 
 class EscrowReader(Protocol):
@@ -114,6 +114,37 @@ async def node_token(request: Request, ctx: CtxDep) -> SessionClaims:
 
 
 NodeDep = Annotated[SessionClaims, Depends(node_token)]
+
+
+@dataclass(frozen=True, slots=True)
+class Uploader:
+    address: str
+    node_id: str | None  # set for a node's session: its uploads time its uplink for PLS
+
+
+async def blob_uploader(request: Request, ctx: CtxDep) -> Uploader:
+    """Who may upload a blob: a node (session token) or a wallet (a customer's .blend). A
+    wallet signs the method and path with an empty body: the path names the content's sha256,
+    which the store checks, so the streamed bytes need not be read twice to be bound."""
+    if request.headers.get("authorization"):
+        claims = await node_token(request, ctx)
+        return Uploader(claims.address, claims.node_id)
+    try:
+        signed = verify_request(
+            request.headers, method=request.method, path=request.url.path, body=b"",
+            now=ctx.now(), chain_id=ctx.settings.chain_id,
+            orchestrator_id=ctx.settings.orchestrator_id,
+            max_age_s=ctx.settings.signature_max_age_s)
+    except ApiError as exc:
+        ctx.metrics.auth_failures.labels(exc.code).inc()
+        raise
+    if not burn_nonce(ctx, signed):
+        ctx.metrics.auth_failures.labels("nonce_replayed").inc()
+        raise ApiError(401, "nonce_replayed", "this nonce was already used")
+    return Uploader(signed.address, None)
+
+
+UploaderDep = Annotated[Uploader, Depends(blob_uploader)]
 
 
 async def admin(request: Request, ctx: CtxDep) -> None:

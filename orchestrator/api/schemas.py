@@ -24,7 +24,7 @@ class Strict(BaseModel):
 class NodeRegistration(Strict):
     node_id: Name
     gpu_model: Name
-    vram_gb: int = Field(ge=1, le=4096)
+    vram_gb: int = Field(ge=0, le=4096)  # 0: a CPU-only node (no GPU memory to claim)
     compute_capability: float = Field(ge=0, le=100)
     region: Name
     price_per_gpu_hour: TokenUnits
@@ -41,6 +41,9 @@ class NodeOut(BaseModel):
 
 class LoginRequest(Strict):
     node_id: Name
+    # The address of the agent process's ephemeral session key; the wallet's signature over
+    # this body binds it to the login (see `domain.continuity`).
+    session_key: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{40}$")] | None = None
 
 
 class LoginOut(BaseModel):
@@ -70,6 +73,17 @@ class BlenderWorkload(Strict):
     blend_sha256: Sha256Hex
     frames: FrameRange
     tiles: int = Field(1, ge=1, le=64)  # tiles per frame; one task per tile
+    samples: int | None = Field(None, ge=1, le=1 << 16)  # None: the file's own
+    chunk_samples: int | None = Field(None, ge=1, le=1 << 16)  # checkpoint unit inside a frame
+    format: Literal["png", "exr"] = "png"
+    resolution: tuple[Annotated[int, Field(ge=4, le=16384)],
+                      Annotated[int, Field(ge=4, le=16384)]] | None = None  # None: the file's
+
+    @model_validator(mode="after")
+    def _chunks_need_samples(self) -> BlenderWorkload:
+        if self.chunk_samples is not None and self.samples is None:
+            raise ValueError("chunk_samples needs samples")
+        return self
 
 
 class CommandWorkload(Strict):
@@ -77,6 +91,10 @@ class CommandWorkload(Strict):
     command: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=32)
     input_sha256: Sha256Hex | None = None
     count: int = Field(1, ge=1, le=MAX_TASKS_PER_JOB)  # independent shards, one task each
+    # files the command writes under $MESH_OUT; the task's result is a tar of exactly these
+    outputs: list[Annotated[str, Field(max_length=128,
+                                       pattern=r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$")]] = Field(
+        default_factory=lambda: ["result"], min_length=1, max_length=32)
 
 
 class JobNeeds(Strict):
@@ -158,11 +176,27 @@ class BlobOut(BaseModel):
     size: int
 
 
+class ResultOut(BaseModel):
+    task_id: int
+    name: str  # a file name for it: frame-0001.png, frame-0001-tile-02.png, shard-0003.tar
+    sha256: str
+    size: int
+    frame: int | None
+    tile: int | None
+    tiles: int | None
+
+
+class ResultsOut(BaseModel):
+    job_id: str
+    status: str
+    complete: bool  # every task has a result
+    results: list[ResultOut]
+
+
 class SweepOut(BaseModel):
     expired_leases: int
     dead_nodes: list[str]
     held_nodes: list[str] = []  # of dead_nodes: a shared silence, leases kept for a while
-    placed: int
 
 
 class OutboxOut(BaseModel):

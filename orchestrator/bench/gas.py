@@ -16,12 +16,15 @@ from typing import Any
 
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
-from eth_typing import HexStr
 from eth_utils import keccak
-from web3 import Web3
-from web3.types import RPCEndpoint
 
-from orchestrator.chain.anvil import Anvil, dev_account, increase_time, set_balance
+from orchestrator.chain.anvil import (
+    Anvil,
+    dev_account,
+    increase_time,
+    opcode_breakdown,
+    set_balance,
+)
 from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement
 from orchestrator.chain.tx import Receipt, connect
@@ -110,30 +113,6 @@ class _Bench:
         concentrated = self.settle_batch(100, spread=10)
         gas["settle_batch_100_per_job_10_providers"] = concentrated.gas_used // 100
         return gas
-
-
-def opcode_breakdown(w3: Web3, tx_hash: str) -> dict[str, int]:
-    """Gas of one transaction by cost centre, from anvil's geth-style step trace.
-
-    Tells the contracts engineer what dominates: storage writes and reads, events,
-    calldata, and everything else (execution, calls, intrinsic cost).
-    """
-    response = w3.provider.make_request(RPCEndpoint("debug_traceTransaction"), [
-        tx_hash, {"disableStorage": True, "disableMemory": True, "disableStack": True}])
-    steps = response["result"]["structLogs"]
-    centres = {"sstore": 0, "sload": 0, "log": 0}
-    for step in steps:
-        op = step["op"]
-        if op in ("SSTORE", "SLOAD"):
-            centres[op.lower()] += step["gasCost"]
-        elif op.startswith("LOG"):
-            centres["log"] += step["gasCost"]
-    calldata = bytes(w3.eth.get_transaction(HexStr(tx_hash))["input"])
-    centres["calldata"] = sum(16 if byte else 4 for byte in calldata)
-    total = int(w3.eth.get_transaction_receipt(HexStr(tx_hash))["gasUsed"])
-    centres["other"] = total - sum(centres.values())
-    centres["total"] = total
-    return centres
 
 
 def run() -> dict[str, Any]:

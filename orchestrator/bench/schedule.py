@@ -1,7 +1,9 @@
 """Placement throughput: tasks placed and committed per second, with decision latency.
 
 The fleet and the queue are written first (not timed); then the batch placer drains
-the queue into leases. `placements_per_s` counts only committed reservations.
+the queue into leases. `placements_per_s` counts only committed reservations. With `pls`,
+the placer's gate is the PLS service: the engine ranks the candidates of each kind of need,
+and every placement locks its collateral (a row and an outbox action) in the same batch.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.db import crud
+from orchestrator.db import pls as pls_store
 from orchestrator.db.session import (
     create_scratch_database,
     drop_database,
@@ -25,9 +28,13 @@ from orchestrator.db.session import (
     make_session_factory,
     upgrade_to_head,
 )
+from orchestrator.domain.chain_views import ProviderStake
 from orchestrator.domain.lifecycle import JobStatus
+from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.scheduling.placer import Placer
+from orchestrator.services.pls import PlsService
+from orchestrator.telemetry.metrics import MeshMetrics
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 GPUS = [("RTX4090", 24), ("RTX3090", 24), ("A100", 80), ("L4", 24), ("RTX3060", 12)]
@@ -49,7 +56,22 @@ def _fleet(nodes: int, slots: int, rng: random.Random) -> list[NodeSpec]:
     return fleet
 
 
-def _run_backend(url: str, nodes: int, tasks: int) -> dict[str, Any]:
+class _Bonded:
+    """Every provider has bonded plenty (the chain is not what this measures)."""
+
+    def provider_stake(self, provider: str) -> ProviderStake:
+        return ProviderStake(provider=provider, bonded=10**24, locked=0, unbonding=0, tier=1)
+
+
+def _pls_gate(factory: Any) -> PlsService:
+    pls = PlsService(PlsConfig(), stake_reader=_Bonded, metrics=MeshMetrics())
+    with factory.begin() as session:
+        for node in pls_store.all_nodes(session):
+            pls.node_registered(session, node=node, now=0.0)
+    return pls
+
+
+def _run_backend(url: str, nodes: int, tasks: int, pls: bool = False) -> dict[str, Any]:
     engine = make_engine(url)
     upgrade_to_head(engine)
     factory = make_session_factory(engine)
@@ -65,11 +87,14 @@ def _run_backend(url: str, nodes: int, tasks: int) -> dict[str, Any]:
                             needs=NEEDS[job % len(NEEDS)],
                             task_payloads=[{"frame": f} for f in range(count)], now=0.0,
                             status=JobStatus.FUNDED)
-    placer = Placer(factory)
+    placer = (Placer(factory, gate=_pls_gate(factory), clock=lambda: 60.0) if pls
+              else Placer(factory))
     started = time.perf_counter()
     placer.reload()
     result = placer.place_all(batch_size=BATCH)
     elapsed = time.perf_counter() - started
+    with factory() as session:
+        locks = pls_store.lock_count(session)
     engine.dispose()
     decisions_ms = np.array(result.decision_s) * 1000.0 if result.decision_s else np.zeros(1)
     return {"placements": len(result.placed), "seconds": round(elapsed, 3),
@@ -77,24 +102,24 @@ def _run_backend(url: str, nodes: int, tasks: int) -> dict[str, Any]:
             "p50_ms": round(float(np.percentile(decisions_ms, 50)), 4),
             "p99_ms": round(float(np.percentile(decisions_ms, 99)), 4),
             "conflicts": result.conflicts, "unplaced": tasks - len(result.placed),
-            "batch_size": BATCH}
+            "batch_size": BATCH, "locks": locks}
 
 
 def run(nodes: int = 10_000, tasks: int = 100_000,
-        backends: list[str] | None = None) -> dict[str, Any]:
+        backends: list[str] | None = None, pls: bool = False) -> dict[str, Any]:
     """One measurement per backend on a fresh database; returns JSON-ready numbers."""
-    results: dict[str, Any] = {"nodes": nodes, "tasks": tasks}
+    results: dict[str, Any] = {"nodes": nodes, "tasks": tasks, "pls": pls}
     for backend in backends or ["sqlite", "postgresql"]:
         if backend == "sqlite":
             with tempfile.TemporaryDirectory() as scratch:
                 results["sqlite"] = _run_backend(f"sqlite:///{Path(scratch) / 'bench.db'}",
-                                                 nodes, tasks)
+                                                 nodes, tasks, pls)
         elif backend == "postgresql":
             base = os.environ.get("MESH_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
             name = f"mesh_bench_{uuid.uuid4().hex[:10]}"
             url = create_scratch_database(base, name)
             try:
-                results["postgresql"] = _run_backend(url, nodes, tasks)
+                results["postgresql"] = _run_backend(url, nodes, tasks, pls)
             finally:
                 drop_database(base, name)
         else:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from eth_typing import HexStr
 from web3 import Web3
 from web3.types import RPCEndpoint
 
@@ -169,3 +170,27 @@ def increase_time(w3: Web3, seconds: int) -> int:
 def set_balance(w3: Web3, address: str, wei: int) -> None:
     """Give a (generated) account native gas money without a funding transaction."""
     _rpc(w3, "anvil_setBalance", [address, hex(wei)])
+
+
+def opcode_breakdown(w3: Web3, tx_hash: str) -> dict[str, int]:
+    """Gas of one transaction by cost centre, from anvil's geth-style step trace.
+
+    Tells the contracts engineer what dominates: storage writes and reads, events,
+    calldata, and everything else (execution, calls, intrinsic cost).
+    """
+    response = w3.provider.make_request(RPCEndpoint("debug_traceTransaction"), [
+        tx_hash, {"disableStorage": True, "disableMemory": True, "disableStack": True}])
+    steps = response["result"]["structLogs"]
+    centres = {"sstore": 0, "sload": 0, "log": 0}
+    for step in steps:
+        op = step["op"]
+        if op in ("SSTORE", "SLOAD"):
+            centres[op.lower()] += step["gasCost"]
+        elif op.startswith("LOG"):
+            centres["log"] += step["gasCost"]
+    calldata = bytes(w3.eth.get_transaction(HexStr(tx_hash))["input"])
+    centres["calldata"] = sum(16 if byte else 4 for byte in calldata)
+    total = int(w3.eth.get_transaction_receipt(HexStr(tx_hash))["gasUsed"])
+    centres["other"] = total - sum(centres.values())
+    centres["total"] = total
+    return centres

@@ -57,10 +57,10 @@ from web3.types import TxParams, TxReceipt
 from orchestrator.chain.errors import ChainError, ContractError, RevertError
 from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement, settle_batch_call
 from orchestrator.chain.tx import SignedTx, revert_data
-from orchestrator.chain.views import EscrowStatus
 from orchestrator.config import Settings
 from orchestrator.db import outbox as outbox_db
 from orchestrator.db.outbox import OutboxEntry, OutboxStatus
+from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.telemetry.metrics import MeshMetrics
 
 if TYPE_CHECKING:

@@ -8,13 +8,16 @@ transaction is sent because every call is gas-estimated first.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eth_abi import encode as abi_encode
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_typing import ChecksumAddress, HexAddress, HexStr
+from eth_utils import keccak
 from web3 import Web3
 from web3.contract import Contract
 from web3.exceptions import ContractLogicError
@@ -24,7 +27,8 @@ from orchestrator.chain.artifacts import Artifacts, load_artifacts
 from orchestrator.chain.deployment import Deployment
 from orchestrator.chain.errors import ChainError, ErrorDecoder, snake_case
 from orchestrator.chain.tx import Receipt, SignedTx, TransactionSender, connect, revert_data
-from orchestrator.chain.views import (
+from orchestrator.config import Settings
+from orchestrator.domain.chain_views import (
     DisputeKind,
     DisputeRecord,
     DisputeStatus,
@@ -36,7 +40,6 @@ from orchestrator.chain.views import (
     SlashStatus,
     UnbondingLock,
 )
-from orchestrator.config import Settings
 from orchestrator.domain.types import SlashReason
 
 
@@ -201,6 +204,11 @@ class MeshChain:
     def settlement_dispute_window(self) -> int:
         return int(self._read(self.job_escrow, "disputeWindow"))
 
+    def payout_period(self) -> int:
+        """Payout release times are rounded up to whole periods: a payout settled at t is
+        claimable by t + dispute window + one period."""
+        return int(self._read(self.job_escrow, "PAYOUT_PERIOD"))
+
     def grace_period(self) -> int:
         return int(self._read(self.job_escrow, "gracePeriod"))
 
@@ -296,9 +304,17 @@ class MeshAccount:
 
     def slash_for_score(self, provider: str, epoch: int, score_bps: int,
                         telemetry_digest: bytes, proof: Sequence[bytes]) -> tuple[int, Receipt]:
-        """Prove a low committed score; returns the slash id (0: demoted, nothing to slash)."""
+        """Prove a low committed score; returns the slash id (0: demoted, nothing to slash).
+
+        Commits to the finding first and reveals it in a later transaction (block), so a copy
+        of the reveal earns a front-runner nothing.
+        """
+        salt = secrets.token_bytes(32)
+        commitment = keccak(abi_encode(["address", "address", "uint64", "bytes32"],
+                                       [self.address, provider, epoch, salt]))
+        self._send(self.chain.stake_manager, "commitFinding", commitment)
         receipt = self._send(self.chain.stake_manager, "slashForScore", provider, epoch,
-                             score_bps, telemetry_digest, list(proof))
+                             score_bps, telemetry_digest, list(proof), salt)
         logs = self.chain.stake_manager.events.Slashed().process_receipt(receipt.raw,
                                                                        errors=DISCARD)
         return (int(logs[0]["args"]["slashId"]) if logs else 0), receipt

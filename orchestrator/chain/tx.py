@@ -214,8 +214,10 @@ class TransactionSender:
         return self._nonce
 
     def _estimate_gas(self, request: dict[str, Any]) -> int:
+        # Against the pending block, where the transaction will run: a call that needs a block
+        # after the last mined one (a score finding revealed after its commitment) estimates there.
         try:
-            return int(self._w3.eth.estimate_gas(cast(TxParams, request)))
+            return int(self._w3.eth.estimate_gas(cast(TxParams, request), "pending"))
         except ContractLogicError as exc:
             raise self._decoder.decode(revert_data(exc)) from None
 

@@ -3,10 +3,11 @@ through the domain transition table and lands in `status_history` in the same tr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from eth_utils import to_checksum_address
 from sqlalchemy import delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -24,7 +25,6 @@ from orchestrator.db.models import (
     RecoveryEvent,
     StatusHistory,
     Task,
-    TelemetrySample,
     UsedNonce,
 )
 from orchestrator.domain.lifecycle import (
@@ -123,6 +123,12 @@ def get_node(session: Session, *, node_id: str) -> Node | None:
     return session.get(Node, node_id)
 
 
+def bind_session_key(session: Session, *, node: Node, session_key: str) -> None:
+    """Record the session key a node's login named (checksummed, as signers recover)."""
+    node.session_key = to_checksum_address(session_key)
+    session.flush()
+
+
 def set_node_health(session: Session, *, node: Node, health: NodeHealth, now: float,
                     reason: str) -> None:
     if node.health == health.value:
@@ -193,6 +199,10 @@ def create_job(session: Session, *, job_id: str, customer: str, spec: dict[str, 
 
 def get_job(session: Session, *, job_id: str) -> Job | None:
     return session.get(Job, job_id)
+
+
+def get_task(session: Session, *, task_id: int) -> Task | None:
+    return session.get(Task, task_id)
 
 
 def job_tasks(session: Session, *, job_id: str) -> list[Task]:
@@ -324,6 +334,13 @@ def add_checkpoint(session: Session, *, task: Task, node_id: str, sha256: str, p
     return checkpoint
 
 
+def job_results(session: Session, *, job_id: str) -> list[tuple[Task, Blob]]:
+    """Tasks of the job that have a result, with the result's blob, in task order."""
+    return [(task, blob) for task, blob in session.execute(
+        select(Task, Blob).join(Blob, Blob.sha256 == Task.result_sha256)
+        .where(Task.job_id == job_id).order_by(Task.index)).tuples()]
+
+
 def job_artifact_hashes(session: Session, *, job_id: str) -> list[str]:
     return list(session.scalars(select(Checkpoint.sha256).join(Task, Task.id == Checkpoint.task_id)
                                 .where(Task.job_id == job_id).distinct()))
@@ -373,14 +390,6 @@ def try_lead(session: Session, *, name: str, holder: str, now: float, ttl_s: flo
     except IntegrityError:
         return False
     return True
-
-
-def add_telemetry(session: Session, *, node_id: str, samples: Iterable[tuple[str, float, float]]
-                  ) -> None:
-    rows = [{"node_id": node_id, "metric": metric, "at": at, "value": value}
-            for metric, at, value in samples]
-    if rows:
-        session.execute(insert(TelemetrySample), rows)
 
 
 def ping(session: Session) -> None:

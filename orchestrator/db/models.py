@@ -68,6 +68,9 @@ class Node(Base):
     draining: Mapped[bool] = mapped_column(Boolean, default=False)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The ephemeral key the node's agent process named in its latest login (wallet-signed):
+    # only that process can later prove it rendered on through a network cut.
+    session_key: Mapped[str | None] = mapped_column(String(42), nullable=True)
 
 
 class Job(Base):
@@ -165,20 +168,6 @@ class TelemetrySample(Base):
     metric: Mapped[str] = mapped_column(String(32))
     at: Mapped[float] = mapped_column(Float)
     value: Mapped[float] = mapped_column(Float)
-
-
-class TelemetryWindow(Base):
-    """Rolled-up samples per node, metric and window: enough for mean, spread and max."""
-
-    __tablename__ = "telemetry_windows"
-
-    node_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    metric: Mapped[str] = mapped_column(String(32), primary_key=True)
-    window_start: Mapped[float] = mapped_column(Float, primary_key=True)
-    count: Mapped[int] = mapped_column(Integer)
-    total: Mapped[float] = mapped_column(Float)
-    total_sq: Mapped[float] = mapped_column(Float)
-    maximum: Mapped[float] = mapped_column(Float)
 
 
 class StatusHistory(Base):
@@ -331,6 +320,11 @@ class CollateralLock(Base):
     provider: Mapped[str] = mapped_column(String(42))
     amount: Mapped[int] = mapped_column(TokenAmount)
     created_at: Mapped[float] = mapped_column(Float)
+    # The raw RS (before recalibration) the placement was made at, and how the attempt ended:
+    # replayed into the engine's recalibrator on restart.
+    raw_rs: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
 
 
 class SlashRecord(Base):

@@ -24,6 +24,7 @@ from orchestrator.domain.lifecycle import (
     TaskStatus,
     task_transition,
 )
+from orchestrator.domain.matching import Candidate
 from orchestrator.domain.types import NodeHealth, NodeSpec, TaskNeeds
 
 SCHEDULABLE = sorted(s.value for s in SCHEDULABLE_TASK_STATUSES)
@@ -35,18 +36,29 @@ class PlacementConflict(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A placement the gate allows: the node's RS for the task and the collateral to lock."""
+    """A placement the gate allows: the node's RS for the task, the collateral to lock, and
+    the raw RS (before recalibration) the placement is made at."""
 
     rs: float
     collateral: int
+    raw_rs: float | None = None
 
 
 class PlacementGate(Protocol):
     """Predictive Latency Staking admission, applied by the placer and the lease pull alike
-    (implemented by `telemetry.pls_service.PlsService`)."""
+    (implemented by `services.pls.PlsService`)."""
 
     def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
         """The node with the tier work may use now."""
+        ...
+
+    def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float
+             ) -> list[tuple[str, Admission]]:
+        """The candidates a task may go to, best first, each with its admission."""
+        ...
+
+    def covers(self, provider: str, amount: int, now: float) -> bool:
+        """The provider's free stake still covers `amount`."""
         ...
 
     def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:

@@ -19,6 +19,7 @@ from orchestrator.db.models import (
     ScoreEpoch,
     ScoreLeaf,
     SlashRecord,
+    Task,
     TaskOutcomeRecord,
     TelemetrySample,
 )
@@ -125,10 +126,50 @@ def latest_verdicts(session: Session) -> list[PopwVerdictRecord]:
 # ---------------------------------------------------------------- collateral and slashes
 
 
+def task_attempts(session: Session, *, task_id: int) -> int:
+    """How many times the task was placed (the attempt a new lock belongs to)."""
+    return int(session.scalar(select(Task.attempts).where(Task.id == task_id)) or 0)
+
+
 def add_lock(session: Session, *, task_id: int, attempt: int, job_id: str, node_id: str,
-             provider: str, amount: int, at: float) -> None:
+             provider: str, amount: int, raw_rs: float | None, at: float) -> None:
     session.add(CollateralLock(task_id=task_id, attempt=attempt, job_id=job_id, node_id=node_id,
-                               provider=provider, amount=amount, created_at=at))
+                               provider=provider, amount=amount, raw_rs=raw_rs, created_at=at))
+
+
+@dataclass(frozen=True, slots=True)
+class LockEnd:
+    """The latest lock of a task on a node, at the end of its attempt."""
+
+    job_id: str
+    amount: int
+    raw_rs: float | None  # None when the attempt had already ended (nothing new to learn)
+
+
+def end_lock(session: Session, *, task_id: int, node_id: str, at: float, finished: bool
+             ) -> LockEnd | None:
+    """Record how the attempt behind the task's latest lock on this node ended (the first
+    report wins); None when no collateral was locked for it."""
+    lock = latest_lock(session, task_id=task_id, node_id=node_id)
+    if lock is None:
+        return None
+    if lock.ended_at is not None:
+        return LockEnd(lock.job_id, lock.amount, None)
+    lock.ended_at, lock.finished = at, finished
+    return LockEnd(lock.job_id, lock.amount, lock.raw_rs)
+
+
+def ended_attempts(session: Session) -> list[tuple[float, bool]]:
+    """(raw RS, finished) of every ended attempt placed at a known raw RS, in the order the
+    attempts ended (ties: by task, then attempt, as the service reports them)."""
+    return [(float(raw or 0.0), bool(finished)) for raw, finished in session.execute(
+        select(CollateralLock.raw_rs, CollateralLock.finished)
+        .where(CollateralLock.ended_at.is_not(None), CollateralLock.raw_rs.is_not(None))
+        .order_by(CollateralLock.ended_at, CollateralLock.task_id, CollateralLock.attempt))]
+
+
+def lock_count(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(CollateralLock)) or 0)
 
 
 def latest_lock(session: Session, *, task_id: int, node_id: str) -> CollateralLock | None:
@@ -138,17 +179,36 @@ def latest_lock(session: Session, *, task_id: int, node_id: str) -> CollateralLo
                            .order_by(CollateralLock.attempt.desc())).first()
 
 
-def add_slash(session: Session, *, record: SlashRecord) -> bool:
+def add_slash(session: Session, *, slash_id: bytes, node_id: str, provider: str, reason: int,
+              amount: int, evidence: bytes, task_id: int | None, decided_at: float,
+              detail: str) -> bool:
     """Store a slash decision once; False when its id is already known."""
-    if session.get(SlashRecord, record.slash_id) is not None:
+    if session.get(SlashRecord, hex32(slash_id)) is not None:
         return False
-    session.add(record)
+    session.add(SlashRecord(slash_id=hex32(slash_id), node_id=node_id, provider=provider,
+                            reason=reason, amount=amount, evidence=hex32(evidence),
+                            task_id=task_id, decided_at=decided_at, detail=detail))
     return True
 
 
 def unassigned_low_score_slashes(session: Session, *, reason: int) -> list[SlashRecord]:
     return list(session.scalars(select(SlashRecord).where(SlashRecord.reason == reason,
                                                           SlashRecord.epoch.is_(None))))
+
+
+def assign_epoch(session: Session, *, records: Iterable[SlashRecord], epoch: int) -> None:
+    """The epoch whose committed root carries these low-score slashes."""
+    for record in records:
+        record.epoch = epoch
+
+
+def set_node_tier(session: Session, *, node_id: str, tier: int) -> str | None:
+    """Store the node's tier; its provider, or None for a node we do not know."""
+    node = session.get(Node, node_id)
+    if node is None:
+        return None
+    node.tier = tier
+    return node.provider
 
 
 # ---------------------------------------------------------------- epochs

@@ -6,13 +6,13 @@ status move goes through the domain tables. Errors are `WorkError` with a stable
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from orchestrator.chain.views import EscrowedJob, EscrowStatus
 from orchestrator.db import crud
 from orchestrator.db.models import Job, Lease, Node, Task
 from orchestrator.db.placement import (
@@ -23,6 +23,7 @@ from orchestrator.db.placement import (
     commit_reservations,
     waiting_tasks,
 )
+from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
@@ -105,6 +106,36 @@ def _eligible_waiting(session: Session, *, spec: NodeSpec, page: int = 200,
         if len(batch) < page:
             return
         after = batch[-1].task_id
+
+
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+def readable_blobs(session: Session, *, node_id: str, read: Callable[[str], bytes],
+                   size_of: Callable[[str], int]) -> set[str]:
+    """Blobs a node may download: for each task it holds a live lease on, the task's inputs
+    (.blend, command input), its latest checkpoint, and the parts that checkpoint names when
+    it is a manifest (`{"chunks": [{"sha256": ...}, ...]}`, how the agent checkpoints sample
+    chunks inside a frame)."""
+    readable: set[str] = set()
+    for lease in crud.live_leases(session, node_id=node_id):
+        task = session.get(Task, lease.task_id)
+        if task is None:
+            continue
+        readable.update(str(task.payload[key]) for key in ("blend_sha256", "input_sha256")
+                        if task.payload.get(key))
+        manifest = task.checkpoint_sha256
+        if manifest is None:
+            continue
+        readable.add(manifest)
+        try:
+            if size_of(manifest) > MAX_MANIFEST_BYTES:
+                continue
+            parts = json.loads(read(manifest)).get("chunks", [])
+            readable.update(str(part["sha256"]) for part in parts)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue  # a checkpoint that is not a manifest names no parts
+    return readable
 
 
 def held_lease(session: Session, *, task_id: int, node_id: str) -> tuple[Task, Lease]:

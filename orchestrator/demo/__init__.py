@@ -34,8 +34,8 @@ from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.errors import ChainError
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import Receipt, connect
-from orchestrator.chain.views import EscrowStatus
 from orchestrator.demo.actors import DemoError, ScriptedNode, Wallet, expect
+from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.types import Tier
 from orchestrator.processes import OrchestratorProcess, ServiceError
 
@@ -328,7 +328,8 @@ class _Grid:
                      for name, account in self.providers.items()}
         for name, (_, receipt) in unbonding.items():
             log.tx("request unbond of the whole stake", f"provider {name}", receipt)
-        wait = max(chain.settlement_dispute_window(), chain.unbonding_period()) + 1
+        wait = max(chain.settlement_dispute_window() + chain.payout_period(),
+                   chain.unbonding_period()) + 1
         increase_time(chain.w3, wait)
         log.step(f"time travel {wait:,} s past the dispute window and unbonding period")
         claimed: dict[str, int] = {}

@@ -11,56 +11,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import itertools
-import json
 import threading
 import time
 from typing import Any
 
 import httpx
 
-from orchestrator.api.auth import sign_request
+from agent.client import ApiCallError, Wallet, expect
 from orchestrator.domain import popw
 
-SIGNATURE_LIFETIME_S = 60
+__all__ = ["DemoError", "ScriptedNode", "Wallet", "expect"]
 
-
-class DemoError(RuntimeError):
-    """The service answered something the flow does not expect."""
-
-
-def expect(response: httpx.Response, status: int = 200) -> Any:
-    """The JSON answer of a request that must succeed with `status`."""
-    if response.status_code != status:
-        raise DemoError(f"{response.request.method} {response.request.url.path} -> "
-                        f"{response.status_code}: {response.text[:500]}")
-    return response.json() if response.content else None
-
-
-class Wallet:
-    """A key holder that signs its requests to one orchestrator (EIP-712, per request)."""
-
-    def __init__(self, base_url: str, private_key: bytes, address: str, *, chain_id: int,
-                 orchestrator_id: str) -> None:
-        self.address = address
-        self._key = private_key
-        self._chain_id = chain_id
-        self._orchestrator_id = orchestrator_id
-        self._nonces = itertools.count(time.time_ns())
-        self.http = httpx.Client(base_url=base_url, timeout=30.0)
-
-    def send(self, method: str, path: str, payload: Any = None,
-             headers: dict[str, str] | None = None) -> httpx.Response:
-        body = b"" if payload is None else json.dumps(payload).encode()
-        signed = sign_request(self._key, method=method, path=path, body=body,
-                              nonce=next(self._nonces),
-                              expiry=int(time.time()) + SIGNATURE_LIFETIME_S,
-                              chain_id=self._chain_id, orchestrator_id=self._orchestrator_id)
-        signed["content-type"] = "application/json"
-        return self.http.request(method, path, content=body, headers={**signed, **(headers or {})})
-
-    def close(self) -> None:
-        self.http.close()
+DemoError = ApiCallError  # the service answered something the flow does not expect
 
 
 def gpu_sample(at: float) -> dict[str, float | int]:

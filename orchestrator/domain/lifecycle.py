@@ -192,9 +192,5 @@ def task_transition(
     return StatusChange("task", current.value, target.value, at, reason)
 
 
-def is_terminal_job(status: JobStatus) -> bool:
-    return not JOB_TRANSITIONS[status]
-
-
 SCHEDULABLE_TASK_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RETRY})
 """Statuses the scheduler may place."""

@@ -160,15 +160,19 @@ class Placement:
     expected_cost: float
     collateral: int  # to lock from the provider's free stake
     explored: bool
+    raw_rs: float  # before recalibration: stored with the lock, fed back with the outcome
 
 
 class PlsPolicy:
     def __init__(self, book: ReliabilityBook, collateral: CollateralPolicy | None = None,
                  cost: CostModel | None = None, explore_share: float = 0.1,
                  short_task_s: float = 600.0, new_node_sessions: int = 3,
-                 probation: Probation | None = None, seed: int = 0) -> None:
+                 probation: Probation | None = None, min_rs: float = 0.0, seed: int = 0
+                 ) -> None:
         if not 0.0 <= explore_share <= 1.0:
             raise ValueError("explore_share must lie in [0, 1]")
+        if not 0.0 <= min_rs <= 1.0:
+            raise ValueError("min_rs must lie in [0, 1]")
         self.book = book
         self.collateral = collateral or CollateralPolicy()
         self.cost = cost or CostModel()
@@ -176,6 +180,7 @@ class PlsPolicy:
         self.short_task_s = short_task_s
         self.new_node_sessions = new_node_sessions
         self.probation = probation or Probation()
+        self.min_rs = min_rs  # RS for the task below this is no candidate
         self._rng = np.random.default_rng(seed)
 
     def _expected_cost(self, prices: NDArray[np.float64], p_fail: NDArray[np.float64],
@@ -191,10 +196,11 @@ class PlsPolicy:
     def rank_rows(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
                   free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
                   wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
-        """Rank already-eligible rows: drops offline nodes and those whose free stake is
-        short of the collateral; ties keep the caller's order. `wall_durations_s`: how long
-        the task would run on each row (its work over the node's verified speed), so a fast
-        GPU is asked to survive a shorter time; default `needs.expected_duration_s` for all."""
+        """Rank already-eligible rows: drops offline nodes, those under `min_rs` and those
+        whose free stake is short of the collateral; ties keep the caller's order.
+        `wall_durations_s`: how long the task would run on each row (its work over the
+        node's verified speed), so a fast GPU is asked to survive a shorter time; default
+        `needs.expected_duration_s` for all."""
         rows = np.asarray(rows, dtype=np.intp)
         durations = (needs.expected_duration_s if wall_durations_s is None
                      else np.asarray(wall_durations_s, dtype=np.float64))
@@ -203,7 +209,9 @@ class PlsPolicy:
         p_fail = 1.0 - rs
         collateral = self.collateral.required_many(needs.value, p_fail,
                                                    needs.expected_duration_s)
-        usable_mask = (rs > 0.0) & (np.asarray(free_stake) >= collateral)
+        # raw RS 0: offline (recalibration may still map 0 above 0)
+        usable_mask = ((raw_rs > 0.0) & (rs > 0.0) & (rs >= self.min_rs)
+                       & (np.asarray(free_stake) >= collateral))
         passes, fails = self.book.verified_many(rows)
         for allowed in self.probation.ladder(passes, fails,
                                              needs.expected_duration_s > self.probation.max_task_s):
@@ -247,14 +255,14 @@ class PlsPolicy:
         stake = np.array([free_stake.get(c.spec.provider, 0) for c in usable], dtype=np.float64)
         ranked = self.rank_rows(rows, prices, stake, needs, now)
         placements: list[Placement] = []
-        for i, (pos, rs, pf, cost) in enumerate(zip(ranked.positions.tolist(), ranked.rs.tolist(),
-                                                    ranked.p_fail.tolist(),
-                                                    ranked.expected_cost.tolist(), strict=True)):
+        for i, (pos, rs, pf, cost, raw) in enumerate(zip(
+                ranked.positions.tolist(), ranked.rs.tolist(), ranked.p_fail.tolist(),
+                ranked.expected_cost.tolist(), ranked.raw_rs.tolist(), strict=True)):
             candidate = usable[pos]
             exact = self.collateral.required(needs.value, pf, needs.expected_duration_s)
             if exact <= free_stake.get(candidate.spec.provider, 0):
                 placements.append(Placement(candidate, rs, pf, cost, exact,
-                                            ranked.explored and i == 0))
+                                            ranked.explored and i == 0, raw))
         return placements
 
     def score_fn(self, now: float) -> ScoreFn:

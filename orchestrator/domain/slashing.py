@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from eth_abi import encode
 from eth_utils import keccak
 
+from orchestrator.domain.continuity import ProgressProof
 from orchestrator.domain.merkle import SCORE_SCALE
 from orchestrator.domain.popw import PopwVerdict
 from orchestrator.domain.reliability import EpochEntry, score_bps
@@ -85,6 +87,16 @@ class TierChange:
 class PolicyActions:
     slashes: tuple[SlashDecision, ...]
     tier_changes: tuple[TierChange, ...]
+
+
+class ProgressVerdict(Enum):
+    """How `StakingPolicy.progress_shown` judged a reconnecting node's proof of progress."""
+
+    WITHDRAWN = "withdrawn"  # the pending abandonment is dropped: nobody pays
+    FORGED = "forged"  # the signature is malformed (one by another key: WRONG_SESSION)
+    WRONG_SESSION = "wrong_session"  # not the session key bound when the task was abandoned
+    NOT_PENDING = "not_pending"  # no abandonment of this task by this node is waiting
+    NO_PROGRESS = "no_progress"  # no chunk new since the verdict, rendered after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +143,8 @@ class _Node:
     good_since: float | None = None
     high_since: float | None = None
     verdict: PopwVerdict | None = None
+    session_key: str | None = None  # bound by the latest wallet-signed login
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +154,8 @@ class _PendingAbandonment:
     collateral: int
     at: float
     evidence: bytes
+    session_key: str | None  # the session that held the task when it was abandoned
+    known_chunks: frozenset[bytes]  # chunk hashes of the task known at the verdict
 
 
 class StakingPolicy:
@@ -156,6 +172,7 @@ class StakingPolicy:
         self._active: set[str] = set()  # nodes `decide` must look at; the rest cannot change
         self._tier_before: dict[bytes, Tier] = {}  # slash_id -> tier the slash demoted from
         self._settled_tasks: set[str] = set()
+        self._credited_chunks: set[bytes] = set()  # chunks that already withdrew a slash
         self._immediate: list[SlashDecision] = []
         self._immediate_tiers: list[TierChange] = []
 
@@ -234,15 +251,54 @@ class StakingPolicy:
         node.absences.append((node.away_since, at))
         node.away_since = None
 
+    def session_bound(self, node_id: str, session_key: str) -> None:
+        """The node's wallet-signed login named this ephemeral session key (its process's)."""
+        self._node(node_id).session_key = session_key
+
     def task_abandoned(self, node_id: str, task_id: str, collateral: int, at: float,
-                       evidence: bytes) -> None:
-        """The task's lease was revoked because its node left; judged after the delay."""
-        self._node(node_id)
+                       evidence: bytes, known_chunks: Iterable[bytes] = ()) -> None:
+        """The task's lease was revoked because its node left; judged after the delay.
+        `known_chunks`: the task's checkpoint chunks the orchestrator held at the verdict."""
+        node = self._node(node_id)
         if collateral < 0:
             raise ValueError("collateral must be >= 0")
         if task_id in self._pending or task_id in self._settled_tasks:
             return  # exactly once per task
-        self._pending[task_id] = _PendingAbandonment(node_id, task_id, collateral, at, evidence)
+        self._pending[task_id] = _PendingAbandonment(
+            node_id, task_id, collateral, at, evidence, node.session_key,
+            frozenset(known_chunks))
+
+    def progress_shown(self, proof: ProgressProof, verified_chunks: Iterable[bytes],
+                       at: float) -> ProgressVerdict:
+        """A node back from a silence shows the chunks its process rendered meanwhile.
+        `verified_chunks`: the hashes among `proof.chunks` whose content the orchestrator now
+        holds as checkpoints of `proof.task_id` (a claim without content counts for nothing).
+
+        The pending abandonment of the task is withdrawn only when the proof is signed by the
+        session key bound when the task was abandoned (the same process: a restarted agent has
+        a new key), and names at least one verified chunk that was not known at the verdict,
+        has not withdrawn a slash before (no replay), and was rendered after the verdict and
+        before now (the render went on through the silence; an idle node has none). A matured
+        abandonment is already decided: disputes handle it from there."""
+        self._node(proof.node_id)
+        pending = self._pending.get(proof.task_id)
+        if pending is None or pending.node_id != proof.node_id:
+            return ProgressVerdict.NOT_PENDING
+        signer = proof.signer()
+        if signer is None:
+            return ProgressVerdict.FORGED
+        if pending.session_key is None or signer != pending.session_key:
+            return ProgressVerdict.WRONG_SESSION
+        verified = set(verified_chunks)
+        new = {c.sha256 for c in proof.chunks
+               if c.sha256 in verified and c.sha256 not in pending.known_chunks
+               and c.sha256 not in self._credited_chunks and pending.at < c.rendered_at <= at}
+        if not new:
+            return ProgressVerdict.NO_PROGRESS
+        del self._pending[proof.task_id]
+        self._settled_tasks.add(proof.task_id)
+        self._credited_chunks |= new
+        return ProgressVerdict.WITHDRAWN
 
     def verification_failed(self, node_id: str, task_id: str, collateral: int, at: float,
                             evidence: bytes) -> None:

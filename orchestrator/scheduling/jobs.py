@@ -10,10 +10,13 @@ def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
     if workload["kind"] == "blender":
         tiles = int(workload.get("tiles", 1))
         frames = range(int(workload["frames"]["start"]), int(workload["frames"]["end"]) + 1)
+        render = {key: workload.get(key) for key in ("samples", "chunk_samples", "resolution")}
         return [{"kind": "blender", "blend_sha256": workload["blend_sha256"], "frame": frame,
-                 "tile": tile, "tiles": tiles} for frame in frames for tile in range(tiles)]
+                 "tile": tile, "tiles": tiles, "format": workload.get("format", "png"),
+                 **render} for frame in frames for tile in range(tiles)]
     if workload["kind"] == "command":
         return [{"kind": "command", "command": workload["command"],
                  "input_sha256": workload.get("input_sha256"), "shard": shard,
+                 "outputs": workload.get("outputs", ["result"]),
                  "shards": int(workload["count"])} for shard in range(int(workload["count"]))]
     raise ValueError(f"unknown workload kind {workload['kind']!r}")

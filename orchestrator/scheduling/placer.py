@@ -32,9 +32,11 @@ from orchestrator.domain.types import NodeSpec
 
 @dataclass(slots=True)
 class _Ranking:
-    """Eligible nodes for one kind of need, best first; `cursor` skips nodes found full."""
+    """Eligible nodes for one kind of need, best first; `cursor` skips nodes found full.
+    Under PLS each comes with its admission (RS, collateral, raw RS)."""
 
     node_ids: list[str]
+    admissions: list[Admission] | None = None
     cursor: int = 0
 
 
@@ -54,11 +56,11 @@ class Placer:
                  score_at: Callable[[float], ScoreFn] | None = None, lease_ttl_s: float = 60.0,
                  clock: Callable[[], float] = time.time,
                  gate: PlacementGate | None = None) -> None:
-        """`score_at(now)`, when given, supplies a fresh score at every reload (PLS scores
-        depend on the time: uptime, recent telemetry); otherwise `score` is used as is.
-        `gate` (PLS) sets each node's usable tier at reload, admits each placement (RS
-        floor, collateral covered by free stake) and locks collateral in the batch's
-        transaction."""
+        """`score_at(now)`, when given, supplies a fresh score at every reload; otherwise
+        `score` is used as is. `gate` (PLS) replaces the score: it sets each node's usable
+        tier at reload, ranks the candidates of each kind of need (the PLS engine's ranking:
+        RS floor, collateral covered by free stake, probation, exploration), and locks
+        collateral in the batch's transaction."""
         self.factory = factory
         self.gate = gate
         self.score = score
@@ -87,9 +89,14 @@ class Placer:
         ranking = self._rankings.get(key)
         if ranking is None:
             needs = needs_from_json(needs_json)
-            candidates = (Candidate(spec, len(self._free[spec.node_id]))
-                          for spec in self._nodes.values())
-            ranking = _Ranking([c.spec.node_id for c in rank(candidates, needs, self.score)])
+            candidates = [Candidate(spec, len(self._free[spec.node_id]))
+                          for spec in self._nodes.values()]
+            if self.gate is None:
+                ranking = _Ranking([c.spec.node_id for c in rank(candidates, needs, self.score)])
+            else:
+                ranked = self.gate.rank(candidates, needs, self.clock())
+                ranking = _Ranking([node_id for node_id, _ in ranked],
+                                   [admission for _, admission in ranked])
             self._rankings[key] = ranking
         return ranking
 
@@ -105,13 +112,13 @@ class Placer:
                     ranking.cursor += 1  # full for every later task of this kind too
                 position += 1
                 continue
-            if self.gate is None:
+            if self.gate is None or ranking.admissions is None:
                 return node_id, free.pop(), None
-            admission = self.gate.admit(self._nodes[node_id], needs_from_json(needs_json),
-                                        self.clock())
-            if admission is not None:
+            admission = ranking.admissions[position]
+            if self.gate.covers(self._nodes[node_id].provider, admission.collateral,
+                                self.clock()):
                 return node_id, free.pop(), admission
-            position += 1  # this node may not take this task; a cheaper one may fit
+            position += 1  # this batch used the provider's stake; the next node may fit
         return None
 
     def place_batch(self, *, batch_size: int = 500, max_retries: int = 20) -> BatchResult:

@@ -1,11 +1,12 @@
-"""DePIN Mesh as built, driven in the simulator: the PLS engineer's `ReliabilityBook`,
-`PlsPolicy` (expected-cost ranking with track record, critical-path latency, probation and
-exploration), risk-priced `CollateralPolicy`, Young/Daly `CheckpointPolicy`, the
-`StakingPolicy` that slashes and re-tiers, and `LeaseHold` through correlated silences.
+"""DePIN Mesh as built, driven in the simulator: the service's own `PlsEngine` (RS with
+online recalibration and daily prior refits, expected-cost ranking with probation and
+exploration, risk-priced collateral, Young/Daly checkpoints, `LeaseHold`, the staking policy
+that slashes and re-tiers), fed on a virtual clock.
 
 It sees only what a real orchestrator observes: detector verdicts (session starts and
 abrupt ends), signed probes (RTT, loss), agent GPU telemetry, measured upload throughput and
-checkpoint times, and task outcomes. Ground truth enters only through those samples."""
+checkpoint times, and task outcomes. Ground truth enters only through those samples; the
+driver models only the world (stake on chain, the handshake's judgement of a true link)."""
 
 from __future__ import annotations
 
@@ -16,29 +17,17 @@ import numpy as np
 from eth_utils import to_checksum_address
 from numpy.typing import NDArray
 
-from orchestrator.domain.calibration import OnlineRecalibrator
-from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
-from orchestrator.domain.pls import LeaseHold, PlsPolicy
+from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
 from orchestrator.domain.popw import PopwConfig, PopwVerdict
-from orchestrator.domain.reliability import (
-    GpuSample,
-    ProbeSample,
-    ReliabilityBook,
-    TaskOutcome,
-    UploadSample,
-    telemetry_digest,
-)
-from orchestrator.domain.slashing import SlashReason, StakingPolicy
+from orchestrator.domain.reliability import GpuSample, ProbeSample, UploadSample
+from orchestrator.domain.slashing import SlashReason
 from orchestrator.domain.types import NodeSpec, Tier
 from orchestrator.simulation.engine import Attempt, PlacementObserver, Simulation
 from orchestrator.simulation.models import THROTTLE_SLOWDOWN, TOKEN, NodeProfile
-from orchestrator.simulation.policies import Choice, TaskView
+from orchestrator.simulation.policies import Choice, Grid, TaskView
 
 PROBES_PER_CONTACT = 4  # ping-pong rounds timed whenever the orchestrator talks to a node
 GPU_SAMPLES_PER_CONTACT = 8  # enough that the throttled share tracks the true rate
-PRIOR_REFIT_S = 86_400.0  # the population prior is refitted from the grid's own history daily
-SCORE_HORIZON_S = 3600.0  # RS over one hour is what each epoch commits and slashes on
-NO_EVIDENCE = bytes(32)  # readings at or above the demotion threshold never back a slash
 THROTTLED_REASON = 0x20  # NVML SwThermalSlowdown
 MAX_SM_CLOCK_MHZ = 1900.0
 
@@ -60,28 +49,23 @@ def handshake_tier(profile: NodeProfile, config: PopwConfig) -> Tier:
 
 
 class PlsDriver(PlacementObserver):
-    """Policy `pls`: feeds observations into the domain objects and asks them to decide."""
+    """Policy `pls`: feeds observations into the engine and asks it to decide."""
 
     name = "pls"
 
     def __init__(self, profiles: Sequence[NodeProfile], specs: Sequence[NodeSpec],
-                 rng: np.random.Generator, seed: int) -> None:
+                 rng: np.random.Generator, seed: int, config: PlsConfig | None = None) -> None:
         self.profiles = profiles
-        self.book = ReliabilityBook()
-        # RS is mapped onto the completion rate the grid has observed so far (outcomes only).
-        self.recalibrator = OnlineRecalibrator()
-        self.book.set_recalibrator(self.recalibrator)
-        self.policy = PlsPolicy(self.book, seed=seed)
-        self.staking = StakingPolicy()
-        self.checkpoints = CheckpointPolicy()
-        self.lease_hold = LeaseHold()
-        self.popw = PopwConfig()
+        self.engine = PlsEngine(dataclasses.replace(config or PlsConfig(), explore_seed=seed))
+        self.book = self.engine.book
+        self.staking = self.engine.staking
+        self.lease_hold = self.engine.config.lease_hold
+        self.popw = self.engine.config.popw
         self.rng = rng
         n = len(profiles)
-        self.checkpoint_cost = [CheckpointCost() for _ in range(n)]
         self.stake = np.asarray([float(p.stake) for p in profiles])
         self.locked = np.zeros(n)
-        # PlsPolicy prices one expected duration for every candidate, so hand it each node's
+        # The engine prices one expected duration for every candidate, so hand it each node's
         # price per REFERENCE GPU-hour (asking price / PoPW-verified class speed): a cheap slow
         # GPU must not look cheaper than it is.
         self.prices = np.asarray([float(p.price_per_gpu_hour) / p.speed for p in profiles])
@@ -89,43 +73,41 @@ class PlsDriver(PlacementObserver):
         self.providers = [spec.provider for spec in specs]
         self.verdict_expires = np.zeros(n)
         self.online = np.zeros(n, dtype=bool)
-        self.next_refit = PRIOR_REFIT_S
         self._lease_hold_s = np.zeros(n)  # per node, decided at its last DEAD verdict
-        self.prior_refits = 0
         self._collateral: dict[int, int] = {}  # node -> collateral locked for its task
         self._raw_rs: dict[int, float] = {}  # node -> raw RS its running task was placed at
         self._chosen: tuple[int, int, float] | None = None  # (node, collateral, raw RS)
         self._abandoned: dict[str, tuple[int, bool]] = {}  # task id -> (node, blameless)
         self.slashes_by_reason: dict[str, int] = {r.name.lower(): 0 for r in SlashReason}
         for row, (profile, spec) in enumerate(zip(profiles, specs, strict=True)):
-            if self.book.add_node(profile.node_id) != row:
+            if self.engine.register(profile.node_id, spec.provider, region=profile.region,
+                                    network=profile.network, at=0.0, tier=spec.tier) != row:
                 raise RuntimeError("book rows must follow node order")
-            self.staking.register(profile.node_id, spec.provider, profile.region,
-                                  profile.network, 0.0, spec.tier)
+
+    @property
+    def prior_refits(self) -> int:
+        return self.engine.prior_refits
 
     # ----- decisions ------------------------------------------------------------------
     def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
                ) -> Choice | None:
         free_stake = self.stake[candidates] - self.locked[candidates]
         wall = task.remaining_work_s / self.speeds[candidates]
-        ranked = self.policy.rank_rows(candidates, self.prices[candidates], free_stake,
-                                       task.needs, now, wall_durations_s=wall)
+        ranked = self.engine.rank(candidates, self.prices[candidates], free_stake,
+                                  task.needs, now, wall_durations_s=wall)
         if ranked.rows.size == 0:
             return None
         position = int(ranked.positions[0])
         node = int(candidates[position])
-        collateral = self.policy.collateral.required(
-            task.needs.value, float(ranked.p_fail[0]), task.needs.expected_duration_s)
+        collateral = self.engine.collateral(task.needs, float(ranked.p_fail[0]))
         self._chosen = (node, collateral, float(ranked.raw_rs[0]))  # committed when it starts
         return Choice(position, float(ranked.rs[0]))
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         """Young's interval from the node's predicted hazard over this task and its measured
         checkpoint time (the EWMA's prior until a first checkpoint was timed)."""
-        expected_wall = task.remaining_work_s / self.profiles[node].speed
-        mtbf = self.book.predicted_mtbf_s(self.profiles[node].node_id, now,
-                                          max(expected_wall, 60.0))
-        return self.checkpoints.interval(self.checkpoint_cost[node].value, max(mtbf, 1.0))
+        return self.engine.checkpoint_interval_s(self.profiles[node].node_id, now,
+                                                 task.remaining_work_s / self.profiles[node].speed)
 
     def lease_hold_s(self, node: int, now: float) -> float:
         """What `LeaseHold` decided at the node's DEAD verdict (`node_down`, called first)."""
@@ -135,8 +117,7 @@ class PlsDriver(PlacementObserver):
     def node_up(self, node: int, now: float) -> None:
         node_id = self.profiles[node].node_id
         self.online[node] = True
-        self.book.session_started(node_id, now)
-        self.staking.node_returned(node_id, now)
+        self.engine.session_started(node_id, now)
         self._contact(node, now)
         self._handshake(node, now)
 
@@ -145,10 +126,9 @@ class PlsDriver(PlacementObserver):
         the session censored, as `PlsService` does: not the node's own departure."""
         node_id = self.profiles[node].node_id
         self.online[node] = False
-        self.staking.node_departed(node_id, now)
-        hold = self.lease_hold.for_node(self.staking, node_id, now)
+        hold = self.engine.departed([node_id], now)[node_id]
         self._lease_hold_s[node] = hold
-        self.book.session_ended(node_id, now, abrupt=hold == 0.0)
+        self.engine.session_ended(node_id, now, abrupt=hold == 0.0)
 
     def placed(self, sim: Simulation, attempt: Attempt) -> None:
         """The lease started: lock the collateral priced at the choice."""
@@ -161,55 +141,40 @@ class PlsDriver(PlacementObserver):
         self.locked[node] += collateral
 
     def completed(self, sim: Simulation, attempt: Attempt) -> None:
-        self._unlock(attempt.node, finished=True)
+        _, raw = self._unlock(attempt.node)
         node_id = self.profiles[attempt.node].node_id
-        self.book.record_task_outcome(node_id, TaskOutcome.COMPLETED)
+        self.engine.completed(node_id, raw)
         if attempt.checkpoints:
-            self.checkpoint_cost[attempt.node].observe(attempt.cost_s)
-        self.book.record_upload(node_id, UploadSample(sim.now, self._measured_upload(attempt.node)))
+            self.engine.checkpoint_measured(node_id, attempt.cost_s)
+        self.engine.upload(node_id, UploadSample(sim.now, self._measured_upload(attempt.node)))
         self._contact(attempt.node, sim.now)
 
     def attempt_lost(self, sim: Simulation, attempt: Attempt, blameless: bool) -> None:
-        collateral = self._unlock(attempt.node, finished=False)
+        collateral, raw = self._unlock(attempt.node)
         node_id = self.profiles[attempt.node].node_id
         task_id = f"{attempt.task.key}:{attempt.task.attempts}"
         self._abandoned[task_id] = (attempt.node, blameless)
         # Dated at the DEAD verdict, also when the lease was held past it: the staking
         # policy judges the departure (partition? outage?), not the revocation.
         left_at = sim.now if attempt.held_since is None else attempt.held_since
-        evidence = telemetry_digest(self.book.summary(node_id, left_at))
-        self.staking.task_abandoned(node_id, task_id, collateral, left_at, evidence)
+        self.engine.abandoned(node_id, task_id, collateral, raw, left_at)
 
     def verification_failed(self, sim: Simulation, attempt: Attempt) -> None:
-        collateral = self._unlock(attempt.node, finished=False)
+        collateral, raw = self._unlock(attempt.node)
         node_id = self.profiles[attempt.node].node_id
-        self.book.record_task_outcome(node_id, TaskOutcome.FAILED_VERIFICATION)
-        evidence = telemetry_digest(self.book.summary(node_id, sim.now))
-        self.staking.verification_failed(node_id, f"{attempt.task.key}:{attempt.task.attempts}",
-                                         collateral, sim.now, evidence)
+        self.engine.verification_failed(node_id, f"{attempt.task.key}:{attempt.task.attempts}",
+                                        collateral, raw, sim.now)
 
-    def epoch(self, sim: Simulation, now: float) -> None:
-        """Score every online node, let the staking policy decide, apply its verdicts; once a
-        day refit the population prior from the sessions observed so far."""
-        if now >= self.next_refit:
-            self.next_refit += PRIOR_REFIT_S
-            try:
-                self.book.refit_prior(now)
-                self.prior_refits += 1
-            except ValueError:
-                pass  # no abrupt departure observed yet: keep the prior we have
+    def epoch(self, sim: Grid, now: float) -> None:
+        """Score every online node, let the staking policy decide, apply its verdicts."""
         rows = np.flatnonzero(self.online)
-        demote_below = self.staking.config.demote_below
-        for row, rs in zip(rows.tolist(), self.book.score_many(rows, now, SCORE_HORIZON_S
-                                                               ).tolist(), strict=True):
-            node_id = self.profiles[row].node_id
-            evidence = (telemetry_digest(self.book.summary(node_id, now))
-                        if rs < demote_below else NO_EVIDENCE)
-            self.staking.observe_score(node_id, rs, now, evidence)
+        node_ids = [self.profiles[row].node_id for row in rows.tolist()]
+        readings = self.engine.readings(node_ids, now, all_digests=False)
+        for row in rows.tolist():
             if self.verdict_expires[row] - now < 3600.0:
                 self._handshake(row, now)
         bonded = {self.providers[i]: int(self.stake[i]) for i in range(len(self.profiles))}
-        actions = self.staking.decide(now, bonded)
+        actions = self.engine.decide(readings, bonded, now)
         node_of = {p.node_id: i for i, p in enumerate(self.profiles)} if actions.slashes or \
             actions.tier_changes else {}
         for decision in actions.slashes:
@@ -233,14 +198,11 @@ class PlsDriver(PlacementObserver):
             return self._abandoned[task_id][1]
         return reason is SlashReason.FAILED_VERIFICATION
 
-    def _unlock(self, node: int, finished: bool) -> int:
-        """The node's attempt ended: release its collateral and teach the recalibrator."""
+    def _unlock(self, node: int) -> tuple[int, float | None]:
+        """The node's attempt ended: release its collateral; (collateral, raw RS placed at)."""
         amount = self._collateral.pop(node, 0)
         self.locked[node] = max(self.locked[node] - amount, 0.0)
-        raw = self._raw_rs.pop(node, None)
-        if raw is not None:
-            self.recalibrator.observe(raw, finished)
-        return amount
+        return amount, self._raw_rs.pop(node, None)
 
     def _measured_upload(self, node: int) -> float:
         return float(self.profiles[node].upload_mbps * self.rng.lognormal(0.0, 0.1))
@@ -252,13 +214,13 @@ class PlsDriver(PlacementObserver):
         lost = self.rng.random(PROBES_PER_CONTACT) < profile.loss
         rtts = profile.rtt_ms + np.abs(self.rng.normal(0.0, profile.jitter_ms, PROBES_PER_CONTACT))
         for is_lost, rtt in zip(lost.tolist(), rtts.tolist(), strict=True):
-            self.book.record_probe(node_id, ProbeSample(now, None if is_lost else rtt))
+            self.engine.probe(node_id, ProbeSample(now, None if is_lost else rtt))
         throttled = self.rng.random(GPU_SAMPLES_PER_CONTACT) < profile.throttle_rate
         # Consumer GPUs run warmer the more they throttle; throttling starts in the 80s.
         temperatures = 65.0 + 25.0 * profile.throttle_rate + self.rng.normal(
             0.0, 3.0, GPU_SAMPLES_PER_CONTACT)
         for hot, temperature in zip(throttled.tolist(), temperatures.tolist(), strict=True):
-            self.book.record_gpu(node_id, GpuSample(
+            self.engine.gpu(node_id, GpuSample(
                 at=now, temperature_c=temperature,
                 sm_clock_mhz=MAX_SM_CLOCK_MHZ * (1.0 - THROTTLE_SLOWDOWN if hot else 1.0),
                 max_sm_clock_mhz=MAX_SM_CLOCK_MHZ,
@@ -272,5 +234,5 @@ class PlsDriver(PlacementObserver):
         validity = (self.popw.high_validity_s if tier is Tier.HIGH
                     else self.popw.standard_validity_s)
         self.verdict_expires[node] = now + validity
-        self.staking.handshake(PopwVerdict(profile.node_id, tier is not Tier.BACKGROUND, tier,
+        self.engine.handshake(PopwVerdict(profile.node_id, tier is not Tier.BACKGROUND, tier,
                                            now, now + validity, ()))

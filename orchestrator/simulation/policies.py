@@ -10,16 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from orchestrator.domain.types import TaskNeeds
+from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.simulation.world import NodeTimeline
-
-if TYPE_CHECKING:
-    from orchestrator.simulation.engine import Simulation
 
 FIXED_CHECKPOINT_S = 600.0  # a typical grid's fixed interval (BOINC apps, render farms)
 ORACLE_HEAD = 32  # the oracle sorts only this many fastest candidates unless none will do
@@ -40,6 +37,16 @@ class TaskView:
     task_key: int
     needs: TaskNeeds
     remaining_work_s: float  # reference GPU-seconds still to do
+
+
+class Grid(Protocol):
+    """What a policy's epoch may act on: the replay's node specs (`Simulation` is one)."""
+
+    specs: list[NodeSpec]
+
+    def slash(self, node: int, amount_tokens: float, false_slash: bool) -> None: ...
+
+    def set_spec(self, node: int, spec: NodeSpec) -> None: ...
 
 
 class Policy(Protocol):
@@ -64,7 +71,7 @@ class Policy(Protocol):
 
     def node_down(self, node: int, now: float) -> None: ...
 
-    def epoch(self, sim: Simulation, now: float) -> None:
+    def epoch(self, sim: Grid, now: float) -> None:
         """Once per epoch: periodic scoring, slashing decisions, tier revisions."""
         ...
 
@@ -82,7 +89,7 @@ class Unobservant:
     def node_down(self, node: int, now: float) -> None:
         return None
 
-    def epoch(self, sim: Simulation, now: float) -> None:
+    def epoch(self, sim: Grid, now: float) -> None:
         return None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 
@@ -19,7 +19,6 @@ class MeshMetrics:
                                ["reason"], registry=r)
         self.node_failures = Counter("mesh_node_failures_total",
                                      "Nodes the failure detector declared dead", registry=r)
-        self.nodes_registered = Gauge("mesh_nodes_registered", "Nodes known", registry=r)
         self.upload_errors = Counter("mesh_upload_errors_total", "Refused blob uploads",
                                      ["code"], registry=r)
         self.recovery_time = Histogram(

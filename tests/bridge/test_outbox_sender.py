@@ -29,10 +29,10 @@ from orchestrator.chain.outbox_sender import (
 )
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
-from orchestrator.chain.views import EscrowStatus
 from orchestrator.config import Settings
 from orchestrator.db import crud, work
 from orchestrator.db.models import OutboxAction
+from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port
@@ -220,7 +220,7 @@ def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
     assert sample(metrics, "mesh_settlement_lag_seconds_sum") == pytest.approx(5.0)
 
     payout, other_payout = amount * 2 // 3, amount // 3
-    increase_time(mesh.w3, mesh.settlement_dispute_window() + 1)
+    increase_time(mesh.w3, mesh.settlement_dispute_window() + mesh.payout_period())
     assert mesh.escrow_balance(PROVIDER).claimable == payout
     assert mesh.escrow_balance(OTHER_PROVIDER).claimable == other_payout
     refund, _ = mesh.account(CUSTOMER).claim_refund(bytes.fromhex(job_id[2:]))
@@ -246,7 +246,7 @@ def test_thirty_settles_go_out_in_one_settleBatch_transaction(
     receipt = mesh.w3.eth.get_transaction_receipt(HexBytes(outbox[0].tx_hash or ""))
     (event,) = mesh.job_escrow.events.JobsSettled().process_receipt(receipt)
     assert ["0x" + bytes(j).hex() for j in event["args"]["jobIds"]] == jobs
-    increase_time(mesh.w3, mesh.settlement_dispute_window() + 1)
+    increase_time(mesh.w3, mesh.settlement_dispute_window() + mesh.payout_period())
     assert mesh.escrow_balance(PROVIDER).claimable == 30 * 7 * TOKEN
 
 
@@ -330,7 +330,7 @@ def test_crash_between_persisting_and_recording_the_receipt_still_settles_once(
     (row,) = rows(factory)
     assert (row.status, row.tx_hash) == ("confirmed", persisted_hash)
     assert tx_count(mesh) == sent_before + 1
-    increase_time(mesh.w3, mesh.settlement_dispute_window() + 1)
+    increase_time(mesh.w3, mesh.settlement_dispute_window() + mesh.payout_period())
     claimed, _ = mesh.account(dev_account(5)).claim()
     refund, _ = mesh.account(CUSTOMER).claim_refund(bytes.fromhex(job_id[2:]))
     assert (claimed, refund) == (payout, payment - payout)

@@ -8,7 +8,7 @@ from eth_utils import keccak
 from orchestrator.chain.anvil import increase_time
 from orchestrator.chain.errors import ContractError
 from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement
-from orchestrator.chain.views import DisputeStatus, EscrowStatus, SlashStatus
+from orchestrator.domain.chain_views import DisputeStatus, EscrowStatus, SlashStatus
 from orchestrator.domain.merkle import MerkleTree, score_leaf
 from orchestrator.domain.types import Tier
 
@@ -255,7 +255,7 @@ def test_claim_paysPendingOnlyAfterTheDisputeWindow(
         provider.claim()
     assert caught.value.name == "JobEscrowNothingToClaim"
 
-    increase_time(chain.w3, chain.settlement_dispute_window() + 1)
+    increase_time(chain.w3, chain.settlement_dispute_window() + chain.payout_period())
     before = chain.token_balance(provider.address)
     claimed, _ = provider.claim()
 
@@ -274,7 +274,7 @@ def test_claim_refund_paysTheUnusedEscrowOnlyAfterTheDisputeWindow(
     assert caught.value.name == "JobEscrowRefundNotClaimableYet"
     assert caught.value.arguments["job_id"] == job_id
 
-    increase_time(chain.w3, chain.settlement_dispute_window() + 1)
+    increase_time(chain.w3, chain.settlement_dispute_window() + chain.payout_period())
     before = chain.token_balance(customer.address)
     refunded, _ = customer.claim_refund(job_id)
 

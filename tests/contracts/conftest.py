@@ -22,9 +22,10 @@ UNBONDING_PERIOD = 7 * 24 * 3600
 SLASH_DISPUTE_WINDOW = 2 * 24 * 3600
 GRACE_PERIOD = 24 * 3600
 DISPUTE_WINDOW = 24 * 3600
+PAYOUT_PERIOD = 24 * 3600  # JobEscrow.PAYOUT_PERIOD: payout release times are whole multiples
+COLLATERAL_SLASH_WINDOW = 24 * 3600  # JobEscrow's default
 DISPUTE_BOND = 10 * TOKEN
 RULING_PERIOD = 3 * 24 * 3600
-FUZZ_EXAMPLES = int(os.environ.get("MESH_FUZZ_EXAMPLES", "10"))
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,18 @@ def create_job(
 def advance(chain: Any, seconds: int) -> None:
     """Moves the chain clock forward and mines, so views see the new time."""
     chain.pending_timestamp += seconds
+    chain.mine()
+
+
+def payout_release_at(settled_at: int) -> int:
+    """When a payout settled at `settled_at` is claimable: settledAt + window, rounded up to a
+    whole payout period (the rule in contracts/README.md)."""
+    return -(-(settled_at + DISPUTE_WINDOW) // PAYOUT_PERIOD) * PAYOUT_PERIOD
+
+
+def advance_to(chain: Any, timestamp: int) -> None:
+    """Moves the chain clock to `timestamp` (if it is ahead) and mines."""
+    chain.pending_timestamp = max(chain.pending_timestamp, timestamp)
     chain.mine()
 
 

@@ -10,7 +10,16 @@ import ape
 import pytest
 from eth_utils import keccak
 
-from .conftest import DISPUTE_WINDOW, TOKEN, UNBONDING_PERIOD, Mesh, advance, deploy_mesh, job_id
+from .conftest import (
+    TOKEN,
+    UNBONDING_PERIOD,
+    Mesh,
+    advance,
+    advance_to,
+    deploy_mesh,
+    job_id,
+    payout_release_at,
+)
 
 ROOT = b"\x33" * 32
 MAX = 2**256 - 1
@@ -61,8 +70,8 @@ def test_claim_reentryFromTheTokenIsRefused(
     _fund(reentrant, customer, 100 * TOKEN)
     jid = job_id("reenter")
     escrow.createJob(jid, 100 * TOKEN, chain.pending_timestamp + 3600, ROOT, sender=customer)
-    escrow.settle(jid, [provider], [100 * TOKEN], ROOT, sender=reentrant.orchestrator)
-    advance(chain, DISPUTE_WINDOW)
+    receipt = escrow.settle(jid, [provider], [100 * TOKEN], ROOT, sender=reentrant.orchestrator)
+    advance_to(chain, payout_release_at(receipt.timestamp))
     reentrant.token.arm(escrow, escrow.claim.encode_input(), sender=provider)
 
     with ape.reverts(escrow.ReentrancyGuardReentrantCall):
@@ -112,6 +121,7 @@ GATED: list[tuple[str, str, tuple[Any, ...], str]] = [
     ("stake_manager", "resolveSlash", (1, True), "DISPUTES_ROLE"),
     ("stake_manager", "setUnbondingPeriod", (1,), "DEFAULT_ADMIN_ROLE"),
     ("stake_manager", "setSlashDisputeWindow", (1,), "DEFAULT_ADMIN_ROLE"),
+    ("stake_manager", "setScoreProofWindow", (1,), "DEFAULT_ADMIN_ROLE"),
     ("stake_manager", "setScoreSlashing", (1, 1, 1), "DEFAULT_ADMIN_ROLE"),
     ("stake_manager", "setTreasury", ("0x" + "11" * 20,), "DEFAULT_ADMIN_ROLE"),
     ("stake_manager", "setJobEscrow", ("0x" + "11" * 20,), "DEFAULT_ADMIN_ROLE"),
@@ -120,11 +130,12 @@ GATED: list[tuple[str, str, tuple[Any, ...], str]] = [
     ("escrow", "settleBatch", ([],), "ORCHESTRATOR_ROLE"),
     ("escrow", "settleBatchSolo", ([],), "ORCHESTRATOR_ROLE"),
     ("escrow", "freezePayout", (JID, "0x" + "11" * 20, 1), "DISPUTES_ROLE"),
-    ("escrow", "unfreezePayout", ("0x" + "11" * 20, "0x" + "11" * 20, 1), "DISPUTES_ROLE"),
+    ("escrow", "unfreezePayout", (JID, "0x" + "11" * 20, "0x" + "11" * 20, 1), "DISPUTES_ROLE"),
     ("escrow", "pause", (), "DEFAULT_ADMIN_ROLE"),
     ("escrow", "unpause", (), "DEFAULT_ADMIN_ROLE"),
     ("escrow", "setGracePeriod", (1,), "DEFAULT_ADMIN_ROLE"),
     ("escrow", "setDisputeWindow", (1,), "DEFAULT_ADMIN_ROLE"),
+    ("escrow", "setCollateralSlashWindow", (1,), "DEFAULT_ADMIN_ROLE"),
     ("disputes", "rule", (1, True, 0, ROOT), "ARBITER_ROLE"),
     ("disputes", "setBond", (1,), "DEFAULT_ADMIN_ROLE"),
     ("disputes", "setRulingPeriod", (1,), "DEFAULT_ADMIN_ROLE"),
@@ -166,6 +177,7 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
                 "resolveSlash",
                 "setUnbondingPeriod",
                 "setSlashDisputeWindow",
+                "setScoreProofWindow",
                 "setScoreSlashing",
                 "setTreasury",
                 "setJobEscrow",
@@ -184,6 +196,7 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
                 "unpause",
                 "setGracePeriod",
                 "setDisputeWindow",
+                "setCollateralSlashWindow",
             )
         }
         | {("disputes", n) for n in ("rule", "setBond", "setRulingPeriod")}
@@ -195,8 +208,8 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
 PAYOUT_BOOKS: list[tuple[str, tuple[Any, ...]]] = [
     ("settleCollateral", ([(JID, "0x" + "11" * 20, 1, ROOT)], 1)),
     ("takeClaimable", ("0x" + "11" * 20,)),
-    ("freezePending", ("0x" + "11" * 20, 1)),
-    ("creditClaimable", ("0x" + "11" * 20, 1)),
+    ("freezePending", ("0x" + "11" * 20, 1, 0)),
+    ("creditPayout", ("0x" + "11" * 20, 1, 0)),
 ]
 
 

@@ -15,6 +15,8 @@ from .conftest import (
     SLASH_DISPUTE_WINDOW,
     TOKEN,
     advance,
+    advance_to,
+    payout_release_at,
 )
 
 OPEN, GRANTED, DISMISSED, DEFAULTED = 1, 2, 3, 4
@@ -141,17 +143,21 @@ def test_rule_grantedForTheCustomerRefundsAndSlashesTheProvider(
     disputes.disputeSettlement(settled_job, worker, 30 * TOKEN, EVIDENCE, sender=customer)
     bond_before = token.balanceOf(customer)
 
-    disputes.rule(1, True, 100 * TOKEN, EVIDENCE, sender=arbiter)
+    with ape.reverts(
+        disputes.DisputesSlashTooLarge, disputeId=1, slashAmount=30 * TOKEN + 1, max=30 * TOKEN
+    ):
+        disputes.rule(1, True, 30 * TOKEN + 1, EVIDENCE, sender=arbiter)
+    disputes.rule(1, True, 30 * TOKEN, EVIDENCE, sender=arbiter)
 
     assert disputes.disputeOf(1).status == GRANTED
     assert escrow.balanceOf(customer).claimable == 30 * TOKEN
     assert escrow.balanceOf(worker).frozen == 0
-    assert stake_manager.stakeOf(worker).bonded == 900 * TOKEN
-    assert stake_manager.slashOf(1).amount == 100 * TOKEN
+    assert stake_manager.stakeOf(worker).bonded == 970 * TOKEN
+    assert stake_manager.slashOf(1).amount == 30 * TOKEN
     assert token.balanceOf(customer) - bond_before == DISPUTE_BOND
 
 
-def test_rule_dismissedReturnsThePayoutAndGivesTheBondToTheRespondent(
+def test_rule_dismissedReturnsThePayoutToTheRestOfItsWindowAndTheBondToTheRespondent(
     disputes: Any,
     escrow: Any,
     token: Any,
@@ -159,6 +165,7 @@ def test_rule_dismissedReturnsThePayoutAndGivesTheBondToTheRespondent(
     customer: Any,
     worker: Any,
     settled_job: bytes,
+    chain: Any,
 ) -> None:
     disputes.disputeSettlement(settled_job, worker, 30 * TOKEN, EVIDENCE, sender=customer)
     before = token.balanceOf(worker)
@@ -166,8 +173,11 @@ def test_rule_dismissedReturnsThePayoutAndGivesTheBondToTheRespondent(
     disputes.rule(1, False, 0, EVIDENCE, sender=arbiter)
 
     assert disputes.disputeOf(1).status == DISMISSED
-    assert escrow.balanceOf(worker).claimable == 30 * TOKEN
+    balance = escrow.balanceOf(worker)
+    assert (balance.claimable, balance.pending, balance.frozen) == (0, 80 * TOKEN, 0)
     assert token.balanceOf(worker) - before == DISPUTE_BOND
+    advance_to(chain, payout_release_at(escrow.jobOf(settled_job).settledAt))
+    assert escrow.balanceOf(worker).claimable == 80 * TOKEN
 
 
 def test_rule_cannotSlashOnADismissalOrAProviderDispute(
@@ -259,7 +269,7 @@ def test_rule_dismissedLetsTheSlashBeReleasedAndPaysTheBondToTheBeneficiary(
 # ---------------------------------------------------------------- default ruling
 
 
-def test_applyDefaultRuling_afterTheDeadlineRestoresTheStatusQuoAndReturnsTheBond(
+def test_applyDefaultRuling_afterTheDeadlineRestoresTheStatusQuoAndPaysTheBondToTheRespondent(
     disputes: Any,
     escrow: Any,
     token: Any,
@@ -273,13 +283,17 @@ def test_applyDefaultRuling_afterTheDeadlineRestoresTheStatusQuoAndReturnsTheBon
     with ape.reverts(disputes.DisputesRulingDeadlineNotReached):
         disputes.applyDefaultRuling(1, sender=stranger)
     advance(chain, RULING_PERIOD + 1)
-    before = token.balanceOf(customer)
+    before = (token.balanceOf(customer), token.balanceOf(worker))
 
     disputes.applyDefaultRuling(1, sender=stranger)
 
     assert disputes.disputeOf(1).status == DEFAULTED
     assert escrow.balanceOf(worker).frozen == 0
-    assert token.balanceOf(customer) - before == DISPUTE_BOND
+    assert escrow.balanceOf(worker).claimable == 80 * TOKEN  # past the job's window by now
+    assert (token.balanceOf(customer), token.balanceOf(worker)) == (
+        before[0],
+        before[1] + DISPUTE_BOND,
+    )
     with ape.reverts(disputes.DisputesNotOpen, disputeId=1):
         disputes.applyDefaultRuling(1, sender=stranger)
 

@@ -102,14 +102,17 @@ def test_otherMoneyPaths_stayWithinTheirGasBudgets(
     ).gas_used
 
     print(f"gas: {used}")
-    # measured ~79k / 79k / 64k / 115k / 87k (fresh storage slots included); ~15% headroom.
+    # measured ~126k / 104k / 100k / 115k / 112k (fresh storage slots included); ~10% headroom.
     # A provider's first lock creates its ledger slot (locked collateral and pending payout), so
-    # its first payout no longer does.
+    # its first payout no longer does. Since issue 12: stake and withdraw write a stake checkpoint
+    # (score slashes are sized on the stake an epoch's commitment covered), requestUnbond keeps the
+    # open-lock list (slashes lower the locks themselves), lockCollateral records the job's
+    # backers (the payees a customer may dispute).
     budgets = {
-        "stake": 90_000,
-        "requestUnbond": 90_000,
-        "withdraw": 75_000,
+        "stake": 140_000,
+        "requestUnbond": 115_000,
+        "withdraw": 110_000,
         "createJob": 135_000,
-        "lockCollateral(1)": 100_000,
+        "lockCollateral(1)": 125_000,
     }
     assert {k: v for k, v in used.items() if v > budgets[k]} == {}

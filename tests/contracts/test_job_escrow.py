@@ -9,7 +9,16 @@ import ape
 import pytest
 from eth_utils import keccak
 
-from .conftest import DISPUTE_WINDOW, GRACE_PERIOD, TOKEN, advance, job_id
+from .conftest import (
+    COLLATERAL_SLASH_WINDOW,
+    DISPUTE_WINDOW,
+    GRACE_PERIOD,
+    TOKEN,
+    advance,
+    advance_to,
+    job_id,
+    payout_release_at,
+)
 
 NONE, FUNDED, SETTLED, RECLAIMED = 0, 1, 2, 3
 ROOT = b"\x33" * 32
@@ -136,7 +145,7 @@ def test_settle_creditsPendingPayoutsReleasesCollateralAndOwesTheRest(
     assert (first.claimable, first.pending, first.releaseAt) == (
         0,
         60 * TOKEN,
-        receipt.timestamp + DISPUTE_WINDOW,
+        payout_release_at(receipt.timestamp),
     )
     assert [stake_manager.lockedFor(funded_job, p) for p in workers[:2]] == [0, 0]
     assert stake_manager.stakeOf(workers[0]).locked == 0
@@ -306,9 +315,10 @@ def test_settleBatchSolo_revertsForAJobSettledBefore(
 def test_settle_creditsAMaturedPendingPayoutAsClaimableBeforeTheNewOne(
     escrow: Any, orchestrator: Any, workers: list[Any], create_job: Callable[..., bytes], chain: Any
 ) -> None:
-    first, second = create_job("mature-1", AMOUNT), create_job("mature-2", AMOUNT)
-    escrow.settleBatchSolo([(first, workers[0], 30 * TOKEN, ROOT)], sender=orchestrator)
-    advance(chain, DISPUTE_WINDOW)
+    first = create_job("mature-1", AMOUNT)
+    second = create_job("mature-2", AMOUNT, deadline_in=10 * 24 * 3600)
+    receipt = escrow.settleBatchSolo([(first, workers[0], 30 * TOKEN, ROOT)], sender=orchestrator)
+    advance_to(chain, payout_release_at(receipt.timestamp))
 
     escrow.settleBatchSolo([(second, workers[0], 20 * TOKEN, ROOT)], sender=orchestrator)
 
@@ -322,11 +332,12 @@ def test_settle_creditsAMaturedPendingPayoutAsClaimableBeforeTheNewOne(
 def test_claim_paysOnlyAfterTheDisputeWindow(
     escrow: Any, token: Any, orchestrator: Any, funded_job: bytes, workers: list[Any], chain: Any
 ) -> None:
-    escrow.settle(funded_job, workers[:1], [70 * TOKEN], ROOT, sender=orchestrator)
+    settled = escrow.settle(funded_job, workers[:1], [70 * TOKEN], ROOT, sender=orchestrator)
+    advance_to(chain, payout_release_at(settled.timestamp) - 2)
     with ape.reverts(escrow.JobEscrowNothingToClaim, account=workers[0]):
         escrow.claim(sender=workers[0])
 
-    advance(chain, DISPUTE_WINDOW)
+    advance_to(chain, payout_release_at(settled.timestamp))
     receipt = escrow.claim(sender=workers[0])
 
     assert token.balanceOf(workers[0]) == 70 * TOKEN
@@ -343,8 +354,8 @@ def test_claim_aLaterPayoutDoesNotDelayAMaturedOne(
         create_job("first", AMOUNT),
         create_job("second", AMOUNT, deadline_in=10 * 24 * 3600),
     )
-    escrow.settle(first, workers[:1], [AMOUNT], ROOT, sender=orchestrator)
-    advance(chain, DISPUTE_WINDOW)
+    receipt = escrow.settle(first, workers[:1], [AMOUNT], ROOT, sender=orchestrator)
+    advance_to(chain, payout_release_at(receipt.timestamp))
     escrow.settle(second, workers[:1], [40 * TOKEN], ROOT, sender=orchestrator)
 
     balance = escrow.balanceOf(workers[0])
@@ -381,7 +392,7 @@ def test_claimRefund_paysTheCustomerAfterTheWindowOnce(
 def test_claimRefund_revertsForAJobNotSettled(
     escrow: Any, customer: Any, funded_job: bytes
 ) -> None:
-    with ape.reverts(escrow.JobEscrowJobNotFunded, jobId=funded_job, status=FUNDED):
+    with ape.reverts(escrow.JobEscrowJobNotSettled, jobId=funded_job, status=FUNDED):
         escrow.claimRefund(funded_job, sender=customer)
 
 
@@ -426,10 +437,16 @@ def test_releaseCollateral_freesStakeOfAReclaimedJob(
     workers: list[Any],
     chain: Any,
 ) -> None:
-    with ape.reverts(escrow.JobEscrowJobStillOpen, jobId=funded_job):
+    releasable_at = escrow.jobOf(funded_job).deadline + GRACE_PERIOD + COLLATERAL_SLASH_WINDOW
+    with ape.reverts(
+        escrow.JobEscrowCollateralStillSlashable, jobId=funded_job, releasableAt=releasable_at
+    ):
         escrow.releaseCollateral(funded_job, workers[:2], sender=stranger)
     advance(chain, 3600 + GRACE_PERIOD + 1)
     escrow.reclaim(funded_job, sender=customer)
+    with ape.reverts(escrow.JobEscrowCollateralStillSlashable):
+        escrow.releaseCollateral(funded_job, workers[:2], sender=stranger)
+    advance_to(chain, releasable_at)
 
     escrow.releaseCollateral(funded_job, workers[:2], sender=stranger)
 
@@ -444,26 +461,38 @@ def test_releaseCollateral_freesALockTheSettlementDidNotList(
     stranger: Any,
     funded_job: bytes,
     workers: list[Any],
+    chain: Any,
 ) -> None:
-    escrow.settle(funded_job, workers[:1], [AMOUNT], ROOT, sender=orchestrator)
+    receipt = escrow.settle(funded_job, workers[:1], [AMOUNT], ROOT, sender=orchestrator)
     assert stake_manager.stakeOf(workers[1]).locked == 50 * TOKEN
+    with ape.reverts(
+        escrow.JobEscrowCollateralStillSlashable,
+        jobId=funded_job,
+        releasableAt=receipt.timestamp + COLLATERAL_SLASH_WINDOW,
+    ):
+        escrow.releaseCollateral(funded_job, workers[1:2], sender=stranger)
+    advance_to(chain, receipt.timestamp + COLLATERAL_SLASH_WINDOW)
 
-    escrow.releaseCollateral(funded_job, workers[1:2], sender=stranger)
+    receipt = escrow.releaseCollateral(funded_job, workers[1:2], sender=stranger)
 
     assert stake_manager.stakeOf(workers[1]).locked == 0
+    assert receipt.events.filter(stake_manager.CollateralReleased) == [
+        stake_manager.CollateralReleased(jobId=funded_job, provider=workers[1], amount=50 * TOKEN)
+    ]
 
 
 def test_releaseCollateral_revertsForAnUnknownJob(escrow: Any, stranger: Any) -> None:
-    with ape.reverts(escrow.JobEscrowJobNotFunded, jobId=job_id("ghost"), status=NONE):
+    with ape.reverts(escrow.JobEscrowUnknownJob, jobId=job_id("ghost")):
         escrow.releaseCollateral(job_id("ghost"), [], sender=stranger)
 
 
 # ---------------------------------------------------------------- disputes role and admin
 
 
-def test_freezePayout_revertsBeyondPendingOrAfterTheWindow(
+def test_freezePayout_revertsBeyondTheJobsCapsOrAfterTheWindow(
     escrow: Any,
     admin: Any,
+    customer: Any,
     orchestrator: Any,
     stranger: Any,
     funded_job: bytes,
@@ -473,18 +502,23 @@ def test_freezePayout_revertsBeyondPendingOrAfterTheWindow(
     escrow.grantRole(escrow.DISPUTES_ROLE(), stranger, sender=admin)
     receipt = escrow.settle(funded_job, workers[:1], [60 * TOKEN], ROOT, sender=orchestrator)
     with ape.reverts(
-        escrow.JobEscrowInsufficientPending,
-        account=workers[0],
+        escrow.JobEscrowDisputeCapExceeded,
+        jobId=funded_job,
         requested=61 * TOKEN,
         available=60 * TOKEN,
     ):
         escrow.freezePayout(funded_job, workers[0], 61 * TOKEN, sender=stranger)
-    with ape.reverts(escrow.JobEscrowPayoutExceedsEscrow):
-        escrow.freezePayout(funded_job, workers[0], AMOUNT + 1, sender=stranger)
+    with ape.reverts(
+        escrow.JobEscrowDisputeCapExceeded,
+        jobId=funded_job,
+        requested=41 * TOKEN,
+        available=40 * TOKEN,
+    ):
+        escrow.freezePayout(funded_job, customer, 41 * TOKEN, sender=stranger)
     with ape.reverts(
         escrow.JobEscrowInsufficientFrozen, account=workers[0], requested=1, available=0
     ):
-        escrow.unfreezePayout(workers[0], workers[0], 1, sender=stranger)
+        escrow.unfreezePayout(funded_job, workers[0], workers[0], 1, sender=stranger)
     advance(chain, DISPUTE_WINDOW)
     with ape.reverts(
         escrow.JobEscrowDisputeWindowClosed,

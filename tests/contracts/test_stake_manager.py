@@ -7,6 +7,8 @@ from typing import Any
 
 import ape
 import pytest
+from eth_abi import encode
+from eth_utils import keccak
 
 from orchestrator.domain.merkle import MerkleTree, score_leaf
 
@@ -17,6 +19,7 @@ BACKGROUND, STANDARD, HIGH = 0, 1, 2
 LOW_SCORE, ABANDONMENT, FAILED_VERIFICATION, OTHER = 0, 1, 2, 3
 PENDING, FROZEN, RELEASED, REVERSED = 1, 2, 3, 4
 DIGEST = b"\x42" * 32
+SALT = b"\x77" * 32
 
 
 def _stake_tuple(stake_manager: Any, who: Any) -> tuple[int, int, int, int]:
@@ -376,6 +379,19 @@ def test_releaseSlash_revertsTwice(
 # ---------------------------------------------------------------- slashForScore
 
 
+def _reveal(
+    stake_manager: Any, finder: Any, provider: Any, epoch: int, score: int, proof: list[bytes]
+) -> Any:
+    """A finding's two steps: the finder commits to it, then reveals it in a later block."""
+    commitment = keccak(
+        encode(
+            ["address", "address", "uint64", "bytes32"], [str(finder), str(provider), epoch, SALT]
+        )
+    )
+    stake_manager.commitFinding(commitment, sender=finder)
+    return stake_manager.slashForScore(provider, epoch, score, DIGEST, proof, SALT, sender=finder)
+
+
 def _score_tree(entries: list[tuple[Any, int]]) -> tuple[MerkleTree, dict[str, bytes]]:
     leaves = {str(who): score_leaf(str(who), score, DIGEST) for who, score in entries}
     return MerkleTree.build(list(leaves.values())), leaves
@@ -406,7 +422,7 @@ def test_slashForScore_anyoneWithAProofSlashesDemotesAndEarnsTheFinderShare(
     low = providers[0]
     stake_manager.setTier(low, HIGH, sender=orchestrator)
 
-    stake_manager.slashForScore(low, 3, 2_000, DIGEST, tree.proof(leaves[str(low)]), sender=finder)
+    _reveal(stake_manager, finder, low, 3, 2_000, tree.proof(leaves[str(low)]))
 
     # defaults: threshold 5000 bps, slash 10% of stake, finder 10% of the slash
     assert _stake_tuple(stake_manager, low) == (900 * TOKEN, 0, 0, BACKGROUND)
@@ -429,12 +445,12 @@ def test_slashForScore_onlyOncePerProviderAndEpoch(
 ) -> None:
     tree, leaves = scored_epoch
     proof = tree.proof(leaves[str(providers[2])])
-    stake_manager.slashForScore(providers[2], 3, 4_999, DIGEST, proof, sender=finder)
+    _reveal(stake_manager, finder, providers[2], 3, 4_999, proof)
 
     with ape.reverts(
         stake_manager.StakeManagerAlreadySlashedForEpoch, provider=providers[2], epoch=3
     ):
-        stake_manager.slashForScore(providers[2], 3, 4_999, DIGEST, proof, sender=finder)
+        _reveal(stake_manager, finder, providers[2], 3, 4_999, proof)
 
 
 def test_slashForScore_revertsForAScoreAtOrAboveTheThreshold(
@@ -447,9 +463,8 @@ def test_slashForScore_revertsForAScoreAtOrAboveTheThreshold(
     with ape.reverts(
         stake_manager.StakeManagerScoreAboveThreshold, scoreBps=9_000, thresholdBps=5_000
     ):
-        stake_manager.slashForScore(
-            providers[1], 3, 9_000, DIGEST, tree.proof(leaves[str(providers[1])]), sender=finder
-        )
+        proof = tree.proof(leaves[str(providers[1])])
+        _reveal(stake_manager, finder, providers[1], 3, 9_000, proof)
 
 
 def test_slashForScore_revertsOnAForgedScore(
@@ -460,16 +475,15 @@ def test_slashForScore_revertsOnAForgedScore(
 ) -> None:
     tree, leaves = scored_epoch
     with ape.reverts(stake_manager.StakeManagerInvalidScoreProof, provider=providers[1], epoch=3):
-        stake_manager.slashForScore(
-            providers[1], 3, 100, DIGEST, tree.proof(leaves[str(providers[1])]), sender=finder
-        )
+        proof = tree.proof(leaves[str(providers[1])])
+        _reveal(stake_manager, finder, providers[1], 3, 100, proof)
 
 
 def test_slashForScore_revertsForAnUncommittedEpoch(
     stake_manager: Any, provider: Any, finder: Any
 ) -> None:
     with ape.reverts(stake_manager.StakeManagerEpochNotCommitted, epoch=99):
-        stake_manager.slashForScore(provider, 99, 0, DIGEST, [], sender=finder)
+        _reveal(stake_manager, finder, provider, 99, 0, [])
 
 
 def test_slashForScore_withNothingSlashableStillDemotes(
@@ -479,9 +493,7 @@ def test_slashForScore_withNothingSlashableStillDemotes(
     stake_manager.commitEpoch(1, tree.root, sender=orchestrator)
     stake_manager.setTier(provider, STANDARD, sender=orchestrator)
 
-    stake_manager.slashForScore(
-        provider, 1, 0, DIGEST, tree.proof(leaves[str(provider)]), sender=finder
-    )
+    _reveal(stake_manager, finder, provider, 1, 0, tree.proof(leaves[str(provider)]))
 
     assert stake_manager.stakeOf(provider).tier == BACKGROUND
     assert stake_manager.slashCount() == 0

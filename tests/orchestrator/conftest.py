@@ -73,7 +73,7 @@ def clock() -> VirtualClock:
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
-    # pls_placement off: these tests are about the core; tests/pls_service covers the gates
+    # pls_placement off: these tests are about the core; tests/services covers the gates
     return Settings(database_url=db_url, data_dir=tmp_path, periodic_enabled=False,
                     json_logs=False, admin_key=SecretStr(ADMIN_KEY),
                     max_blob_bytes=1024 * 1024, pls_placement=False)

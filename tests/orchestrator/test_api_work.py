@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
@@ -194,3 +195,27 @@ def test_lease_pull_looks_past_tasks_this_node_cannot_run(
     runnable = make_job(1)
     lease = node.post("/v1/nodes/gpu-1/lease")
     assert lease.json()["job_id"] == runnable
+
+
+def test_blob_downloads_onlyTheCheckpointAndItsChunks_ofATaskTheNodeHolds(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    first, second = live_node("gpu-1"), live_node("gpu-2")
+    make_job(1)
+    unrelated = upload(first, b"someone else's frame")
+    assert second.client.get(f"/v1/blobs/{unrelated}", headers=second.auth).status_code == 403
+    task_id = first.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    first.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1})
+    chunk = upload(first, b"samples 0-63")
+    manifest = upload(first, json.dumps({"chunks": [{"sha256": chunk}]}).encode())
+    assert first.post(f"/v1/tasks/{task_id}/checkpoints",
+                      {"sha256": manifest, "progress": 0.5}).status_code == 200
+    assert first.post(f"/v1/tasks/{task_id}/fail", {"reason": "drain"}).status_code == 200
+
+    moved = second.post("/v1/nodes/gpu-2/lease").json()
+    assert (moved["task_id"], moved["resume_from_sha256"]) == (task_id, manifest)
+    got = [second.client.get(f"/v1/blobs/{sha}", headers=second.auth)
+           for sha in (manifest, chunk, unrelated)]
+
+    assert [r.status_code for r in got] == [200, 200, 403]
+    assert got[1].content == b"samples 0-63"
+    assert got[2].json()["error"]["code"] == "blob_not_leased"

@@ -15,6 +15,14 @@ def test_schedule_bench_places_every_placeable_task_on_sqlite() -> None:
     assert result["placements_per_s"] > 0 and result["p99_ms"] >= result["p50_ms"] >= 0
 
 
+def test_schedule_bench_through_the_pls_gate_places_as_many_and_locks_each() -> None:
+    plain = schedule.run(nodes=40, tasks=200, backends=["sqlite"])["sqlite"]
+    gated = schedule.run(nodes=40, tasks=200, backends=["sqlite"], pls=True)
+    assert gated["pls"] is True
+    assert gated["sqlite"]["placements"] == plain["placements"]
+    assert gated["sqlite"]["locks"] == gated["sqlite"]["placements"]
+
+
 @pytest.mark.postgres
 def test_schedule_bench_runs_on_postgresql(postgres_url: str) -> None:
     result = schedule.run(nodes=40, tasks=200, backends=["postgresql"])["postgresql"]

@@ -10,12 +10,11 @@ from orchestrator.api.deps import AdminDep, CtxDep, SessionDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.routes.jobs import job_out
 from orchestrator.api.schemas import JobOut, OutboxOut, SweepOut, TaskOut, VerificationFailedIn
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db import outbox as outbox_store
-from orchestrator.db.models import Task
 from orchestrator.db.outbox import OutboxStatus
 from orchestrator.domain.reliability import TaskOutcome
-from orchestrator.scheduling import pls_jobs
+from orchestrator.services import work
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
 
@@ -23,15 +22,11 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
 @router.post("/sweep", response_model=SweepOut,
              summary="Run the failure/lease sweep now (it also runs periodically)")
 def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
-    result = work.sweep(session, detector=ctx.detector, now=ctx.now(),
-                        lease_holds=ctx.pls.lease_holds)
-    pls_jobs.after_sweep(ctx.pls, session, result, ctx.now())
+    result = work.sweep(session, detector=ctx.detector, pls=ctx.pls, metrics=ctx.metrics,
+                          now=ctx.now())
     session.commit()
-    ctx.metrics.node_failures.inc(len(result.dead_nodes))
-    ctx.metrics.retries.labels("lapsed").inc(result.expired_leases)
-    ctx.metrics.retries.labels("dead").inc(result.revoked)
     return SweepOut(expired_leases=result.expired_leases, dead_nodes=result.dead_nodes,
-                    held_nodes=result.held, placed=0)
+                    held_nodes=result.held)
 
 
 @router.post("/jobs/{job_id}/accept", response_model=JobOut,
@@ -40,12 +35,7 @@ def accept(job_id: str, session: SessionDep, ctx: CtxDep) -> JobOut:
     job = crud.get_job(session, job_id=job_id.lower())
     if job is None:
         raise ApiError(404, "job_not_found", f"no job {job_id}")
-    now = ctx.now()
-    work.accept_job(session, job=job, now=now)
-    for task in crud.job_tasks(session, job_id=job.id):
-        if task.node_id is not None:
-            ctx.pls.task_outcome(session, node_id=task.node_id, task_id=task.id,
-                                 outcome=TaskOutcome.COMPLETED, now=now)
+    work.accept_job(session, job=job, pls=ctx.pls, now=ctx.now())
     session.commit()
     return job_out(session, job)
 
@@ -54,7 +44,7 @@ def accept(job_id: str, session: SessionDep, ctx: CtxDep) -> JobOut:
              summary="A spot check found the task's result wrong: slash its collateral, demote")
 def verification_failed(task_id: int, body: VerificationFailedIn, session: SessionDep,
                         ctx: CtxDep) -> TaskOut:
-    task = session.get(Task, task_id)
+    task = crud.get_task(session, task_id=task_id)
     if task is None:
         raise ApiError(404, "task_not_found", f"no task {task_id}")
     ctx.pls.task_outcome(session, node_id=body.node_id, task_id=task_id,

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from eth_utils import keccak
 from fastapi import APIRouter, Header
+from fastapi.responses import FileResponse
 
 from orchestrator.api.deps import CtxDep, EscrowDep, SessionDep, SignedDep
 from orchestrator.api.errors import ApiError
-from orchestrator.api.schemas import JobOut, JobSubmission
-from orchestrator.chain.views import EscrowStatus
+from orchestrator.api.routes.blobs import blob_file
+from orchestrator.api.schemas import JobOut, JobSubmission, ResultOut, ResultsOut
 from orchestrator.db import crud
 from orchestrator.db.models import Job
-from orchestrator.domain.lifecycle import JobStatus
+from orchestrator.domain.chain_views import EscrowStatus
+from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.scheduling.jobs import split_tasks
 
@@ -80,3 +82,48 @@ def status(job_id: str, session: SessionDep) -> JobOut:
     if job is None:
         raise ApiError(404, "job_not_found", f"no job {job_id}")
     return job_out(session, job)
+
+
+def customer_job(session: SessionDep, *, job_id: str, address: str) -> Job:
+    job = crud.get_job(session, job_id=job_id.lower())
+    if job is None:
+        raise ApiError(404, "job_not_found", f"no job {job_id}")
+    if job.customer != address:
+        raise ApiError(403, "job_not_owned", "this job belongs to another customer")
+    return job
+
+
+def result_name(payload: dict[str, Any], index: int) -> str:
+    if payload.get("kind") == "blender":
+        frame, tile = int(payload["frame"]), int(payload.get("tile", 0))
+        tiles = int(payload.get("tiles", 1))
+        suffix = "exr" if payload.get("format") == "exr" else "png"
+        return (f"frame-{frame:04d}.{suffix}" if tiles == 1
+                else f"frame-{frame:04d}-tile-{tile:02d}.{suffix}")
+    return f"shard-{index:04d}.tar"
+
+
+@router.get("/jobs/{job_id}/results", response_model=ResultsOut,
+            summary="The job's results so far: one content-addressed file per task (signed, "
+                    "the job's customer only)")
+def results(job_id: str, signed: SignedDep, session: SessionDep) -> ResultsOut:
+    job = customer_job(session, job_id=job_id, address=signed.address)
+    found = crud.job_results(session, job_id=job.id)
+    tasks = crud.task_counts(session, job_id=job.id)
+    unfinished = sum(count for status, count in tasks.items()
+                     if status not in (TaskStatus.DONE.value, TaskStatus.VERIFIED.value))
+    return ResultsOut(job_id=job.id, status=job.status, complete=unfinished == 0, results=[
+        ResultOut(task_id=task.id, name=result_name(task.payload, task.index),
+                  sha256=blob.sha256, size=blob.size, frame=task.payload.get("frame"),
+                  tile=task.payload.get("tile"), tiles=task.payload.get("tiles"))
+        for task, blob in found])
+
+
+@router.get("/jobs/{job_id}/results/{sha256}", response_class=FileResponse,
+            summary="Download one result of the job (signed, the job's customer only)")
+def download_result(job_id: str, sha256: str, signed: SignedDep, session: SessionDep,
+                    ctx: CtxDep) -> FileResponse:
+    job = customer_job(session, job_id=job_id, address=signed.address)
+    if all(blob.sha256 != sha256 for _, blob in crud.job_results(session, job_id=job.id)):
+        raise ApiError(404, "result_not_found", "no result of this job has that sha256")
+    return blob_file(ctx, sha256)

@@ -16,8 +16,9 @@ from orchestrator.api.schemas import (
     NodeRegistration,
 )
 from orchestrator.db import crud, work
-from orchestrator.db.models import Node, Task
+from orchestrator.db.models import Node
 from orchestrator.domain.types import NodeSpec
+from orchestrator.services import work as services_work
 
 router = APIRouter(tags=["nodes"])
 
@@ -55,7 +56,10 @@ def register(body: NodeRegistration, signed: SignedDep, session: SessionDep,
 @router.post("/auth/login", response_model=LoginOut,
              summary="Trade a signature for a short-lived session token (for heartbeats)")
 def login(body: LoginRequest, signed: SignedDep, session: SessionDep, ctx: CtxDep) -> LoginOut:
-    owned_node(session, node_id=body.node_id, address=signed.address)
+    node = owned_node(session, node_id=body.node_id, address=signed.address)
+    if body.session_key is not None:
+        ctx.pls.session_bound(session, node=node, session_key=body.session_key)
+        session.commit()
     expires_at = ctx.now() + ctx.settings.session_ttl_s
     token = issue_token(ctx.session_secret, SessionClaims(signed.address, body.node_id,
                                                           expires_at))
@@ -88,24 +92,21 @@ def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
                ) -> LeaseOut | Response:
     node = owned_node(session, node_id=node_id, address=claims.address)
     now = ctx.now()
-    lease = work.pull_lease(session, node=node, now=now,
-                            reservation_ttl_s=ctx.settings.reservation_ttl_s,
-                            gate=ctx.pls if ctx.settings.pls_placement else None)
-    if lease is None:
+    grant = services_work.pull_lease(session, node=node, pls=ctx.pls,
+                                     pls_placement=ctx.settings.pls_placement,
+                                     reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
+    if grant is None:
         session.commit()
         return Response(status_code=204)
-    task = session.get(Task, lease.task_id)
-    assert task is not None
+    lease, task = grant.lease, grant.task
     out = LeaseOut(lease_id=lease.id, task_id=task.id, job_id=task.job_id, slot=lease.slot,
                    expires_at=lease.expires_at, payload=task.payload,
                    resume_from_sha256=task.checkpoint_sha256,
                    resume_progress=task.checkpoint_progress,
-                   checkpoint_interval_s=ctx.pls.checkpoint_interval_s(
-                       node_id, now, crud.needs_from_json(task.needs).expected_duration_s))
-    fresh = lease.created_at == now
+                   checkpoint_interval_s=grant.checkpoint_interval_s)
     created_at = task.created_at
     session.commit()
-    if fresh:
+    if grant.fresh:
         ctx.metrics.placements.inc()
         ctx.metrics.time_to_assignment.observe(max(now - created_at, 0.0))
     return out

@@ -36,9 +36,10 @@ def checkpoint(task_id: int, body: CheckpointIn, claims: NodeDep, session: Sessi
                ctx: CtxDep) -> TaskOut:
     task = work.add_checkpoint(session, task_id=task_id, node_id=claims.node_id,
                                sha256=body.sha256, progress=body.progress, now=ctx.now())
-    session.commit()
     if body.cost_s is not None:
-        ctx.pls.observe_checkpoint_cost(claims.node_id, body.cost_s)
+        ctx.pls.observe_checkpoint_cost(session, node_id=claims.node_id, seconds=body.cost_s,
+                                        now=ctx.now())
+    session.commit()
     return task_out(task)
 
 

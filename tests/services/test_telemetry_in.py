@@ -1,9 +1,11 @@
 """Telemetry into the one service-wide reliability book: agent GPU samples (bounded, only able
 to lower RS), orchestrator-timed probes (a lost probe is loss), sessions from the failure
-detector; and a restarted orchestrator rebuilds the same book from the DB."""
+detector, upload throughput timed on blob uploads; and a restarted orchestrator rebuilds the
+same book from the DB."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
@@ -13,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db.models import NodeSession, TelemetrySample
 from orchestrator.domain.reliability import telemetry_digest
 from tests.orchestrator.apiclient import VirtualClock
-from tests.pls_service.pls_harness import Agent, gpu_sample
-from tests.pls_service.test_placement_gates import pls_of
-from tests.pls_service.test_slashing_service import beat_rounds
+from tests.services.pls_harness import Agent, gpu_sample
+from tests.services.test_placement_gates import pls_of
+from tests.services.test_slashing_service import beat_rounds
 
 THERMAL_SLOWDOWN = 0x20
 
@@ -92,3 +94,25 @@ def test_restarted_orchestrator_rebuilds_the_same_book_from_the_db(
         sessions = list(session.scalars(select(NodeSession).where(
             NodeSession.node_id == "gpu-flaky").order_by(NodeSession.id)))
     assert [(s.abrupt, s.ended_at is None) for s in sessions] == [(True, False), (None, True)]
+
+
+def test_a_large_blob_upload_is_timed_as_the_nodes_upload_throughput(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        factory: sessionmaker[Session], make_app: Callable[..., TestClient]) -> None:
+    node = agent("gpu-up")
+    body = bytes(range(256)) * (5 * 4096)  # 5 MiB
+    headers = {"authorization": f"Bearer {node.token}"}
+    small = b"tiny checkpoint"
+    for data in (small, body):
+        put = client.put(f"/v1/blobs/{hashlib.sha256(data).hexdigest()}", content=data,
+                         headers=headers)
+        assert put.status_code == 200, put.text
+    with factory() as session:
+        (mbps,) = session.scalars(select(TelemetrySample.value)
+                                  .where(TelemetrySample.metric == "upload_mbps",
+                                         TelemetrySample.node_id == "gpu-up"))
+    assert mbps > 0  # one sample: the small body measures the round trip, not the uplink
+    summary = pls_of(client).book.summary("gpu-up", clock())
+    assert summary.upload_kbps == round(mbps * 1000)
+    restarted = make_app()  # the sample is replayed into the restarted engine
+    assert pls_of(restarted).book.summary("gpu-up", clock()).upload_kbps == summary.upload_kbps

@@ -18,11 +18,10 @@ from orchestrator.chain.sdk import MeshAccount, MeshChain
 from orchestrator.config import Settings
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.types import Tier
-from orchestrator.scheduling import pls_jobs
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.orchestrator.apiclient import VirtualClock, Wallet
-from tests.pls_service.pls_harness import Agent
-from tests.pls_service.test_placement_gates import pls_of
+from tests.services.pls_harness import Agent
+from tests.services.test_placement_gates import pls_of
 
 STAKE = 1_000 * 10**18
 pytestmark = [pytest.mark.anvil, pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)]
@@ -71,10 +70,10 @@ def test_low_score_epoch_root_lets_a_third_party_slash_and_demote_on_chain(
     for _ in range(9):  # a sustained low score: 6 h window + the decision delay
         hour_of_telemetry(low, good, clock)
         with factory.begin() as session:
-            pls_jobs.decide(pls, session, clock())
+            pls.run_decide(session, now=clock())
     clock.advance(pls.config.epoch_s)
     with factory.begin() as session:
-        pls_jobs.close_last_epoch(pls, session, clock())
+        pls.close_last_epoch(session, now=clock())
     epoch = pls.epoch_of(clock()) - 1
     with factory() as session:
         (commit,) = session.scalars(select(OutboxAction).where(OutboxAction.kind == "commit"))

@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from orchestrator.config import Settings
+from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.popw import DEFAULT_GPU_CLASSES, GpuClass, PopwConfig
 from orchestrator.main import create_app
-from orchestrator.telemetry.pls_service import PlsConfig
 from tests.orchestrator.apiclient import VirtualClock, Wallet, registration
-from tests.pls_service.pls_harness import ADMIN_KEY, Agent, FixedStake
+from tests.services.pls_harness import ADMIN_KEY, Agent, FixedStake
 
 AppMaker = Callable[..., TestClient]
 

@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db.models import CollateralLock, Lease, OutboxAction
 from orchestrator.domain.types import Priority, TaskNeeds
 from orchestrator.scheduling.placer import Placer
-from orchestrator.telemetry.pls_service import PlsService
+from orchestrator.services.pls import PlsService
 from tests.orchestrator.apiclient import VirtualClock
-from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
-from tests.pls_service.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
+from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.services.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
 
 def pls_of(client: TestClient) -> PlsService:
@@ -95,7 +95,7 @@ def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batc
     stake.free[staked.wallet.address] = 10 * TOKEN
     make_job(factory, tasks=2, value=TOKEN, now=clock())
     pls = pls_of(client)
-    placer = Placer(factory, score_at=pls.score_fn, gate=pls, clock=clock)
+    placer = Placer(factory, gate=pls, clock=clock)
     placed = placer.place_all()
     assert [r.node_id for r in placed.placed] == ["gpu-staked"]  # one slot; cheap has no stake
     with factory() as session:

@@ -18,7 +18,7 @@ from orchestrator.db.models import PopwVerdictRecord
 from orchestrator.domain import popw
 from orchestrator.domain.types import Tier
 from tests.orchestrator.apiclient import VirtualClock, Wallet
-from tests.pls_service.pls_harness import Agent, gpu_sample
+from tests.services.pls_harness import Agent, gpu_sample
 
 
 def challenge_for(node: Agent, gpu_class: str = "rtx4090") -> dict[str, Any]:

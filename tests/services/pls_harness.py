@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.chain.views import ProviderStake
 from orchestrator.db import crud
+from orchestrator.domain.chain_views import ProviderStake
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
 from tests.orchestrator.apiclient import VirtualClock, Wallet

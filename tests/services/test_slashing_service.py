@@ -12,10 +12,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import CollateralLock, Lease, NodeSession, OutboxAction, SlashRecord
 from orchestrator.domain.types import SlashReason
-from orchestrator.scheduling import pls_jobs
 from tests.orchestrator.apiclient import VirtualClock
-from tests.pls_service.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
-from tests.pls_service.test_placement_gates import pls_of
+from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.services.test_placement_gates import pls_of
 
 
 def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[Agent],
@@ -51,7 +50,7 @@ def decide_after_delay(client: TestClient, factory: sessionmaker[Session],
     pls = pls_of(client)
     clock.advance(pls.config.slashing.decision_delay_s + 60)
     with factory.begin() as session:
-        pls_jobs.decide(pls, session, clock())
+        pls.run_decide(session, now=clock())
 
 
 def slash_actions(factory: sessionmaker[Session]) -> list[OutboxAction]:
@@ -177,7 +176,7 @@ def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(
                          json={"node_id": "gpu-cheat"}, headers=ADMIN)
     assert failed.status_code == 200, failed.text
     with factory.begin() as session:
-        pls_jobs.decide(pls_of(client), session, clock())  # no decision delay for this one
+        pls_of(client).run_decide(session, now=clock())  # no decision delay for this one
     (action,) = slash_actions(factory)
     assert (action.payload["reason"], action.payload["amount"]) == (
         SlashReason.FAILED_VERIFICATION, str(lock.amount))

@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 
 from orchestrator.domain.types import Tier
 from tests.orchestrator.apiclient import VirtualClock
-from tests.pls_service.pls_harness import Agent, gpu_sample
-from tests.pls_service.test_placement_gates import pls_of
-from tests.pls_service.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
+from tests.services.pls_harness import Agent, gpu_sample
+from tests.services.test_placement_gates import pls_of
+from tests.services.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
 THERMAL_SLOWDOWN = 0x20
 

@@ -1,0 +1,254 @@
+"""The one Predictive Latency Staking engine: everything PLS decides, in one pure object.
+
+`PlsEngine` owns the `ReliabilityBook` (RS), the `OnlineRecalibrator` that maps raw RS onto
+the completion rate observed so far (fed with the raw RS each placement was made at and how
+that attempt ended), the daily population-prior refit, placement ranking (`PlsPolicy`:
+expected cost, probation, exploration, the RS floor and risk-priced collateral), `LeaseHold`
+through shared silences, Young/Daly checkpoint intervals from each node's measured checkpoint
+cost, and the `StakingPolicy` (handshakes, slashes, tiers) with its epoch readings.
+
+Two drivers feed it the same observations: `services.pls.PlsService` (adds persistence,
+locking and the outbox) and `simulation.pls_driver.PlsDriver` (adds a virtual clock and a
+modelled world). Whatever the churn benchmark credits to PLS runs here, hence in both.
+
+The prior is refitted before the first session event at or past each `prior_refit_s`
+boundary (UTC midnight by default), so replaying the stored session events in time order
+(`services.pls_rebuild`) refits at the same points and rebuilds the same prior.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from orchestrator.domain.calibration import OnlineRecalibrator
+from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
+from orchestrator.domain.collateral import CollateralPolicy
+from orchestrator.domain.matching import Candidate
+from orchestrator.domain.pls import LeaseHold, Placement, PlsPolicy, RankedRows
+from orchestrator.domain.popw import PopwConfig, PopwVerdict
+from orchestrator.domain.reliability import (
+    GpuSample,
+    ProbeSample,
+    ReliabilityBook,
+    TaskOutcome,
+    UploadSample,
+    telemetry_digest,
+)
+from orchestrator.domain.slashing import PolicyActions, SlashingConfig, StakingPolicy
+from orchestrator.domain.types import TaskNeeds, Tier
+
+NO_EVIDENCE = bytes(32)  # readings at or above the demotion threshold never back a slash
+MIN_CHECKPOINT_HORIZON_S = 60.0  # the MTBF is read over at least this long a task
+
+
+@dataclass(frozen=True, slots=True)
+class PlsConfig:
+    """Every PLS knob, for the service and the simulator alike."""
+
+    min_rs: float = 0.5  # a placement needs RS(node, task duration) at least this
+    score_horizon_s: float = 3600.0  # T of the RS readings observed and committed per epoch
+    epoch_s: float = 3600.0
+    prior_refit_s: float = 86_400.0  # the population prior is refitted from the grid daily
+    recalibrate_after: int = 500  # ended attempts before raw RS is mapped onto outcomes
+    recalibrate_every: int = 1_000  # ended attempts between refits of that map
+    probe_timeout_s: float = 10.0  # an unanswered probe counts as lost after this
+    gap_persist_s: float = 5.0
+    stake_ttl_s: float = 15.0  # how long a free-stake read from the chain is reused
+    max_sample_age_s: float = 600.0  # agent samples older than this are refused
+    explore_seed: int = 0  # the exploration draw's generator (a run is reproducible)
+    collateral: CollateralPolicy = field(default_factory=CollateralPolicy)
+    checkpoints: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    popw: PopwConfig = field(default_factory=PopwConfig)
+    slashing: SlashingConfig = field(default_factory=SlashingConfig)
+    lease_hold: LeaseHold = field(default_factory=LeaseHold)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One node's RS over the score horizon and the digest of its telemetry (the evidence a
+    slash or an epoch leaf carries)."""
+
+    rs: float
+    digest: bytes
+
+
+class PlsEngine:
+    """The PLS state of one grid; not thread-safe (the service holds a lock around it)."""
+
+    def __init__(self, config: PlsConfig | None = None) -> None:
+        self.config = config or PlsConfig()
+        self.book = ReliabilityBook()
+        self.recalibrator = OnlineRecalibrator(min_outcomes=self.config.recalibrate_after,
+                                               refit_every=self.config.recalibrate_every)
+        self.book.set_recalibrator(self.recalibrator)
+        self.placement = PlsPolicy(self.book, self.config.collateral,
+                                   min_rs=self.config.min_rs, seed=self.config.explore_seed)
+        self.staking = StakingPolicy(self.config.slashing)
+        self.prior_refits = 0
+        self._next_refit: float | None = None
+        self._providers: dict[str, str] = {}
+        self._checkpoint_cost: dict[str, CheckpointCost] = {}
+
+    # ----- nodes ----------------------------------------------------------------------
+    def register(self, node_id: str, provider: str, *, region: str, network: str, at: float,
+                 tier: Tier) -> int:
+        """Know a node (idempotent); returns its book row."""
+        if node_id not in self._providers:
+            self.staking.register(node_id, provider, region, network, at, tier)
+            self._providers[node_id] = provider
+            self._checkpoint_cost[node_id] = CheckpointCost()
+        return self.book.add_node(node_id)
+
+    def knows(self, node_id: str) -> bool:
+        return node_id in self._providers
+
+    def provider_of(self, node_id: str) -> str:
+        return self._providers[node_id]
+
+    def node_ids(self) -> list[str]:
+        return sorted(self._providers)
+
+    def online(self, node_id: str, now: float) -> bool:
+        return self.book.uptime(node_id, now) is not None
+
+    # ----- sessions ---------------------------------------------------------------------
+    def session_started(self, node_id: str, at: float) -> None:
+        """The node is online from `at` (a registration or a return after a DEAD verdict)."""
+        self._maybe_refit_prior(at)
+        self.book.session_started(node_id, at)
+        self.staking.node_returned(node_id, at)
+
+    def departed(self, node_ids: Iterable[str], now: float) -> dict[str, float]:
+        """The detector called these nodes DEAD, all at once: every departure is recorded
+        first (a silence shared within the batch counts), then `LeaseHold` says how long to
+        keep each one's leases (0: revoke now, and the departure is the node's own)."""
+        known = [node_id for node_id in node_ids if node_id in self._providers]
+        for node_id in known:
+            self.staking.node_departed(node_id, now)
+        return {node_id: self.config.lease_hold.for_node(self.staking, node_id, now)
+                for node_id in known}
+
+    def session_ended(self, node_id: str, at: float, abrupt: bool) -> None:
+        """`abrupt`: the node's own departure; a drain or a shared silence is censored."""
+        self._maybe_refit_prior(at)
+        self.book.session_ended(node_id, at, abrupt)
+
+    def _maybe_refit_prior(self, at: float) -> None:
+        period = self.config.prior_refit_s
+        if self._next_refit is None:
+            self._next_refit = (math.floor(at / period) + 1) * period
+            return
+        if at < self._next_refit:
+            return
+        self._next_refit = (math.floor(at / period) + 1) * period
+        try:
+            self.book.refit_prior(at)
+            self.prior_refits += 1
+        except ValueError:
+            pass  # no abrupt departure observed yet: keep the prior we have
+
+    # ----- telemetry --------------------------------------------------------------------
+    def probe(self, node_id: str, sample: ProbeSample) -> None:
+        self.book.record_probe(node_id, sample)
+
+    def gpu(self, node_id: str, sample: GpuSample) -> None:
+        self.book.record_gpu(node_id, sample)
+
+    def heartbeat(self, node_id: str, at: float) -> None:
+        self.book.record_heartbeat(node_id, at)
+
+    def upload(self, node_id: str, sample: UploadSample) -> None:
+        self.book.record_upload(node_id, sample)
+
+    def checkpoint_measured(self, node_id: str, seconds: float) -> None:
+        self._checkpoint_cost[node_id].observe(seconds)
+
+    def handshake(self, verdict: PopwVerdict) -> None:
+        self.staking.handshake(verdict)
+
+    # ----- attempts ---------------------------------------------------------------------
+    def attempt_ended(self, raw_rs: float | None, finished: bool) -> None:
+        """Teach the recalibrator: the raw RS the attempt was placed at and whether it
+        finished (a lost, revoked or wrongly verified attempt did not)."""
+        if raw_rs is not None:
+            self.recalibrator.observe(raw_rs, finished)
+
+    def completed(self, node_id: str, raw_rs: float | None) -> None:
+        self.book.record_task_outcome(node_id, TaskOutcome.COMPLETED)
+        self.attempt_ended(raw_rs, True)
+
+    def outcome(self, node_id: str, outcome: TaskOutcome) -> None:
+        """A task outcome that is not the end of a placed attempt (replayed on restart)."""
+        self.book.record_task_outcome(node_id, outcome)
+
+    def abandoned(self, node_id: str, task_id: str, collateral: int, raw_rs: float | None,
+                  at: float) -> None:
+        """The node's lease was revoked because it left (dated at its DEAD verdict)."""
+        self.attempt_ended(raw_rs, False)
+        self.staking.task_abandoned(node_id, task_id, collateral, at, self.digest(node_id, at))
+
+    def verification_failed(self, node_id: str, task_id: str, collateral: int,
+                            raw_rs: float | None, at: float) -> None:
+        self.book.record_task_outcome(node_id, TaskOutcome.FAILED_VERIFICATION)
+        self.attempt_ended(raw_rs, False)
+        self.staking.verification_failed(node_id, task_id, collateral, at,
+                                         self.digest(node_id, at))
+
+    # ----- placement --------------------------------------------------------------------
+    def rank(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
+             free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
+             wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
+        """Eligible, idle candidates (book rows) best first (`PlsPolicy.rank_rows`: the RS
+        floor, stake covering the collateral, probation, exploration). One exploration draw
+        per call."""
+        return self.placement.rank_rows(rows, prices, free_stake, needs, now,
+                                        wall_durations_s=wall_durations_s)
+
+    def rank_candidates(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
+                        free_stake: Mapping[str, int]) -> list[Placement]:
+        """The same ranking over `matching.Candidate`s (the service): eligible ones with a
+        free slot, ties to the emptier node then the node id, each with the exact collateral
+        its provider's free stake covers. Nodes the engine does not know are no candidates."""
+        return self.placement.rank([c for c in candidates if c.spec.node_id in self._providers],
+                                   needs, now, free_stake)
+
+    def collateral(self, needs: TaskNeeds, p_fail: float) -> int:
+        """The exact collateral to lock for a placement ranked at `p_fail`."""
+        return self.config.collateral.required(needs.value, p_fail, needs.expected_duration_s)
+
+    def checkpoint_interval_s(self, node_id: str, now: float, wall_s: float) -> float:
+        """Young/Daly interval from the node's predicted MTBF over the task and its measured
+        checkpoint cost (the EWMA's prior until a first checkpoint was timed)."""
+        mtbf = self.book.predicted_mtbf_s(node_id, now, max(wall_s, MIN_CHECKPOINT_HORIZON_S))
+        return self.config.checkpoints.interval(self._checkpoint_cost[node_id].value,
+                                                max(mtbf, 1.0))
+
+    # ----- scoring, slashing and epochs ------------------------------------------------
+    def digest(self, node_id: str, now: float) -> bytes:
+        return telemetry_digest(self.book.summary(node_id, now))
+
+    def readings(self, node_ids: Sequence[str], now: float, *, all_digests: bool = True
+                 ) -> dict[str, Reading]:
+        """RS over the score horizon of `node_ids`; the digest is computed for every node
+        (epoch leaves need it) or, with `all_digests=False`, only where it may back a slash."""
+        if not node_ids:
+            return {}
+        rows = np.fromiter((self.book.index_of(n) for n in node_ids), dtype=np.intp,
+                           count=len(node_ids))
+        scores = self.book.score_many(rows, now, self.config.score_horizon_s).tolist()
+        demote_below = self.staking.config.demote_below
+        return {node_id: Reading(rs, self.digest(node_id, now)
+                                 if all_digests or rs < demote_below else NO_EVIDENCE)
+                for node_id, rs in zip(node_ids, scores, strict=True)}
+
+    def decide(self, readings: Mapping[str, Reading], bonded: Mapping[str, int], now: float
+               ) -> PolicyActions:
+        """Observe the readings, then let the staking policy decide slashes and tiers."""
+        for node_id, reading in readings.items():
+            self.staking.observe_score(node_id, reading.rs, now, reading.digest)
+        return self.staking.decide(now, bonded)

@@ -1,0 +1,183 @@
+"""A local grid of real processes, for `mesh bench render` and the agent tests: the
+orchestrator as a `mesh orchestrator serve` process on loopback against an anvil deployment,
+agents as `mesh agent run` processes (own keystore, state dir and log each), and a customer who
+escrows on chain, uploads the .blend and submits the job, all signed. Placement runs without
+the PLS gates (`MESH_PLS_PLACEMENT=false`): no stake is needed to take work here."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from eth_utils import keccak
+
+from agent import keystore
+from agent.client import Wallet, expect
+from orchestrator.api.schemas import JobSpec
+from orchestrator.chain.anvil import dev_account
+from orchestrator.chain.sdk import MeshChain
+from orchestrator.processes import OrchestratorProcess, stop_process
+
+ORCHESTRATOR_ID = "depin-mesh-local-grid"
+T = TypeVar("T")
+
+
+class GridError(RuntimeError):
+    """Something the grid waited for did not happen."""
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None and found is not False:
+            return found
+        time.sleep(0.2)
+    raise GridError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+class Grid:
+    def __init__(self, chain: MeshChain, root: Path, *, rpc_url: str) -> None:
+        self.chain = chain
+        self.root = root
+        self.data_dir = root / "orchestrator"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        chain.deployment.save(self.data_dir)
+        self.env = {"MESH_DATA_DIR": str(self.data_dir), "MESH_RPC_URL": rpc_url,
+                    "MESH_CHAIN_ID": str(chain.deployment.chain_id),
+            "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID, "MESH_PLS_PLACEMENT": "false",
+            "MESH_SESSION_SECRET": secrets.token_hex(16), "MESH_LEASE_TTL_S": "4",
+            "MESH_SWEEP_INTERVAL_S": "0.5", "MESH_JSON_LOGS": "false",
+            "MESH_ADMIN_KEY": "test-admin"}
+        self.service: OrchestratorProcess | None = None
+        self.port: int | None = None
+        self.customer: Wallet | None = None
+        self.agents: list[AgentProcess] = []
+
+    def start(self, **env: str) -> Grid:
+        self.service = OrchestratorProcess({**self.env, **env}, self.data_dir / "service.log",
+                                           port=self.port)
+        self.service.__enter__()
+        self.port = self.service.port
+        self.customer = Wallet(self.url, bytes(dev_account(4).key), dev_account(4).address,
+                               chain_id=self.chain.deployment.chain_id,
+                               orchestrator_id=ORCHESTRATOR_ID)
+        return self
+
+    def stop_service(self, *, kill: bool = False) -> None:
+        if self.service is not None:
+            if kill:
+                self.service.kill()
+            else:
+                self.service.stop()
+
+    @property
+    def url(self) -> str:
+        assert self.service is not None
+        return self.service.base_url
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.kill()
+        if self.customer is not None:
+            self.customer.close()
+        self.stop_service()
+
+    def done(self, job_id: str) -> bool:
+        """Every task of the job has its result."""
+        results = self.results(job_id)
+        return bool(results["complete"]) and self.job(job_id)["tasks"] == {
+            "done": len(results["results"])}
+
+    def submit(self, blend: Path, **workload: Any) -> str:
+        """Upload the .blend (signed) and submit a render job of it; returns the job id."""
+        return self.submit_workload({"kind": "blender", "blend_sha256": self.upload(blend),
+                                     **workload})
+
+    def upload(self, path: Path) -> str:
+        assert self.customer is not None
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        self.customer.upload(digest, data)
+        return digest
+
+    def submit_workload(self, workload: dict[str, Any]) -> str:
+        """Escrow on chain, then submit the job (signed, with an idempotency key)."""
+        assert self.customer is not None
+        deadline = int(time.time()) + 3600
+        spec = {"workload": workload, "deadline": deadline}
+        spec_hash = JobSpec.model_validate(spec).canonical_hash()
+        job_id = keccak(text=f"agent test job {secrets.token_hex(8)}")
+        self.chain.account(dev_account(4)).create_job(job_id, 10**18, deadline, spec_hash)
+        expect(self.customer.send("POST", "/v1/jobs", {"job_id": "0x" + job_id.hex(),
+                                                      "spec": spec},
+                                  headers={"idempotency-key": secrets.token_hex(8)}))
+        return "0x" + job_id.hex()
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        assert self.customer is not None
+        return dict(expect(self.customer.http.get(f"/v1/jobs/{job_id}")))
+
+    def results(self, job_id: str) -> dict[str, Any]:
+        assert self.customer is not None
+        return dict(expect(self.customer.send("GET", f"/v1/jobs/{job_id}/results")))
+
+    def wait_logged_in(self, agents: list[AgentProcess]) -> None:
+        wait_for("the agents to log in", lambda: all("logged in" in a.log() for a in agents))
+
+    def agent(self, name: str, *extra: str, threads: int = 1) -> AgentProcess:
+        agent = AgentProcess(self, name, ["--threads", str(threads), *extra])
+        self.agents.append(agent)
+        return agent
+
+
+class AgentProcess:
+    """`mesh agent run` with its own keystore and state dir; its log in a file."""
+
+    def __init__(self, grid: Grid, name: str, extra: list[str]) -> None:
+        self.grid = grid
+        self.name = name
+        self.dir = grid.root / name
+        self.dir.mkdir(exist_ok=True)
+        self.keystore = self.dir / "key.json"
+        self.password = self.dir / "password"
+        if not self.keystore.exists():
+            self.password.write_text(secrets.token_hex(8))
+            keystore.create(self.keystore, self.password.read_text())
+        self.extra = extra
+        self.log_path = self.dir / "agent.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AgentProcess:
+        argv = [sys.executable, "-m", "orchestrator.cli", "agent", "run", "--orchestrator",
+                self.grid.url, "--keystore", str(self.keystore), "--password-file",
+                str(self.password), "--node-id", self.name, "--state-dir",
+                str(self.dir / "state"), "--heartbeat-s", "0.5",
+                "--poll-s", "0.3", "--chain-id", str(self.grid.chain.deployment.chain_id),
+                "--orchestrator-id", ORCHESTRATOR_ID, *self.extra]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no goodbye."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        assert self.process is not None
+        stop_process(self.process, timeout_s=timeout_s)
+        return int(self.process.returncode)

@@ -1,0 +1,103 @@
+"""PLS placement gates: the tier work may use a node for, the engine's ranking of candidates
+(RS floor, free stake covering the risk-priced collateral, probation, exploration) for the
+batch placer and the lease pull alike, the collateral lock in the placement's transaction,
+and each lease's Young/Daly checkpoint interval."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db import crud
+from orchestrator.db import pls as store
+from orchestrator.db.placement import Admission
+from orchestrator.domain.matching import Candidate, eligible
+from orchestrator.domain.reliability import RsComponents
+from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
+from orchestrator.services.pls_state import PlsState, StakeUnavailable
+
+log = logging.getLogger("orchestrator.pls")
+
+
+class PlsPlacement(PlsState):
+    def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
+        """The node with the tier work may use now: the policy's tier (demotions count at
+        once), and HIGH only while a passing HIGH handshake is fresh."""
+        with self._lock:
+            tier = (self.engine.staking.tier(spec.node_id) if self.engine.knows(spec.node_id)
+                    else spec.tier)
+            verdict = self._verdicts.get(spec.node_id)
+        fresh_high = (verdict is not None and verdict.fresh(now) and verdict.tier is Tier.HIGH)
+        if fresh_high and tier >= Tier.STANDARD:
+            tier = Tier.HIGH
+        elif tier is Tier.HIGH:
+            tier = Tier.STANDARD
+        return replace(spec, tier=tier)
+
+    def components(self, node_id: str, now: float, duration_s: float) -> RsComponents | None:
+        """The node's RS over `duration_s` and its factors, as placement sees them (None: a
+        node this service does not know)."""
+        with self._lock:
+            if not self.engine.knows(node_id):
+                return None
+            return self.book.components(node_id, now, duration_s)
+
+    def _free_stake(self, providers: set[str], now: float) -> dict[str, int]:
+        free: dict[str, int] = {}
+        for provider in sorted(providers):
+            try:
+                free[provider] = self.stake.free(provider, now)
+            except StakeUnavailable as exc:  # fail closed: this provider's nodes wait
+                log.warning("placement refused: %s", exc)
+                free[provider] = 0
+        return free
+
+    def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float
+             ) -> list[tuple[str, Admission]]:
+        """The engine's ranking of these candidates for a task, best first, each with what
+        its placement locks; the caller takes the first whose provider still `covers` it."""
+        usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
+        free = self._free_stake({c.spec.provider for c in usable}, now)
+        with self._lock:
+            placements = self.engine.rank_candidates(usable, needs, now, free)
+        return [(p.candidate.spec.node_id, Admission(p.rs, p.collateral, p.raw_rs))
+                for p in placements]
+
+    def covers(self, provider: str, amount: int, now: float) -> bool:
+        """The provider's free stake, less what this process locked since the read, still
+        covers `amount` (an earlier placement of the batch may have used it)."""
+        try:
+            return self.stake.free(provider, now) >= amount
+        except StakeUnavailable as exc:
+            log.warning("placement refused: %s", exc)
+            return False
+
+    def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
+        """One node pulling work: the engine's ranking with that node alone; None refuses."""
+        ranked = self.rank([Candidate(spec, 1)], needs, now)
+        return ranked[0][1] if ranked else None
+
+    def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
+                 provider: str, admission: Admission, now: float) -> None:
+        """Lock the collateral of a placement, in the placement's transaction, with the raw
+        RS it was made at (the recalibrator learns from it when the attempt ends)."""
+        attempt = store.task_attempts(session, task_id=task_id)
+        store.add_lock(session, task_id=task_id, attempt=attempt, job_id=job_id,
+                       node_id=node_id, provider=provider, amount=admission.collateral,
+                       raw_rs=admission.raw_rs, at=now)
+        crud.enqueue_chain_action(
+            session, kind="lock", idempotency_key=f"lock:{task_id}:{attempt}", now=now,
+            payload={"job_id": job_id, "providers": [provider],
+                     "amounts": [str(admission.collateral)], "task_id": task_id})
+        self.stake.reserve(provider, admission.collateral)
+
+    def checkpoint_interval_s(self, node_id: str, now: float, duration_s: float) -> float:
+        """Young/Daly interval from the node's predicted MTBF over the task and its measured
+        checkpoint cost, within the policy's bounds."""
+        with self._lock:
+            if not self.engine.knows(node_id):
+                return self.config.checkpoints.min_s
+            return self.engine.checkpoint_interval_s(node_id, now, duration_s)

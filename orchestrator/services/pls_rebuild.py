@@ -1,0 +1,75 @@
+"""PLS restart: replay the DB into a fresh engine, so a restarted orchestrator scores, ranks
+and recalibrates as the one before it did."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db import pls as store
+from orchestrator.domain.popw import PopwReason, PopwVerdict
+from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
+from orchestrator.domain.types import Tier
+from orchestrator.services.pls_ingest import PlsIngest
+from orchestrator.services.pls_state import GPU_FIELDS
+
+
+class PlsRebuild(PlsIngest):
+    def rebuild(self, session: Session, *, now: float) -> None:
+        """Replay, in this order: nodes (tier as stored); every session start and end in time
+        order (so the daily prior refits happen where they happened); the last day of
+        telemetry; every measured checkpoint cost; task outcomes; every ended attempt with
+        the raw RS it was placed at, in the order they ended (the recalibrator); and each
+        node's latest handshake."""
+        with self._lock:
+            for node in store.all_nodes(session):
+                self._know(node)
+            events: list[tuple[float, int, int, str, bool]] = []  # (at, start?, id, node, abrupt)
+            for row in store.all_sessions(session):
+                if not self.engine.knows(row.node_id):
+                    continue
+                events.append((row.started_at, 1, row.id, row.node_id, False))
+                if row.ended_at is not None:
+                    events.append((row.ended_at, 0, row.id, row.node_id, bool(row.abrupt)))
+            for at, start, _, node_id, abrupt in sorted(events):  # an end before a start
+                if start:
+                    self.engine.session_started(node_id, at)
+                else:
+                    self.engine.session_ended(node_id, at, abrupt)
+            gpu: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
+            since = now - self.book.config.long_window_s
+            for sample in store.samples_since(session, since=since):
+                node_id = sample.node_id
+                if not self.engine.knows(node_id):
+                    continue
+                if sample.metric == "rtt_ms":
+                    self._record_probe(node_id, ProbeSample(sample.at, sample.value))
+                elif sample.metric == "probe_lost":
+                    self._record_probe(node_id, ProbeSample(sample.at, None))
+                elif sample.metric == "hb_gap_s":
+                    self.engine.heartbeat(node_id, sample.at - sample.value)
+                    self.engine.heartbeat(node_id, sample.at)
+                elif sample.metric == "upload_mbps":
+                    self.engine.upload(node_id, UploadSample(sample.at, sample.value))
+                elif sample.metric.startswith("gpu."):
+                    gpu[(node_id, sample.at)][sample.metric[4:]] = sample.value
+            for (node_id, at), values in sorted(gpu.items(), key=lambda item: item[0][1]):
+                if set(values) == set(GPU_FIELDS):
+                    values["throttle_reasons"] = int(values["throttle_reasons"])
+                    self.engine.gpu(node_id, GpuSample(at=at, **values))  # type: ignore[arg-type]
+            for sample in store.samples_since(session, since=0.0, metrics=["checkpoint_s"]):
+                if self.engine.knows(sample.node_id):
+                    self.engine.checkpoint_measured(sample.node_id, sample.value)
+            for outcome in store.all_outcomes(session):
+                if self.engine.knows(outcome.node_id):
+                    self.engine.outcome(outcome.node_id, TaskOutcome(outcome.outcome))
+            for raw_rs, finished in store.ended_attempts(session):
+                self.engine.attempt_ended(raw_rs, finished)
+            for record in store.latest_verdicts(session):
+                verdict = PopwVerdict(record.node_id, record.passed, Tier(record.tier),
+                                      record.decided_at, record.expires_at,
+                                      tuple(PopwReason(r) for r in record.reasons))
+                self._verdicts[record.node_id] = verdict
+                if self.engine.knows(record.node_id):
+                    self.engine.handshake(verdict)

@@ -1,0 +1,162 @@
+"""PLS staking and epochs: every online node's RS observed, the staking policy's slashes and
+tier changes queued as outbox actions, and each epoch's score root committed; plus the
+periodic jobs that run them under the leader lock."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db import crud
+from orchestrator.db import pls as store
+from orchestrator.domain.reliability import EpochEntry, commit_epoch
+from orchestrator.domain.slashing import SlashDecision
+from orchestrator.domain.types import SlashReason, Tier
+from orchestrator.services.pls_state import PlsState, StakeUnavailable
+
+log = logging.getLogger("orchestrator.pls")
+
+
+@dataclass(frozen=True, slots=True)
+class DecideResult:
+    slashes: tuple[SlashDecision, ...]
+    tiers: tuple[tuple[str, Tier], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreProof:
+    epoch: int
+    root: bytes
+    provider: str
+    score_bps: int
+    telemetry_digest: bytes
+    proof: list[bytes]
+
+
+class PlsStaking(PlsState):
+    def _online(self, now: float) -> list[str]:
+        return [n for n in self.engine.node_ids() if self.engine.online(n, now)]
+
+    def decide(self, session: Session, *, now: float) -> DecideResult:
+        """Observe every online node's RS, let the policy decide, and queue the results:
+        `slash` (collateral of an abandoned or wrongly verified task) and `tier` actions.
+        A LOW_SCORE slash is only recorded: its score goes into the next epoch root, and
+        anyone proves it on chain with `slashForScore`."""
+        with self._lock:
+            readings = self.engine.readings(self._online(now), now)
+            providers = {self.engine.provider_of(n) for n in readings}
+        for reading in readings.values():
+            self.metrics.reliability_score.observe(reading.rs)
+        bonded: dict[str, int] = {}
+        for provider in sorted(providers):
+            try:
+                bonded[provider] = self.stake.stake(provider, now).bonded
+            except StakeUnavailable:
+                bonded[provider] = 0  # the record only; slashForScore computes its own amount
+        with self._lock:
+            actions = self.engine.decide(readings, bonded, now)
+        for decision in actions.slashes:
+            self._queue_slash(session, decision, now)
+        tiers: list[tuple[str, Tier]] = []
+        for change in actions.tier_changes:
+            holder = store.set_node_tier(session, node_id=change.node_id, tier=int(change.new))
+            if holder is None:
+                continue
+            crud.enqueue_chain_action(
+                session, kind="tier", now=now,
+                idempotency_key=f"tier:{change.node_id}:{round(change.at * 1000)}:{change.new}",
+                payload={"provider": holder, "tier": int(change.new),
+                         "node_id": change.node_id, "detail": change.detail})
+            tiers.append((change.node_id, change.new))
+        return DecideResult(actions.slashes, tuple(tiers))
+
+    def _queue_slash(self, session: Session, decision: SlashDecision, now: float) -> None:
+        task_id = None if decision.task_id is None else int(decision.task_id)
+        stored = store.add_slash(
+            session, slash_id=decision.slash_id, node_id=decision.node_id,
+            provider=decision.provider, reason=int(decision.reason), amount=decision.amount,
+            evidence=decision.evidence, task_id=task_id, decided_at=decision.decided_at,
+            detail=decision.detail)
+        if not stored:
+            return
+        self.metrics.slashes.labels(decision.reason.name.lower()).inc()
+        if decision.reason is SlashReason.LOW_SCORE or task_id is None:
+            return
+        lock = store.latest_lock(session, task_id=task_id, node_id=decision.node_id)
+        if lock is None or min(decision.amount, lock.amount) == 0:
+            return
+        crud.enqueue_chain_action(
+            session, kind="slash", idempotency_key=f"slash:{store.hex32(decision.slash_id)}",
+            now=now, payload={"job_id": lock.job_id, "provider": decision.provider,
+                              "amount": str(min(decision.amount, lock.amount)),
+                              "reason": int(decision.reason),
+                              "evidence": store.hex32(decision.evidence)})
+
+    def epoch_of(self, now: float) -> int:
+        return int(now // self.config.epoch_s)
+
+    def close_epoch(self, session: Session, *, epoch: int, now: float) -> bytes | None:
+        """Commit `epoch`: one leaf per provider (lowest node, floored at the threshold unless
+        the policy slashed it for a low score), stored with its root, and `commit` queued.
+        None when it is already closed or no node is online."""
+        if store.get_epoch(session, epoch=epoch) is not None:
+            return None
+        low = store.unassigned_low_score_slashes(session, reason=int(SlashReason.LOW_SCORE))
+        decisions = [SlashDecision(r.node_id, r.provider, SlashReason(r.reason), r.amount,
+                                   store.unhex(r.evidence), r.decided_at, r.decided_at, None,
+                                   r.detail) for r in low]
+        with self._lock:
+            readings = self.engine.readings(self._online(now), now)
+            if not readings:
+                return None
+            entries = self.engine.staking.epoch_entries(
+                {n: (r.rs, r.digest) for n, r in readings.items()}, decisions)
+            node_of = {(self.engine.provider_of(n), r.digest): n for n, r in readings.items()}
+        commitment = commit_epoch(entries)
+        store.add_epoch(session, epoch=epoch, root=commitment.root, closed_at=now, leaves=[
+            store.LeafRow(e.provider, node_of[(e.provider, e.telemetry_digest)], e.score_bps,
+                          e.telemetry_digest) for e in entries])
+        store.assign_epoch(session, records=low, epoch=epoch)
+        crud.enqueue_chain_action(session, kind="commit", idempotency_key=f"commit:{epoch}",
+                                  now=now, payload={"epoch": epoch,
+                                                    "root": store.hex32(commitment.root)})
+        return commitment.root
+
+    @staticmethod
+    def score_proof(session: Session, *, provider: str, epoch: int) -> ScoreProof | None:
+        """The committed leaf of `provider` in `epoch` and its Merkle proof."""
+        stored = store.get_epoch(session, epoch=epoch)
+        if stored is None:
+            return None
+        leaves = store.epoch_leaves(session, epoch=epoch)
+        mine = next((leaf for leaf in leaves if leaf.provider == provider), None)
+        if mine is None:
+            return None
+        commitment = commit_epoch([EpochEntry(leaf.provider, leaf.score_bps,
+                                              leaf.telemetry_digest) for leaf in leaves])
+        proof = commitment.tree.proof(commitment.leaf_of[provider])
+        return ScoreProof(epoch, commitment.root, provider, mine.score_bps,
+                          mine.telemetry_digest, proof)
+
+    # ----- periodic jobs (each run under its leader lock) ---------------------------------
+    def run_decide(self, session: Session, *, now: float) -> DecideResult:
+        """`decide`, logged."""
+        result = self.decide(session, now=now)
+        for slash in result.slashes:
+            log.warning("slash decided: node %s reason %s amount %d (%s)", slash.node_id,
+                        slash.reason.name, slash.amount, slash.detail)
+        for node_id, tier in result.tiers:
+            log.info("node %s tier -> %s", node_id, tier.name)
+        return result
+
+    def close_last_epoch(self, session: Session, *, now: float) -> bytes | None:
+        """Close the epoch that ended most recently (idempotent: a closed epoch is skipped)."""
+        epoch = self.epoch_of(now) - 1
+        if epoch < 0:
+            return None
+        root = self.close_epoch(session, epoch=epoch, now=now)
+        if root is not None:
+            log.info("epoch %d closed, root 0x%s queued", epoch, root.hex())
+        return root

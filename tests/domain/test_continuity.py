@@ -1,0 +1,167 @@
+"""Same process across a network cut: a same-session proof of new rendered chunks withdraws
+a pending abandonment; forged, replayed, wrong-session and no-progress proofs do not."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from orchestrator.domain.continuity import ChunkMark, ProgressProof, session_address, sign_progress
+from orchestrator.domain.slashing import (
+    ProgressVerdict,
+    SlashingConfig,
+    SlashReason,
+    StakingPolicy,
+)
+
+CONFIG = SlashingConfig()
+EVIDENCE = b"\x11" * 32
+BONDED: dict[str, int] = {}
+CUT_AT = 1_000.0  # the DEAD verdict
+BACK_AT = CUT_AT + CONFIG.reconnect_grace_s + 60.0  # a cut longer than the grace
+
+
+def chunk(name: str, at: float) -> ChunkMark:
+    return ChunkMark(hashlib.sha256(name.encode()).digest(), at)
+
+
+def cut_node(key: bytes, known: tuple[ChunkMark, ...] = ()) -> StakingPolicy:
+    """n0 logged in with `key`, held task t1 with `known` checkpoints, and went DEAD."""
+    policy = StakingPolicy(CONFIG)
+    for i in range(10):
+        policy.register(f"n{i}", f"0x{i:040x}", "eu", f"AS{i}", now=0.0)
+    policy.session_bound("n0", session_address(key))
+    policy.node_departed("n0", CUT_AT)
+    policy.task_abandoned("n0", "t1", 10**18, CUT_AT, EVIDENCE, [c.sha256 for c in known])
+    return policy
+
+
+def slashes_after_delay(policy: StakingPolicy) -> list[SlashReason]:
+    actions = policy.decide(CUT_AT + CONFIG.decision_delay_s + 1, BONDED)
+    return [s.reason for s in actions.slashes]
+
+
+def show(policy: StakingPolicy, proof: ProgressProof,
+         verified: tuple[ChunkMark, ...] | None = None) -> ProgressVerdict:
+    marks = proof.chunks if verified is None else verified
+    return policy.progress_shown(proof, [c.sha256 for c in marks], BACK_AT)
+
+
+def test_without_a_proof_a_cut_past_the_grace_is_an_abandonment() -> None:
+    policy = cut_node(os.urandom(32))
+    policy.node_returned("n0", BACK_AT)
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_same_session_proof_of_new_chunks_withdraws_the_abandonment() -> None:
+    key = os.urandom(32)
+    old = (chunk("c0", CUT_AT - 60),)
+    policy = cut_node(key, old)
+    proof = sign_progress(key, "n0", "t1", (*old, chunk("c1", CUT_AT + 600)), BACK_AT)
+    assert show(policy, proof) is ProgressVerdict.WITHDRAWN
+    policy.node_returned("n0", BACK_AT)
+    assert slashes_after_delay(policy) == []
+
+
+def test_a_node_that_idled_shows_no_progress_and_is_slashed() -> None:
+    key = os.urandom(32)
+    old = (chunk("c0", CUT_AT - 60), chunk("c1", CUT_AT - 30))
+    policy = cut_node(key, old)
+    assert show(policy, sign_progress(key, "n0", "t1", old, BACK_AT)) is (
+        ProgressVerdict.NO_PROGRESS)
+    assert show(policy, sign_progress(key, "n0", "t1", (), BACK_AT)) is (
+        ProgressVerdict.NO_PROGRESS)
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_old_chunks_redated_after_the_verdict_are_no_progress() -> None:
+    key = os.urandom(32)
+    old = chunk("c0", CUT_AT - 60)
+    policy = cut_node(key, (old,))
+    redated = sign_progress(key, "n0", "t1", (ChunkMark(old.sha256, CUT_AT + 600),), BACK_AT)
+    assert show(policy, redated) is ProgressVerdict.NO_PROGRESS
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_chunks_dated_before_the_verdict_or_in_the_future_are_no_progress() -> None:
+    key = os.urandom(32)
+    policy = cut_node(key)
+    early = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT - 1),), BACK_AT)
+    late = sign_progress(key, "n0", "t1", (chunk("c2", BACK_AT + 1),), BACK_AT)
+    assert show(policy, early) is ProgressVerdict.NO_PROGRESS
+    assert show(policy, late) is ProgressVerdict.NO_PROGRESS
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_claimed_chunks_whose_content_was_not_verified_are_no_progress() -> None:
+    key = os.urandom(32)
+    policy = cut_node(key)
+    proof = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT + 600),), BACK_AT)
+    assert show(policy, proof, verified=()) is ProgressVerdict.NO_PROGRESS
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_a_new_process_with_a_new_session_key_cannot_withdraw() -> None:
+    old_key, new_key = os.urandom(32), os.urandom(32)
+    policy = cut_node(old_key)
+    policy.session_bound("n0", session_address(new_key))  # the restarted agent's login
+    proof = sign_progress(new_key, "n0", "t1", (chunk("c1", CUT_AT + 600),), BACK_AT)
+    assert show(policy, proof) is ProgressVerdict.WRONG_SESSION
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_a_node_without_a_bound_session_cannot_withdraw() -> None:
+    key = os.urandom(32)
+    policy = StakingPolicy(CONFIG)
+    policy.register("n0", f"0x{0:040x}", "eu", "AS0", now=0.0)
+    policy.node_departed("n0", CUT_AT)
+    policy.task_abandoned("n0", "t1", 10**18, CUT_AT, EVIDENCE)
+    proof = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT + 600),), BACK_AT)
+    assert show(policy, proof) is ProgressVerdict.WRONG_SESSION
+
+
+def test_tampered_and_malformed_proofs_are_refused() -> None:
+    key = os.urandom(32)
+    policy = cut_node(key)
+    signed = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT + 600),), BACK_AT)
+    tampered = ProgressProof("n0", "t1", (chunk("c9", CUT_AT + 600),), BACK_AT, signed.signature)
+    malformed = ProgressProof("n0", "t1", signed.chunks, BACK_AT, b"\x00" * 65)
+    assert show(policy, tampered) is ProgressVerdict.WRONG_SESSION  # recovers another key
+    assert show(policy, malformed) is ProgressVerdict.FORGED
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_a_proof_for_another_nodes_task_or_another_task_is_refused() -> None:
+    key = os.urandom(32)
+    policy = cut_node(key)
+    marks = (chunk("c1", CUT_AT + 600),)
+    assert show(policy, sign_progress(key, "n1", "t1", marks, BACK_AT)) is (
+        ProgressVerdict.NOT_PENDING)
+    assert show(policy, sign_progress(key, "n0", "t2", marks, BACK_AT)) is (
+        ProgressVerdict.NOT_PENDING)
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+
+
+def test_a_replayed_proof_withdraws_nothing_more() -> None:
+    key = os.urandom(32)
+    policy = cut_node(key)
+    marks = (chunk("c1", CUT_AT + 600),)
+    proof = sign_progress(key, "n0", "t1", marks, BACK_AT)
+    assert show(policy, proof) is ProgressVerdict.WITHDRAWN
+    assert show(policy, proof) is ProgressVerdict.NOT_PENDING
+    # The same chunks cannot excuse a later abandonment of another task either.
+    later = BACK_AT + 100.0
+    policy.node_departed("n0", later)
+    policy.task_abandoned("n0", "t2", 10**18, later, EVIDENCE)
+    redated = (ChunkMark(marks[0].sha256, later + 5),)
+    replay = sign_progress(key, "n0", "t2", redated, later + 10)
+    assert policy.progress_shown(replay, [marks[0].sha256], later + 10) is (
+        ProgressVerdict.NO_PROGRESS)
+
+
+def test_a_matured_abandonment_is_not_withdrawn() -> None:
+    key = os.urandom(32)
+    policy = cut_node(key)
+    assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
+    proof = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT + 600),), BACK_AT)
+    assert show(policy, proof) is ProgressVerdict.NOT_PENDING

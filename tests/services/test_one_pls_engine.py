@@ -1,0 +1,388 @@
+"""One PLS engine: the same observations fed through the service (a real DB, the batch placer,
+the collateral locks) and through the simulator's path (a bare `PlsEngine`, fed the way
+`PlsDriver` feeds it) give the same scores, the same placement decisions (node, collateral,
+raw RS), the same slashes and tier changes, the same recalibration map and population prior;
+and a service restarted from the DB rebuilds the same scores, map and prior.
+
+The script is drawn once from a seeded generator; each side keeps its own view of which node
+runs which task, so a decision that diverges shows up at once as a different node, and every
+later observation then goes to different nodes. Task ids are labels the DB hands out, fed to
+both sides alike. Handshakes are left out (the service's needs a solved PoPW kernel; both
+sides hand a verdict to `StakingPolicy.handshake` unchanged)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db import crud
+from orchestrator.db.models import CollateralLock, Lease
+from orchestrator.domain.matching import eligible
+from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
+from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
+from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
+from orchestrator.scheduling.placer import Placer
+from orchestrator.services.pls import PlsService, SweepFacts
+from orchestrator.telemetry.metrics import MeshMetrics
+from tests.services.pls_harness import TOKEN, FixedStake, make_job
+
+START = 1_700_000_000.0
+STEP_S = 600.0
+STEPS = 120  # 20 hours: every sample is still inside the book's one-day window at the end
+SLOTS = 100
+HORIZONS = (600.0, 3600.0, 4 * 3600.0)
+# Small enough that the recalibrator fits and the prior is refitted within the script.
+CONFIG = PlsConfig(prior_refit_s=6 * 3600.0, recalibrate_after=20, recalibrate_every=10)
+
+Placed = tuple[str, int, float]  # node, collateral, raw RS
+Decisions = tuple[list[tuple[str, str, int, int]], list[tuple[str, int]]]
+
+
+@dataclass(frozen=True)
+class Host:
+    spec: NodeSpec
+    stake: int
+    loss: float
+    jitter_ms: float
+    death_rate: float  # per step
+    throttle_rate: float
+
+
+def fleet(rng: np.random.Generator) -> list[Host]:
+    hosts = []
+    for i in range(12):
+        provider = f"0x{i + 1:040x}"
+        spec = NodeSpec(node_id=f"gpu-{i:02d}", provider=provider, gpu_model="RTX4090",
+                        vram_gb=24, compute_capability=8.9, region=("eu", "us")[i % 2],
+                        price_per_gpu_hour=int(rng.integers(50, 400)), slots=SLOTS,
+                        tier=Tier.STANDARD)
+        # one provider never bonds, one bonds little: the stake filter has work to do
+        stake = 0 if i == 3 else TOKEN // 8 if i == 7 else 100 * TOKEN
+        hosts.append(Host(spec, stake, loss=float(rng.choice([0.0, 0.05, 0.4])),
+                          jitter_ms=float(rng.uniform(1.0, 60.0)),
+                          death_rate=float(rng.choice([0.005, 0.03, 0.12])),
+                          throttle_rate=float(rng.choice([0.0, 0.0, 0.5]))))
+    return hosts
+
+
+def gpu_samples(rng: np.random.Generator, host: Host, at: float) -> list[GpuSample]:
+    samples = []
+    for k in range(3):
+        hot = bool(rng.random() < host.throttle_rate)
+        samples.append(GpuSample(at=at - k, temperature_c=float(60 + 25 * host.throttle_rate),
+                                 sm_clock_mhz=1500.0 if hot else 2500.0, max_sm_clock_mhz=2500.0,
+                                 throttle_reasons=0x20 if hot else 0, utilization_pct=95.0,
+                                 memory_used_mb=8000.0, memory_total_mb=24000.0, power_w=300.0,
+                                 power_limit_w=450.0))
+    return samples
+
+
+class ServiceSide:
+    """PlsService on the DB: registration, probes, telemetry and outcomes through its methods,
+    placements through the batch placer with the service as its gate."""
+
+    def __init__(self, factory: sessionmaker[Session], stake: FixedStake) -> None:
+        self.factory = factory
+        self.stake = stake
+        self.pls = PlsService(CONFIG, stake_reader=lambda: stake, metrics=MeshMetrics())
+        self.running: dict[int, str] = {}
+
+    def register(self, host: Host, now: float) -> None:
+        with self.factory.begin() as session:
+            node = crud.register_node(session, spec=host.spec, now=now)
+            self.pls.node_registered(session, node=node, now=now)
+
+    def probe(self, node_id: str, sent: float, rtt_s: float | None) -> None:
+        with self.factory.begin() as session:
+            nonce = self.pls.issue_probe(session, node_id=node_id, now=sent)
+            if rtt_s is not None:
+                self.pls.echo_probe(session, node_id=node_id, nonce=nonce, now=sent + rtt_s)
+
+    def telemetry(self, node_id: str, samples: list[GpuSample], mbps: float, cost_s: float,
+                  now: float) -> None:
+        with self.factory.begin() as session:
+            self.pls.record_gpu(session, node_id=node_id, samples=samples, now=now)
+            self.pls.record_upload(session, node_id=node_id, mbps=mbps, now=now)
+            self.pls.observe_checkpoint_cost(session, node_id=node_id, seconds=cost_s, now=now)
+
+    def heartbeats(self, beats: dict[str, float]) -> None:
+        with self.factory.begin() as session:
+            self.pls.on_heartbeats(session, beats)
+
+    def place(self, task_id: int, now: float) -> Placed | None:
+        placed = Placer(self.factory, gate=self.pls, clock=lambda: now).place_all()
+        if not placed.placed:
+            return None
+        (reservation,) = placed.placed
+        assert reservation.task_id == task_id
+        with self.factory() as session:
+            lock = session.scalars(select(CollateralLock)
+                                   .where(CollateralLock.task_id == task_id)).one()
+            lease = session.scalars(select(Lease).where(Lease.task_id == task_id)).one()
+            assert lease.node_id == lock.node_id == reservation.node_id
+            assert lock.raw_rs is not None
+            self.running[task_id] = lock.node_id
+            return lock.node_id, lock.amount, lock.raw_rs
+
+    def ended(self, task_id: int, outcome: TaskOutcome, now: float) -> None:
+        node_id = self.running.pop(task_id)
+        with self.factory.begin() as session:
+            self.pls.task_outcome(session, node_id=node_id, task_id=task_id, outcome=outcome,
+                                  now=now)
+
+    def sweep(self, dead: list[str], returned: list[str], now: float) -> None:
+        """What `services.work.sweep` hands over after the detector's verdicts."""
+        holds = self.pls.lease_holds(dead, now)
+        abandoned = [(node_id, task_id) for task_id, node_id in self.running.items()
+                     if node_id in dead and node_id not in holds]
+        for _, task_id in abandoned:
+            del self.running[task_id]
+        with self.factory.begin() as session:
+            self.pls.after_sweep(session, facts=SweepFacts(
+                dead=[(node_id, node_id not in holds) for node_id in dead],
+                abandoned=abandoned, returned=returned), now=now)
+
+    def epoch(self, now: float) -> Decisions:
+        with self.factory.begin() as session:
+            result = self.pls.decide(session, now=now)
+        return ([(d.slash_id.hex(), d.node_id, int(d.reason), d.amount) for d in result.slashes],
+                [(node_id, int(tier)) for node_id, tier in result.tiers])
+
+    @property
+    def engine(self) -> PlsEngine:
+        return self.pls.engine
+
+
+class SimulatorSide:
+    """A bare engine fed as `PlsDriver` feeds it: observations as samples, placements by
+    `PlsEngine.rank` over book rows, outcomes with the raw RS kept from the choice."""
+
+    def __init__(self, hosts: list[Host], feed_recalibrator: bool = True) -> None:
+        self.engine = PlsEngine(CONFIG)
+        self.hosts = {h.spec.node_id: h for h in hosts}
+        self.feed_recalibrator = feed_recalibrator
+        self.running: dict[int, Placed] = {}
+        self.placed_on: Counter[str] = Counter()
+
+    def register(self, host: Host, now: float) -> None:
+        spec = host.spec
+        self.engine.register(spec.node_id, spec.provider, region=spec.region,
+                             network=spec.region, at=now, tier=spec.tier)
+        self.engine.session_started(spec.node_id, now)
+
+    def probe(self, node_id: str, sent: float, rtt_s: float | None) -> None:
+        rtt_ms = None if rtt_s is None else max(sent + rtt_s - sent, 0.0) * 1000.0
+        self.engine.probe(node_id, ProbeSample(sent, rtt_ms))
+
+    def telemetry(self, node_id: str, samples: list[GpuSample], mbps: float, cost_s: float,
+                  now: float) -> None:
+        for sample in sorted(samples, key=lambda s: s.at):
+            self.engine.gpu(node_id, sample)
+        self.engine.upload(node_id, UploadSample(now, mbps))
+        self.engine.checkpoint_measured(node_id, cost_s)
+
+    def heartbeats(self, beats: dict[str, float]) -> None:
+        for node_id, at in beats.items():
+            self.engine.heartbeat(node_id, at)
+
+    def place(self, task_id: int, needs: TaskNeeds, now: float) -> Placed | None:
+        def usable_tier(node_id: str) -> Tier:
+            return min(self.engine.staking.tier(node_id), Tier.STANDARD)
+
+        free = {n: SLOTS - self.placed_on[n] for n in self.hosts}
+        candidates = sorted(
+            (n for n, h in self.hosts.items()
+             if free[n] > 0 and eligible(dataclasses.replace(h.spec, tier=usable_tier(n)),
+                                         needs)),
+            key=lambda n: (-free[n], n))
+        rows = np.array([self.engine.book.index_of(n) for n in candidates], dtype=np.intp)
+        prices = np.array([float(self.hosts[n].spec.price_per_gpu_hour) for n in candidates])
+        stake = np.array([float(self.hosts[n].stake) for n in candidates])
+        ranked = self.engine.rank(rows, prices, stake, needs, now)
+        if ranked.rows.size == 0:
+            return None
+        node_id = candidates[int(ranked.positions[0])]
+        placed = (node_id, self.engine.collateral(needs, float(ranked.p_fail[0])),
+                  float(ranked.raw_rs[0]))
+        self.running[task_id] = placed
+        self.placed_on[node_id] += 1
+        return placed
+
+    def ended(self, task_id: int, outcome: TaskOutcome, now: float) -> None:
+        node_id, collateral, raw = self.running.pop(task_id)
+        raw_rs = raw if self.feed_recalibrator else None
+        if outcome is TaskOutcome.COMPLETED:
+            self.engine.completed(node_id, raw_rs)
+        else:
+            self.engine.verification_failed(node_id, str(task_id), collateral, raw_rs, now)
+
+    def sweep(self, dead: list[str], returned: list[str], now: float) -> None:
+        holds = self.engine.departed(dead, now)
+        for node_id in dead:
+            abrupt = holds[node_id] == 0.0
+            if self.engine.online(node_id, now):
+                self.engine.session_ended(node_id, now, abrupt)
+        for task_id in sorted(self.running):
+            node_id, collateral, raw = self.running[task_id]
+            if node_id in dead and holds[node_id] == 0.0:
+                del self.running[task_id]
+                self.engine.abandoned(node_id, str(task_id), collateral,
+                                      raw if self.feed_recalibrator else None, now)
+        for node_id in returned:
+            if not self.engine.online(node_id, now):
+                self.engine.session_started(node_id, now)
+
+    def epoch(self, now: float) -> Decisions:
+        online = [n for n in self.engine.node_ids() if self.engine.online(n, now)]
+        readings = self.engine.readings(online, now, all_digests=False)
+        bonded = {self.hosts[n].spec.provider: self.hosts[n].stake for n in online}
+        actions = self.engine.decide(readings, bonded, now)
+        return ([(d.slash_id.hex(), d.node_id, int(d.reason), d.amount) for d in actions.slashes],
+                [(c.node_id, int(c.new)) for c in actions.tier_changes])
+
+
+def scores(engine: PlsEngine, now: float) -> dict[tuple[str, float], float]:
+    return {(n, t): engine.book.score(n, now, t) for n in engine.node_ids() for t in HORIZONS}
+
+
+def run_script(factory: sessionmaker[Session], service: ServiceSide, sim: SimulatorSide,
+               hosts: list[Host], check: Callable[[str, object, object], None]) -> float:
+    """Feed both sides the same script; `check(what, service's, simulator's)` after each
+    decision and every step. Returns the time the script ended."""
+    rng = np.random.default_rng(13)
+    for host in hosts:
+        service.register(host, START)
+        sim.register(host, START)
+    online = {h.spec.node_id: True for h in hosts}
+    now = START
+    for step in range(STEPS):
+        now = START + step * STEP_S
+        beats = {n: now for n, up in online.items() if up}
+        service.heartbeats(beats)
+        sim.heartbeats(beats)
+        for host in hosts:
+            node_id = host.spec.node_id
+            if not online[node_id]:
+                continue
+            rtt = None if rng.random() < host.loss else float(
+                0.02 + abs(rng.normal(0.0, host.jitter_ms / 1000.0)))
+            service.probe(node_id, now, rtt)
+            sim.probe(node_id, now, rtt)
+            if rng.random() < 0.5:
+                samples = gpu_samples(rng, host, now)
+                mbps, cost_s = float(rng.uniform(20, 400)), float(rng.uniform(1, 20))
+                service.telemetry(node_id, samples, mbps, cost_s, now)
+                sim.telemetry(node_id, samples, mbps, cost_s, now)
+        # The detector's verdicts and the returns, then the lost probes expire (a sweep).
+        sweep_at = now + 30.0
+        dead = sorted(n for n, h in zip(online, hosts, strict=True)
+                      if online[n] and rng.random() < h.death_rate)
+        if rng.random() < 0.05:  # one region's upstream cut: a silence peers share
+            region = ("eu", "us")[int(rng.integers(2))]
+            dead = sorted(set(dead) | {h.spec.node_id for h in hosts
+                                       if h.spec.region == region and online[h.spec.node_id]})
+        returned = sorted(n for n, up in online.items() if not up and rng.random() < 0.3)
+        service.sweep(dead, returned, sweep_at)
+        sim.sweep(dead, returned, sweep_at)
+        for node_id in dead:
+            online[node_id] = False
+        for node_id in returned:
+            online[node_id] = True
+        # Attempts end: most finish, a few fail their spot check.
+        for task_id in sorted(set(service.running) | set(sim.running)):
+            if rng.random() < 0.5:
+                outcome = (TaskOutcome.FAILED_VERIFICATION if rng.random() < 0.08
+                           else TaskOutcome.COMPLETED)
+                at = sweep_at + 10.0
+                check("the node running the task", service.running.get(task_id),
+                      sim.running.get(task_id, (None,))[0])
+                service.ended(task_id, outcome, at)
+                sim.ended(task_id, outcome, at)
+        # New tasks, one at a time (past the stake cache's life, so reads are fresh).
+        for k in range(int(rng.integers(1, 4))):
+            at = sweep_at + 20.0 + 20.0 * k
+            duration = float(rng.choice([120.0, 600.0, 1800.0, 7200.0]))
+            value = int(rng.integers(1, 10)) * TOKEN // 10
+            needs = TaskNeeds(value=value, expected_duration_s=duration)
+            task_id = crud_task_id(factory, make_job(factory, value=value, needs=needs, now=at))
+            check(f"placement of task {task_id}", service.place(task_id, at),
+                  sim.place(task_id, needs, at))
+        if step % 6 == 5:
+            at = sweep_at + 100.0
+            check(f"epoch decisions at step {step}", service.epoch(at), sim.epoch(at))
+        check(f"scores at step {step}", scores(service.engine, sweep_at + 200.0),
+              scores(sim.engine, sweep_at + 200.0))
+    return now + STEP_S
+
+
+def crud_task_id(factory: sessionmaker[Session], job_id: str) -> int:
+    with factory() as session:
+        (task,) = crud.job_tasks(session, job_id=job_id)
+        return task.id
+
+
+def assert_equal(what: str, service: object, simulator: object) -> None:
+    assert service == simulator, f"{what}: service {service!r} != simulator {simulator!r}"
+
+
+@pytest.fixture
+def hosts() -> list[Host]:
+    return fleet(np.random.default_rng(5))
+
+
+@pytest.fixture
+def sides(factory: sessionmaker[Session], hosts: list[Host]
+          ) -> Iterator[tuple[ServiceSide, FixedStake]]:
+    stake = FixedStake({h.spec.provider: h.stake for h in hosts})
+    yield ServiceSide(factory, stake), stake
+
+
+def test_service_and_simulator_drive_one_engine_to_the_same_scores_and_decisions(
+        factory: sessionmaker[Session], hosts: list[Host],
+        sides: tuple[ServiceSide, FixedStake]) -> None:
+    service, stake = sides
+    sim = SimulatorSide(hosts)
+    decisions: list[str] = []
+
+    def check(what: str, ours: object, theirs: object) -> None:
+        assert_equal(what, ours, theirs)
+        decisions.append(what)
+
+    end = run_script(factory, service, sim, hosts, check)
+
+    # The script exercised what it claims to compare.
+    placements = sum(what.startswith("placement") for what in decisions)
+    assert placements > 150 and len(sim.placed_on) > 3
+    assert sim.engine.recalibrator.fitted is not None  # raw RS is being mapped onto outcomes
+    assert sim.engine.prior_refits >= 2
+    assert_equal("recalibration map", service.engine.recalibrator.fitted,
+                 sim.engine.recalibrator.fitted)
+    assert_equal("population prior", service.engine.book.prior, sim.engine.book.prior)
+    assert_equal("prior refits", service.engine.prior_refits, sim.engine.prior_refits)
+
+    # A restarted service rebuilds the same engine from the DB.
+    restarted = PlsService(CONFIG, stake_reader=lambda: stake, metrics=MeshMetrics())
+    with factory() as session:
+        restarted.rebuild(session, now=end)
+    assert_equal("rebuilt recalibration map", restarted.engine.recalibrator.fitted,
+                 sim.engine.recalibrator.fitted)
+    assert_equal("rebuilt population prior", restarted.engine.book.prior,
+                 sim.engine.book.prior)
+    assert_equal("rebuilt scores", scores(restarted.engine, end), scores(sim.engine, end))
+
+
+def test_a_side_that_skips_the_recalibrator_is_caught(
+        factory: sessionmaker[Session], hosts: list[Host],
+        sides: tuple[ServiceSide, FixedStake]) -> None:
+    """The comparison has teeth: the simulator's side without recalibration diverges."""
+    service, _ = sides
+    sim = SimulatorSide(hosts, feed_recalibrator=False)
+    with pytest.raises(AssertionError, match=r"service .* != simulator"):
+        run_script(factory, service, sim, hosts, assert_equal)
