@@ -305,7 +305,11 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
             head.refund += amount.toUint96(); // claimRefund waits for the job's window
             job.head = _packHead(head);
         } else {
-            _stakeManager.creditPayout(from, amount, payoutReleaseAt(_unpackHead(job.head).time));
+            // The release time fixed at settlement is not stored; the latest it can have been (the
+            // window is at most one period) never returns the payout earlier than settlement set.
+            uint256 settledAt = _unpackHead(job.head).time;
+            // slither-disable-next-line divide-before-multiply
+            _stakeManager.creditPayout(from, amount, (settledAt + 2 * PAYOUT_PERIOD - 1) / PAYOUT_PERIOD * PAYOUT_PERIOD);
         }
     }
 

@@ -654,8 +654,10 @@ contract Handler {
         if (granted) {
             _credits[record.opener].push(Credit(d.amount, 0, block.timestamp)); // the winner claims at once
         } else if (d.respondent != job.customer) {
-            // Back to the rest of the job's window: the settlement's own credit stands again.
-            frozenFrom[d.respondent] -= d.amount;
+            // Back to the rest of the job's window: claimable by settledAt + two periods (the
+            // longest window plus rounding), never before the window; the freeze stays counted
+            // against the settlement's own credit.
+            _credits[d.respondent].push(Credit(d.amount, job.settledAt + escrow.disputeWindow(), job.settledAt + 2 * PAYOUT_SLACK));
         }
     }
 
