@@ -64,9 +64,14 @@ SessionDep = Annotated[Session, Depends(get_db)]
 
 async def verify_signature(request: Request, ctx: AppContext) -> SignedRequest:
     """The wallet signature over this exact request (raises ApiError 401); nonce not burnt."""
+    return verify_signed_body(request, ctx, await request.body())
+
+
+def verify_signed_body(request: Request, ctx: AppContext, body: bytes) -> SignedRequest:
+    """The wallet signature over this request's method, path and `body`; nonce not burnt."""
     return verify_request(
-        request.headers, method=request.method, path=request.url.path,
-        body=await request.body(), now=ctx.now(), chain_id=ctx.settings.chain_id,
+        request.headers, method=request.method, path=request.url.path, body=body,
+        now=ctx.now(), chain_id=ctx.settings.chain_id,
         orchestrator_id=ctx.settings.orchestrator_id,
         max_age_s=ctx.settings.signature_max_age_s)
 
@@ -78,10 +83,10 @@ def burn_nonce(ctx: AppContext, signed: SignedRequest) -> bool:
                                 expires_at=float(signed.expiry))
 
 
-async def signed_request(request: Request, ctx: CtxDep) -> SignedRequest:
-    """A verified wallet signature over this exact request; its nonce is burnt at once."""
+def accept_signed(ctx: AppContext, verify: Callable[[], SignedRequest]) -> SignedRequest:
+    """Run `verify`, count a refusal by its code, and burn the nonce (a replay is refused)."""
     try:
-        signed = await verify_signature(request, ctx)
+        signed = verify()
     except ApiError as exc:
         ctx.metrics.auth_failures.labels(exc.code).inc()
         raise
@@ -89,6 +94,12 @@ async def signed_request(request: Request, ctx: CtxDep) -> SignedRequest:
         ctx.metrics.auth_failures.labels("nonce_replayed").inc()
         raise ApiError(401, "nonce_replayed", "this nonce was already used")
     return signed
+
+
+async def signed_request(request: Request, ctx: CtxDep) -> SignedRequest:
+    """A verified wallet signature over this exact request; its nonce is burnt at once."""
+    body = await request.body()
+    return accept_signed(ctx, lambda: verify_signed_body(request, ctx, body))
 
 
 SignedDep = Annotated[SignedRequest, Depends(signed_request)]
@@ -129,18 +140,7 @@ async def blob_uploader(request: Request, ctx: CtxDep) -> Uploader:
     if request.headers.get("authorization"):
         claims = await node_token(request, ctx)
         return Uploader(claims.address, claims.node_id)
-    try:
-        signed = verify_request(
-            request.headers, method=request.method, path=request.url.path, body=b"",
-            now=ctx.now(), chain_id=ctx.settings.chain_id,
-            orchestrator_id=ctx.settings.orchestrator_id,
-            max_age_s=ctx.settings.signature_max_age_s)
-    except ApiError as exc:
-        ctx.metrics.auth_failures.labels(exc.code).inc()
-        raise
-    if not burn_nonce(ctx, signed):
-        ctx.metrics.auth_failures.labels("nonce_replayed").inc()
-        raise ApiError(401, "nonce_replayed", "this nonce was already used")
+    signed = accept_signed(ctx, lambda: verify_signed_body(request, ctx, b""))
     return Uploader(signed.address, None)
 
 
