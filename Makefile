@@ -17,7 +17,9 @@ setup:
 compile: setup
 	@ape compile
 
-FORGE_FLAGS := --offline --use $(SOLCX_BINARY_PATH)/solc-v0.8.28
+# ape's dependency cache (contracts/.cache, every OpenZeppelin file) sits under forge's src: left
+# in, a fresh clone's first build sends ~200 files to solc-js at once, which runs out of memory.
+FORGE_FLAGS := --offline --use $(SOLCX_BINARY_PATH)/solc-v0.8.28 --skip 'contracts/.cache/**'
 
 test: setup compile lint test-contracts test-invariants slither test-python mutate-sample
 
