@@ -5,9 +5,11 @@ and the demo: wallet-signed requests (EIP-712 over method, path, body hash, nonc
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -75,3 +77,9 @@ class Wallet:
 
     def close(self) -> None:
         self.http.close()
+
+
+def sha256_file(path: Path) -> str:
+    """The content address of a file (blobs, chunks and results are named by it)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

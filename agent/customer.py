@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from agent.client import ApiCallError, Wallet, expect
+from agent.client import ApiCallError, Wallet, expect, sha256_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,14 +21,6 @@ class Downloaded:
     files: list[Path]  # every result file, hash-checked
     frames: list[Path]  # frames assembled from tiles
     complete: bool  # the job had a result for every task
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def download(wallet: Wallet, job_id: str, out: Path, *, show_progress: bool = True
@@ -42,7 +34,7 @@ def download(wallet: Wallet, job_id: str, out: Path, *, show_progress: bool = Tr
         bar = progress.add_task(f"job {job_id[:10]}…", total=sum(r["size"] for r in results))
         for result in results:
             target = out / result["name"]
-            if target.is_file() and _file_sha256(target) == result["sha256"]:
+            if target.is_file() and sha256_file(target) == result["sha256"]:
                 progress.advance(bar, result["size"])
                 files.append(target)
                 continue

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from agent.client import ApiCallError, Wallet, expect
+from agent.client import ApiCallError, Wallet, expect, sha256_file
 from agent.sandbox import Limits, Outcome, Sandbox, isolation, task_python
 from agent.spool import Pending, Spool
 from agent.telemetry import GpuTelemetry, Sampler
@@ -222,7 +222,7 @@ class Agent:
     def fetch(self, sha256: str, suffix: str = "") -> Path:
         """A blob in the local cache, downloaded and hash-checked if missing."""
         target = self.cache / f"{sha256}{suffix}"
-        if target.is_file() and blender.sha256_file(target) == sha256:
+        if target.is_file() and sha256_file(target) == sha256:
             return target
         response = self.retry(f"download {sha256[:12]}",
                               lambda: self.request("GET", f"/v1/blobs/{sha256}"))
@@ -459,7 +459,7 @@ class Agent:
 
     # ----- results ---------------------------------------------------------------------------
     def finish(self, lease: dict[str, Any], result: Path) -> None:
-        sha = blender.sha256_file(result)
+        sha = sha256_file(result)
         pending = self.spool.keep(task_id=int(lease["task_id"]), lease_id=int(lease["lease_id"]),
                                   sha256=sha, source=result)
         log.info("task %s: result %s kept in the spool", pending.task_id, sha[:12])

@@ -12,7 +12,6 @@ kernel) and the merge adds them in offset order.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from agent.client import sha256_file
 from agent.sandbox import Outcome, Run, Sandbox, task_python
 from agent.workloads import blender_worker
 
@@ -102,14 +102,6 @@ class Rendered:
     @property
     def rendered_chunks(self) -> list[Chunk]:
         return [chunk for chunk in self.chunks if chunk.seconds > 0]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def exr_pixels(path: Path) -> np.ndarray:
