@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.bench.replicas import (
     ReportingNode,
-    scratch_database,
     score,
+    scratch_database,
     serve_replicas,
     wait_for,
 )
