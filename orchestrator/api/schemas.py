@@ -257,6 +257,18 @@ class GpuSampleIn(Strict):
     memory_total_mb: float = Field(ge=0, le=4_194_304)
     power_w: float = Field(ge=0, le=10_000)
     power_limit_w: float = Field(ge=0, le=10_000)
+    # NVML facts RS does not read (yet): kept as telemetry when the device reports them, None
+    # (or absent) where it does not; never a made-up 0
+    mem_clock_mhz: float | None = Field(None, ge=0, le=50_000)
+    memory_free_mb: float | None = Field(None, ge=0, le=4_194_304)
+    energy_mj: float | None = Field(None, ge=0, lt=2**63)  # since the driver loaded
+    ecc_uncorrected: int | None = Field(None, ge=0, lt=2**63)  # volatile uncorrected errors
+    xid_last: int | None = Field(None, ge=0, lt=2**32)
+    pcie_replays: int | None = Field(None, ge=0, lt=2**63)
+
+
+NVML_EXTRAS = ("mem_clock_mhz", "memory_free_mb", "energy_mj", "ecc_uncorrected", "xid_last",
+               "pcie_replays")
 
 
 class GpuSamplesIn(Strict):
