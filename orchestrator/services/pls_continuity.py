@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from agent.workloads.blender import plan_chunks
 from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
@@ -41,14 +42,13 @@ class ProgressOutcome:
     credited: int  # chunks that withdrew the abandonment (0 unless WITHDRAWN)
 
 
-def in_chunk_plan(payload: Mapping[str, Any], offset: int, length: int) -> bool:
-    """Whether samples offset..offset+length are one chunk of the task's frame (`samples` cut
-    into `chunk_samples`, the last one short): what the agent renders and checkpoints."""
+def chunk_plan(payload: Mapping[str, Any]) -> set[tuple[int, int]]:
+    """(offset, length) of every sample chunk of the task's frame, as the agent renders and
+    checkpoints them; none for a task without chunks."""
     samples, chunk = payload.get("samples"), payload.get("chunk_samples")
     if payload.get("kind") != "blender" or not samples or not chunk:
-        return False
-    return (offset % int(chunk) == 0 and 0 <= offset < int(samples)
-            and length == min(int(chunk), int(samples) - offset))
+        return set()
+    return set(plan_chunks(int(samples), int(chunk)))
 
 
 class PlsContinuity(PlsState):
@@ -64,12 +64,13 @@ class PlsContinuity(PlsState):
         proof = ProgressProof(node.id, str(task_id), tuple(
             ChunkMark(bytes.fromhex(c.sha256), c.rendered_at) for c in chunks), resumed_at,
             signature)
+        plan = chunk_plan(task.payload)
         new: list[bytes] = []
         for chunk in chunks:
             blob = crud.get_blob(session, sha256=chunk.sha256)
             if (blob is not None and blob.created_at > departed_at
                     and departed_at < chunk.rendered_at <= min(blob.created_at, now)
-                    and in_chunk_plan(task.payload, chunk.offset, chunk.length)):
+                    and (chunk.offset, chunk.length) in plan):
                 new.append(bytes.fromhex(chunk.sha256))
         with self._lock:
             if not self.engine.knows(node.id):
