@@ -70,7 +70,8 @@ class PlsContinuity(PlsState):
             blob = crud.get_blob(session, sha256=chunk.sha256)
             if (blob is not None and blob.created_at > departed_at
                     and departed_at < chunk.rendered_at <= min(blob.created_at, now)
-                    and (chunk.offset, chunk.length) in plan):
+                    and (chunk.offset, chunk.length) in plan
+                    and bytes.fromhex(chunk.sha256) not in new):
                 new.append(bytes.fromhex(chunk.sha256))
         with self._lock:
             if not self.engine.knows(node.id):
