@@ -20,6 +20,7 @@ from orchestrator.db import crud
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.pls_engine import PlsConfig
+from orchestrator.domain.slashing import SlashingConfig
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
 from orchestrator.services import work
 from orchestrator.services.pls import PlsService
@@ -104,7 +105,11 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
     metrics = MeshMetrics()
     pls_service = PlsService(
         pls_config or PlsConfig(min_rs=settings.pls_min_rs, epoch_s=settings.pls_epoch_s,
-                                stake_ttl_s=settings.pls_stake_ttl_s),
+                                stake_ttl_s=settings.pls_stake_ttl_s,
+                                slashing=SlashingConfig(
+                                    reconnect_grace_s=settings.pls_reconnect_grace_s,
+                                    outage_window_s=settings.pls_outage_window_s,
+                                    decision_delay_s=settings.pls_decision_delay_s)),
         stake_reader=(lambda: stake_reader) if stake_reader is not None
         else _chain_stake(settings), metrics=metrics)
     ctx = AppContext(

@@ -345,6 +345,22 @@ class SlashRecord(Base):
     detail: Mapped[str] = mapped_column(Text)
 
 
+class ProgressWithdrawal(Base):
+    """A pending abandonment its node's process withdrew on reconnect, by showing (signed with
+    the session key of its login) chunks it rendered for the task through the silence
+    (`domain.continuity`): that departure is never slashed, and these chunks never withdraw
+    another."""
+
+    __tablename__ = "progress_withdrawals"
+
+    task_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    session_key: Mapped[str] = mapped_column(String(42))
+    departed_at: Mapped[float] = mapped_column(Float)  # the DEAD verdict the proof answered
+    withdrawn_at: Mapped[float] = mapped_column(Float)
+    chunks: Mapped[list[Any]] = mapped_column(JSON)  # the sha256 hex digests credited
+
+
 class ScoreEpoch(Base):
     __tablename__ = "score_epochs"
 

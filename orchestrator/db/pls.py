@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db.models import (
     CollateralLock,
+    Lease,
     Node,
     NodeSession,
     PlsLogCursor,
@@ -20,6 +21,7 @@ from orchestrator.db.models import (
     PlsObservationRecord,
     PopwChallengeRecord,
     PopwVerdictRecord,
+    ProgressWithdrawal,
     ScoreEpoch,
     ScoreLeaf,
     SlashRecord,
@@ -55,6 +57,17 @@ def close_session(session: Session, *, node_id: str, at: float, abrupt: bool) ->
                              .where(NodeSession.node_id == node_id,
                                     NodeSession.ended_at.is_(None))
                              .values(ended_at=at, abrupt=abrupt))
+    return bool(getattr(result, "rowcount", 0))
+
+
+def censor_session(session: Session, *, node_id: str, ended_at: float) -> bool:
+    """Count the node's session that ended abruptly at `ended_at` as censored (like a drain):
+    its process rendered on through the silence. False when there is no such session."""
+    result = session.execute(update(NodeSession)
+                             .where(NodeSession.node_id == node_id,
+                                    NodeSession.ended_at == ended_at,
+                                    NodeSession.abrupt.is_(True))
+                             .values(abrupt=False))
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -373,3 +386,31 @@ def prune_observations(session: Session, *, live_since: float, forget_before: fl
 
 def log_size(session: Session) -> int:
     return int(session.scalar(select(func.count()).select_from(PlsObservationRecord)) or 0)
+
+
+# ---------------------------------------------------------------- continuity across a cut
+
+
+def revoked_lease(session: Session, *, task_id: int, node_id: str) -> Lease | None:
+    """The node's latest lease on the task, when the sweep revoked it at a DEAD verdict."""
+    lease = session.scalars(select(Lease).where(Lease.task_id == task_id,
+                                                Lease.node_id == node_id)
+                            .order_by(Lease.id.desc()).limit(1)).first()
+    return lease if lease is not None and lease.release_reason == "node dead" else None
+
+
+def add_withdrawal(session: Session, *, task_id: int, node_id: str, session_key: str,
+                   departed_at: float, withdrawn_at: float, chunks: Sequence[bytes]) -> None:
+    session.add(ProgressWithdrawal(task_id=task_id, node_id=node_id, session_key=session_key,
+                                   departed_at=departed_at, withdrawn_at=withdrawn_at,
+                                   chunks=sorted(c.hex() for c in chunks)))
+    session.flush()
+
+
+def withdrawal_for(session: Session, *, task_id: int) -> ProgressWithdrawal | None:
+    return session.get(ProgressWithdrawal, task_id)
+
+
+def all_withdrawals(session: Session) -> list[ProgressWithdrawal]:
+    return list(session.scalars(select(ProgressWithdrawal)
+                                .order_by(ProgressWithdrawal.withdrawn_at)))

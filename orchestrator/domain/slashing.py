@@ -300,6 +300,12 @@ class StakingPolicy:
         self._credited_chunks |= new
         return ProgressVerdict.WITHDRAWN
 
+    def withdrawal_replayed(self, task_id: str, chunks: Iterable[bytes]) -> None:
+        """A withdrawal stored before a restart: the task is settled and its chunks spent."""
+        self._pending.pop(task_id, None)
+        self._settled_tasks.add(task_id)
+        self._credited_chunks |= set(chunks)
+
     def verification_failed(self, node_id: str, task_id: str, collateral: int, at: float,
                             evidence: bytes) -> None:
         node = self._node(node_id)

@@ -101,14 +101,19 @@ class PlsIngest(PlsLog):
 
     # ----- telemetry -------------------------------------------------------------------
     def record_gpu(self, session: Session, *, node_id: str, samples: Sequence[GpuSample],
-                   now: float) -> None:
-        """Agent-reported samples: self-reported, so the book lets them only lower RS."""
+                   now: float, extras: Sequence[Mapping[str, float]] = ()) -> None:
+        """Agent-reported samples: self-reported, so the book lets them only lower RS.
+        `extras`: per sample, the NVML facts RS does not read (ECC, PCIe replays, energy...),
+        stored as `nvml.<field>` telemetry where the device reported them."""
         for sample in samples:
             if not now - self.config.max_sample_age_s <= sample.at <= now + 5.0:
                 raise ValueError(f"sample time {sample.at} is not within the last "
                                  f"{self.config.max_sample_age_s:.0f} s")
         store.add_samples(session, rows=[(node_id, f"gpu.{name}", s.at, float(getattr(s, name)))
                                          for s in samples for name in GPU_FIELDS])
+        store.add_samples(session, rows=[(node_id, f"nvml.{name}", s.at, value)
+                                         for s, extra in zip(samples, extras, strict=False)
+                                         for name, value in sorted(extra.items())])
         self._observe(session, GpuReport(node_id, tuple(sorted(samples, key=lambda s: s.at))))
 
     def record_upload(self, session: Session, *, node_id: str, mbps: float, now: float) -> None:

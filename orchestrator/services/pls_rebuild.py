@@ -23,9 +23,10 @@ class PlsRebuild(PlsIngest):
         stored); every session start and end in time order (so the daily prior refits happen
         where they happened); the last day of telemetry; every measured checkpoint cost; task
         outcomes; every ended attempt with the raw RS it was placed at, in the order they
-        ended (the recalibrator); and each node's latest handshake. `session` must not have
-        begun: it reads the tables and the log's head in one snapshot, so the log rows past
-        that head are exactly what the replay has not seen."""
+        ended (the recalibrator); each node's latest handshake; and the abandonments withdrawn
+        by a proof of progress. `session` must not have begun: it reads the tables and the
+        log's head in one snapshot, so the log rows past that head are exactly what the
+        replay has not seen."""
         store.consistent_reads(session)
         with self._lock:
             self._reset(cursor=store.log_head(session))
@@ -72,6 +73,9 @@ class PlsRebuild(PlsIngest):
                     self.engine.outcome(outcome.node_id, TaskOutcome(outcome.outcome))
             for raw_rs, finished in store.ended_attempts(session):
                 self.engine.attempt_ended(raw_rs, finished)
+            for withdrawal in store.all_withdrawals(session):
+                self.engine.staking.withdrawal_replayed(
+                    str(withdrawal.task_id), [bytes.fromhex(c) for c in withdrawal.chunks])
             for record in store.latest_verdicts(session):
                 verdict = PopwVerdict(record.node_id, record.passed, Tier(record.tier),
                                       record.decided_at, record.expires_at,

@@ -13,7 +13,8 @@ Telemetry metrics stored in `telemetry_samples`: `rtt_ms` (a probe the orchestra
 least `gap_persist_s`; shorter ones only live in memory), `upload_mbps` (a blob upload the
 orchestrator timed), `checkpoint_s` (a checkpoint's measured cost, as the agent reported it),
 `gpu.<field>` (one row per field of an agent-reported `GpuSample`, grouped back by node and
-time).
+time), `nvml.<field>` (NVML facts RS does not read, where the device reported them: memory
+clock, free memory, energy, uncorrected ECC errors, last XID, PCIe replays).
 """
 
 from __future__ import annotations
