@@ -30,9 +30,14 @@ from orchestrator.db.models import (
 from orchestrator.domain.lifecycle import (
     DomainError,
     JobStatus,
-    StatusChange,
+    LeaseState,
+    NodeDrain,
     TaskStatus,
+    StatusChange,
     job_transition,
+    lease_transition,
+    node_drain_transition,
+    node_health_transition,
     task_transition,
 )
 from orchestrator.domain.types import NodeHealth, NodeSpec, Priority, TaskNeeds, Tier
@@ -42,7 +47,6 @@ class Conflict(DomainError):
     """A concurrent request wrote the same row first; the client may retry."""
 
     code = "conflict"
-    status = 409
 
 
 def commit_or_conflict(session: Session) -> None:
@@ -131,11 +135,22 @@ def bind_session_key(session: Session, *, node: Node, session_key: str) -> None:
 
 def set_node_health(session: Session, *, node: Node, health: NodeHealth, now: float,
                     reason: str) -> None:
+    """Move the node's health along `NODE_HEALTH_TRANSITIONS` (the same verdict is no move)."""
     if node.health == health.value:
         return
-    record_change(session, entity_id=node.id, change=StatusChange(
-        "node", node.health, health.value, now, reason))
+    change = node_health_transition(NodeHealth(node.health), health, at=now, reason=reason)
+    record_change(session, entity_id=node.id, change=change)
     node.health = health.value
+
+
+def start_drain(session: Session, *, node: Node, now: float, reason: str) -> bool:
+    """accepting -> draining (`NODE_DRAIN_TRANSITIONS`); False when it already drains."""
+    if node.draining:
+        return False
+    record_change(session, entity_id=node.id, change=node_drain_transition(
+        NodeDrain.ACCEPTING, NodeDrain.DRAINING, at=now, reason=reason))
+    node.draining = True
+    return True
 
 
 def touch_heartbeats(session: Session, *, beats: dict[str, float], lease_ttl_s: float) -> None:
@@ -148,7 +163,8 @@ def touch_heartbeats(session: Session, *, beats: dict[str, float], lease_ttl_s: 
     # Only started leases are renewed: a reservation the node never starts must lapse even
     # while the node keeps beating, or a failed start would hold the slot forever.
     session.execute(update(Lease).where(Lease.node_id.in_(list(beats)),
-                                        Lease.released_at.is_(None), Lease.state == "active")
+                                        Lease.released_at.is_(None),
+                                        Lease.state == LeaseState.ACTIVE.value)
                     .values(expires_at=latest + lease_ttl_s))
 
 
@@ -240,9 +256,16 @@ def live_lease_for_task(session: Session, *, task_id: int) -> Lease | None:
                                                Lease.released_at.is_(None))).first()
 
 
+def activate_lease(session: Session, *, lease: Lease) -> None:
+    """reserved -> active: the node started the task; its heartbeats renew the lease now."""
+    lease_transition(LeaseState(lease.state), LeaseState.ACTIVE)
+    lease.state = LeaseState.ACTIVE.value
+
+
 def release_lease(session: Session, *, lease: Lease, now: float, reason: str) -> None:
+    lease_transition(LeaseState(lease.state), LeaseState.RELEASED)
     lease.released_at = now
-    lease.state = "released"
+    lease.state = LeaseState.RELEASED.value
     lease.release_reason = reason
 
 
@@ -277,7 +300,7 @@ def hold_node_leases(session: Session, *, node_id: str, until: float) -> int:
     its renewals take over again if it comes back. Returns how many were held."""
     held = 0
     for lease in live_leases(session, node_id=node_id):
-        if lease.state == "active":
+        if lease.state == LeaseState.ACTIVE.value:
             lease.expires_at = max(lease.expires_at, until)
             held += 1
     return held

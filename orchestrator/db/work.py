@@ -30,7 +30,7 @@ from orchestrator.domain.lifecycle import (
     TASK_TRANSITIONS,
     DomainError,
     JobStatus,
-    StatusChange,
+    LeaseState,
     TaskStatus,
 )
 from orchestrator.domain.matching import eligible
@@ -59,7 +59,8 @@ def pull_lease(session: Session, *, node: Node, now: float, reservation_ttl_s: f
     """The oldest unstarted reservation of this node, else a new one on a free slot for the
     oldest waiting task it may run (and that `gate`, when given, admits)."""
     reserved = session.scalars(select(Lease).where(
-        Lease.node_id == node.id, Lease.released_at.is_(None), Lease.state == "reserved")
+        Lease.node_id == node.id, Lease.released_at.is_(None),
+        Lease.state == LeaseState.RESERVED.value)
         .order_by(Lease.id)).first()
     if reserved is not None:
         return reserved
@@ -156,7 +157,7 @@ def report_progress(session: Session, *, task_id: int, node_id: str, progress: f
     if task.status == TaskStatus.RESERVED.value:
         crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
                              reason=f"started on {node_id}")
-        lease.state = "active"
+        crud.activate_lease(session, lease=lease)
         job = session.get(Job, task.job_id)
         assert job is not None
         if job.status == JobStatus.SCHEDULED.value:
@@ -236,13 +237,10 @@ def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now:
 def drain_node(session: Session, *, node: Node, now: float) -> int:
     """No new leases; unstarted reservations go back at once. Running tasks keep their lease
     until the agent checkpoints and reports `fail(drain)`. Returns reservations released."""
-    if not node.draining:
-        crud.record_change(session, entity_id=node.id, change=StatusChange(
-            "node", node.health, "draining", now, "graceful drain requested"))
-    node.draining = True
+    crud.start_drain(session, node=node, now=now, reason="graceful drain requested")
     released = 0
     for lease in crud.live_leases(session, node_id=node.id):
-        if lease.state == "reserved":
+        if lease.state == LeaseState.RESERVED.value:
             task = session.get(Task, lease.task_id)
             assert task is not None
             crud.requeue_task(session, task=task, lease=lease, now=now, reason="node draining",
@@ -298,7 +296,7 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, now: float,
             else:
                 abandoned.extend((node.id, lease.task_id)
                                  for lease in crud.live_leases(session, node_id=node.id)
-                                 if lease.state == "active")
+                                 if lease.state == LeaseState.ACTIVE.value)
                 revoked += crud.revoke_node_leases(session, node_id=node.id, now=now,
                                                    cause="dead")
         elif verdict is not NodeHealth.DEAD and node.health == NodeHealth.DEAD.value:
