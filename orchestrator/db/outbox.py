@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import crud
 from orchestrator.db.models import Job, OutboxAction
+from orchestrator.domain.chain_actions import ChainAction, encode
 from orchestrator.domain.lifecycle import DomainError, JobStatus, OutboxStatus, outbox_transition
 
 __all__ = ["OutboxConflict", "OutboxEntry", "OutboxStatus"]
@@ -39,6 +40,14 @@ class OutboxEntry:
     nonce: int | None
     next_attempt_at: float | None
     created_at: float
+
+
+def queue_action(session: Session, *, action: ChainAction, idempotency_key: str,
+                 now: float) -> bool:
+    """Queue a typed chain action once (its codec writes the row); False when the key was
+    already queued (exactly-once)."""
+    return crud.enqueue_chain_action(session, kind=action.kind, idempotency_key=idempotency_key,
+                                     payload=encode(action), now=now)
 
 
 def _entry(row: OutboxAction) -> OutboxEntry:

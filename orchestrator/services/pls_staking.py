@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import outbox
 from orchestrator.db import pls as store
+from orchestrator.domain.chain_actions import CommitEpoch, SetTier, SlashCollateral
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
@@ -64,11 +65,11 @@ class PlsStaking(PlsState):
             holder = store.set_node_tier(session, node_id=change.node_id, tier=int(change.new))
             if holder is None:
                 continue
-            crud.enqueue_chain_action(
-                session, kind="tier", now=now,
+            outbox.queue_action(
+                session, now=now,
                 idempotency_key=f"tier:{change.node_id}:{round(change.at * 1000)}:{change.new}",
-                payload={"provider": holder, "tier": int(change.new),
-                         "node_id": change.node_id, "detail": change.detail})
+                action=SetTier(provider=holder, tier=int(change.new), node_id=change.node_id,
+                               detail=change.detail))
             tiers.append((change.node_id, change.new))
         return DecideResult(actions.slashes, tuple(tiers))
 
@@ -87,12 +88,11 @@ class PlsStaking(PlsState):
         lock = store.latest_lock(session, task_id=task_id, node_id=decision.node_id)
         if lock is None or min(decision.amount, lock.amount) == 0:
             return
-        crud.enqueue_chain_action(
-            session, kind="slash", idempotency_key=f"slash:{store.hex32(decision.slash_id)}",
-            now=now, payload={"job_id": lock.job_id, "provider": decision.provider,
-                              "amount": str(min(decision.amount, lock.amount)),
-                              "reason": int(decision.reason),
-                              "evidence": store.hex32(decision.evidence)})
+        outbox.queue_action(
+            session, idempotency_key=f"slash:{store.hex32(decision.slash_id)}", now=now,
+            action=SlashCollateral(job_id=store.unhex(lock.job_id), provider=decision.provider,
+                                   amount=min(decision.amount, lock.amount),
+                                   reason=int(decision.reason), evidence=decision.evidence))
 
     def epoch_of(self, now: float) -> int:
         return int(now // self.config.epoch_s)
@@ -119,9 +119,8 @@ class PlsStaking(PlsState):
             store.LeafRow(e.provider, node_of[(e.provider, e.telemetry_digest)], e.score_bps,
                           e.telemetry_digest) for e in entries])
         store.assign_epoch(session, records=low, epoch=epoch)
-        crud.enqueue_chain_action(session, kind="commit", idempotency_key=f"commit:{epoch}",
-                                  now=now, payload={"epoch": epoch,
-                                                    "root": store.hex32(commitment.root)})
+        outbox.queue_action(session, idempotency_key=f"commit:{epoch}", now=now,
+                            action=CommitEpoch(epoch=epoch, root=commitment.root))
         return commitment.root
 
     @staticmethod
