@@ -32,8 +32,8 @@ from orchestrator.domain.lifecycle import (
     JobStatus,
     LeaseState,
     NodeDrain,
-    TaskStatus,
     StatusChange,
+    TaskStatus,
     job_transition,
     lease_transition,
     node_drain_transition,
@@ -127,6 +127,10 @@ def get_node(session: Session, *, node_id: str) -> Node | None:
     return session.get(Node, node_id)
 
 
+def all_nodes(session: Session) -> list[Node]:
+    return list(session.scalars(select(Node)))
+
+
 def bind_session_key(session: Session, *, node: Node, session_key: str) -> None:
     """Record the session key a node's login named (checksummed, as signers recover)."""
     node.session_key = to_checksum_address(session_key)
@@ -217,6 +221,20 @@ def get_job(session: Session, *, job_id: str) -> Job | None:
     return session.get(Job, job_id)
 
 
+def lock_job(session: Session, *, job_id: str) -> Job | None:
+    """The job, row-locked and re-read (another process may have just moved it)."""
+    return session.get(Job, job_id, with_for_update=True, populate_existing=True)
+
+
+def jobs_in_status(session: Session, *, statuses: Sequence[JobStatus],
+                   deadline_before: float | None = None) -> list[Job]:
+    """Jobs in any of `statuses` (past their deadline, when `deadline_before` is given)."""
+    query = select(Job).where(Job.status.in_([s.value for s in statuses]))
+    if deadline_before is not None:
+        query = query.where(Job.deadline < deadline_before)
+    return list(session.scalars(query))
+
+
 def get_task(session: Session, *, task_id: int) -> Task | None:
     return session.get(Task, task_id)
 
@@ -249,6 +267,13 @@ def live_leases(session: Session, *, node_id: str | None = None) -> list[Lease]:
     if node_id is not None:
         query = query.where(Lease.node_id == node_id)
     return list(session.scalars(query.order_by(Lease.id)))
+
+
+def oldest_reservation(session: Session, *, node_id: str) -> Lease | None:
+    """The node's oldest live lease it has not started yet."""
+    return session.scalars(select(Lease).where(
+        Lease.node_id == node_id, Lease.released_at.is_(None),
+        Lease.state == LeaseState.RESERVED.value).order_by(Lease.id)).first()
 
 
 def live_lease_for_task(session: Session, *, task_id: int) -> Lease | None:

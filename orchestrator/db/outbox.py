@@ -16,9 +16,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db import crud
-from orchestrator.db.models import Job, OutboxAction
+from orchestrator.db.models import OutboxAction
 from orchestrator.domain.chain_actions import ChainAction, encode
-from orchestrator.domain.lifecycle import DomainError, JobStatus, OutboxStatus, outbox_transition
+from orchestrator.domain.lifecycle import DomainError, OutboxStatus, outbox_transition
 
 __all__ = ["OutboxConflict", "OutboxEntry", "OutboxStatus"]
 
@@ -138,14 +138,3 @@ def defer(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus
     _move(session, action_ids=action_ids, expected=expected, target=None,
           values={"attempts": OutboxAction.attempts + 1, "next_attempt_at": retry_at,
                   "note": note, "updated_at": now})
-
-
-def finish_settlement(session: Session, *, job_id: str, now: float, reason: str) -> float | None:
-    """settling -> settled once the settlement is confirmed; returns the seconds since the
-    settlement was queued, or None when the job is not ours or already moved on."""
-    job = session.get(Job, job_id, with_for_update=True, populate_existing=True)
-    if job is None or job.status != JobStatus.SETTLING.value:
-        return None
-    lag = now - job.updated_at
-    crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now, reason=reason)
-    return lag

@@ -169,7 +169,7 @@ TASK_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     T.FAILED: frozenset(),
 }
 
-L, H, D, O = LeaseState, NodeHealth, NodeDrain, OutboxStatus
+L, H, D, Q = LeaseState, NodeHealth, NodeDrain, OutboxStatus
 
 LEASE_TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     L.RESERVED: frozenset({
@@ -222,37 +222,43 @@ NODE_DRAIN_TRANSITIONS: dict[NodeDrain, frozenset[NodeDrain]] = {
 }
 
 OUTBOX_TRANSITIONS: dict[OutboxStatus, frozenset[OutboxStatus]] = {
-    O.PENDING: frozenset({
+    Q.PENDING: frozenset({
         # Signed, and the signed bytes persisted before any broadcast.
-        O.SENT,
+        Q.SENT,
         # Before signing, the chain shows the action already took effect (escrow settled,
         # the same epoch root committed).
-        O.CONFIRMED,
+        Q.CONFIRMED,
         # A malformed payload, or a revert at gas estimation that no retry can fix.
-        O.FAILED,
+        Q.FAILED,
     }),
-    O.SENT: frozenset({
+    Q.SENT: frozenset({
         # The transaction's receipt succeeded (with the configured confirmations), or its
         # revert proves the action already took effect.
-        O.CONFIRMED,
+        Q.CONFIRMED,
         # Mined and reverted for a reason retrying cannot fix.
-        O.FAILED,
+        Q.FAILED,
         # The bytes can never land (their nonce was spent by another transaction), or a batch
         # reverted on another job's row: sign the row again.
-        O.PENDING,
+        Q.PENDING,
     }),
     # Terminal: an operator reads `note`; nothing is resent.
-    O.CONFIRMED: frozenset(),
-    O.FAILED: frozenset(),
+    Q.CONFIRMED: frozenset(),
+    Q.FAILED: frozenset(),
 }
 
-del J, T, L, H, D, O
+del J, T, L, H, D, Q
 
 
 class DomainError(Exception):
     """A request the domain rules refuse; `code` is the stable machine-readable name."""
 
     code = "domain_error"
+
+
+class NotFound(DomainError):
+    """A request names something (a task, a blob) that does not exist."""
+
+    code = "not_found"
 
 
 class InvalidTransition(DomainError):

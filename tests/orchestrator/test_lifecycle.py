@@ -145,7 +145,7 @@ def test_lease_transition_accepts_exactly_the_allowed_moves(current: LeaseState,
     if (current.value, target.value) in ALLOWED_LEASE_MOVES:
         lease_transition(current, target)
     else:
-        with pytest.raises(InvalidTransition, match="^lease cannot move from "):
+        with pytest.raises(InvalidTransition, match=r"^lease cannot move from "):
             lease_transition(current, target)
 
 
@@ -158,7 +158,7 @@ def test_node_health_transition_accepts_exactly_the_allowed_moves(current: NodeH
         assert (change.kind, change.from_status, change.to_status, change.at) == (
             "node", current.value, target.value, 2.0)
     else:
-        with pytest.raises(InvalidTransition, match="^node cannot move from "):
+        with pytest.raises(InvalidTransition, match=r"^node cannot move from "):
             node_health_transition(current, target, at=0.0, reason="r")
 
 
@@ -181,7 +181,7 @@ def test_outbox_transition_accepts_exactly_the_allowed_moves(current: OutboxStat
     if (current.value, target.value) in ALLOWED_OUTBOX_MOVES:
         outbox_transition(current, target)
     else:
-        with pytest.raises(InvalidTransition, match="^outbox row cannot move"):
+        with pytest.raises(InvalidTransition, match=r"^outbox row cannot move"):
             outbox_transition(current, target)
 
 

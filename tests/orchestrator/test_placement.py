@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.models import Lease, Task
 from orchestrator.db.placement import (
     PlacementConflict,
@@ -24,6 +24,7 @@ from orchestrator.domain.lifecycle import TaskStatus
 from orchestrator.domain.matching import ScoreFn
 from orchestrator.domain.types import NodeHealth, TaskNeeds
 from orchestrator.scheduling.placer import Placer
+from orchestrator.services import work
 
 NodeMaker = Callable[..., list[str]]
 JobMaker = Callable[..., str]

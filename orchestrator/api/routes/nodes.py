@@ -15,10 +15,10 @@ from orchestrator.api.schemas import (
     NodeOut,
     NodeRegistration,
 )
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.models import Node
 from orchestrator.domain.types import NodeSpec
-from orchestrator.services import work as services_work
+from orchestrator.services import work
 
 router = APIRouter(tags=["nodes"])
 
@@ -92,9 +92,9 @@ def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
                ) -> LeaseOut | Response:
     node = owned_node(session, node_id=node_id, address=claims.address)
     now = ctx.now()
-    grant = services_work.pull_lease(session, node=node, pls=ctx.pls,
-                                     pls_placement=ctx.settings.pls_placement,
-                                     reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
+    grant = work.pull_lease(session, node=node, pls=ctx.pls,
+                            pls_placement=ctx.settings.pls_placement,
+                            reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
     if grant is None:
         session.commit()
         return Response(status_code=204)
