@@ -32,6 +32,7 @@ from orchestrator.domain.lifecycle import (
     JobStatus,
     LeaseState,
     NodeDrain,
+    OutboxStatus,
     StatusChange,
     TaskStatus,
     job_transition,
@@ -399,12 +400,14 @@ def job_artifact_hashes(session: Session, *, job_id: str) -> list[str]:
 
 def enqueue_chain_action(session: Session, *, kind: str, idempotency_key: str,
                          payload: dict[str, Any], now: float) -> bool:
-    """Queue a chain action once; False when the key was already queued (exactly-once)."""
+    """Queue a row once; False when the key was already queued (exactly-once). Services
+    queue typed actions through `outbox.queue_action`, which writes the payload."""
     if session.scalars(select(OutboxAction.id)
                        .where(OutboxAction.idempotency_key == idempotency_key)).first():
         return False
     session.add(OutboxAction(idempotency_key=idempotency_key, kind=kind, payload=payload,
-                             status="pending", attempts=0, created_at=now, updated_at=now))
+                             status=OutboxStatus.PENDING.value, attempts=0, created_at=now,
+                             updated_at=now))
     return True
 
 
