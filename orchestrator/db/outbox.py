@@ -20,8 +20,6 @@ from orchestrator.db.models import OutboxAction
 from orchestrator.domain.chain_actions import ChainAction, encode
 from orchestrator.domain.lifecycle import DomainError, OutboxStatus, outbox_transition
 
-__all__ = ["OutboxConflict", "OutboxEntry", "OutboxStatus"]
-
 
 class OutboxConflict(DomainError):
     """Another sender moved the row first; this pass must roll back and not broadcast."""

@@ -28,8 +28,8 @@ does all its bookkeeping in that lease's transaction:
    exponentially; rows behind it wait, so actions reach the chain in the order queued.
 
 Rows are read through the one codec (`domain.chain_actions`); a row it refuses fails as
-`InvalidPayload`. A confirmed settle hands its job to `services.settlement`, which moves it
-settling -> settled once the escrow shows it. Every chain call is `chain.outbox_tx`'s.
+`InvalidPayload`. A confirmed settle hands its job to `services.settlement.mark_settled`, the
+one owner of settling -> settled. Every chain call is `chain.outbox_tx`'s.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ class OutboxSender:
             status = self.tx.escrow_status(action.job_id)
             if status is EscrowStatus.SETTLED:
                 self._confirm(session, now, [entry], OutboxStatus.PENDING,
-                              "already settled on chain", tally, escrow=status)
+                              "already settled on chain", tally)
             elif status is not EscrowStatus.FUNDED:
                 self._fail(session, now, entry, OutboxStatus.PENDING, "EscrowNotFunded",
                            f"escrow job is {status.name}", tally)
@@ -429,20 +429,18 @@ class OutboxSender:
         return None
 
     def _confirm(self, session: Session, now: float, rows: list[OutboxEntry],
-                 expected: OutboxStatus, note: str | None, tally: _Tally, *,
-                 escrow: EscrowStatus | None = None) -> None:
-        """The rows took effect. A settle's job is handed to `settlement.mark_settled` with
-        the escrow as the chain shows it (`escrow`, when this pass just read it)."""
+                 expected: OutboxStatus, note: str | None, tally: _Tally) -> None:
+        """The rows took effect. A settle is confirmed only on the chain's word, its mined
+        receipt (a settle batch settles every job in it or reverts) or an escrow read showing
+        the job Settled, and its job goes to `settlement.mark_settled` with that escrow."""
         outbox_db.record_confirmed(session, action_ids=[row.id for row in rows],
                                    expected=expected, now=now, note=note)
         for row in rows:
             tally.confirmed.append(row.kind)
             if row.kind != SettleJob.kind:
                 continue
-            job_id = _settle(row).job_id
             lag = settlement.mark_settled(
-                session, job_id="0x" + job_id.hex(),
-                escrow=escrow if escrow is not None else self.tx.escrow_status(job_id),
+                session, job_id="0x" + _settle(row).job_id.hex(), escrow=EscrowStatus.SETTLED,
                 now=now, reason=f"settlement confirmed on chain ({note or row.tx_hash})")
             if lag is not None:
                 tally.settlement_lags.append(lag)

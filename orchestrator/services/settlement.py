@@ -1,10 +1,10 @@
 """Settlement: a verified job's payouts queued in the outbox (exactly once), and the one move
 settling -> settled, made only when the escrow on chain shows the job Settled.
 
-`mark_settled` is the move's only owner. The outbox sender calls it when it confirms a
-settle (with the escrow it reads then); the periodic escrow sync calls it for every job still
-settling, which also catches a settlement someone else sent, and flags jobs the chain closed
-some other way.
+`mark_settled` is the move's only owner. The outbox sender calls it when the chain proves a
+settle landed (its mined receipt, or an escrow read showing Settled); the periodic escrow
+sync calls it for every job still settling with the escrow it reads, which also catches a
+settlement someone else sent, and flags jobs the chain closed some other way.
 """
 
 from __future__ import annotations
