@@ -295,32 +295,6 @@ def release_lease(session: Session, *, lease: Lease, now: float, reason: str) ->
     lease.release_reason = reason
 
 
-def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reason: str,
-                 cause: str | None) -> None:
-    """Free the slot and put the task back in line, resuming from its last checkpoint.
-    `cause` (dead, drain, lapsed) records a recovery event with the work lost."""
-    release_lease(session, lease=lease, now=now, reason=reason)
-    was_running = task.status == TaskStatus.RUNNING.value
-    set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
-    if cause is not None and was_running:
-        session.add(RecoveryEvent(task_id=task.id, from_node=lease.node_id, cause=cause,
-                                  lost_at=now,
-                                  rework=max(task.progress - task.checkpoint_progress, 0.0)))
-    task.progress = task.checkpoint_progress
-    task.node_id = None
-
-
-def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str) -> int:
-    """Move every task off a dead or drained node; returns how many moved."""
-    moved = 0
-    for lease in live_leases(session, node_id=node_id):
-        task = session.get(Task, lease.task_id)
-        assert task is not None
-        requeue_task(session, task=task, lease=lease, now=now, reason=f"node {cause}", cause=cause)
-        moved += 1
-    return moved
-
-
 def hold_node_leases(session: Session, *, node_id: str, until: float) -> int:
     """Keep a silent node's started leases live until `until` instead of revoking them;
     its renewals take over again if it comes back. Returns how many were held."""
@@ -332,17 +306,18 @@ def hold_node_leases(session: Session, *, node_id: str, until: float) -> int:
     return held
 
 
-def expire_leases(session: Session, *, now: float) -> int:
-    """Release reservations never started and running leases whose renewals stopped."""
-    expired = list(session.scalars(select(Lease).where(Lease.released_at.is_(None),
-                                                       Lease.expires_at < now)
-                                   .order_by(Lease.id).with_for_update(skip_locked=True)))
-    for lease in expired:
-        task = session.get(Task, lease.task_id)
-        assert task is not None
-        requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
-                     cause="lapsed")
-    return len(expired)
+def lapsed_leases(session: Session, *, now: float) -> list[Lease]:
+    """Live leases past their expiry, oldest first; on PostgreSQL rows another process is
+    handling are skipped."""
+    return list(session.scalars(select(Lease).where(Lease.released_at.is_(None),
+                                                    Lease.expires_at < now)
+                                .order_by(Lease.id).with_for_update(skip_locked=True)))
+
+
+def add_recovery_event(session: Session, *, task_id: int, from_node: str, cause: str,
+                       lost_at: float, rework: float) -> None:
+    session.add(RecoveryEvent(task_id=task_id, from_node=from_node, cause=cause,
+                              lost_at=lost_at, rework=rework))
 
 
 def recovery_events(session: Session, *, task_id: int) -> list[RecoveryEvent]:

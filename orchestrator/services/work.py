@@ -242,7 +242,7 @@ def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now:
                                 reason=f"task {task.id} failed for good")
         return task
     cause = "drain" if reason == "drain" else None
-    crud.requeue_task(session, task=task, lease=lease, now=now, reason=reason, cause=cause)
+    requeue_task(session, task=task, lease=lease, now=now, reason=reason, cause=cause)
     return task
 
 
@@ -255,10 +255,47 @@ def drain_node(session: Session, *, node: Node, now: float) -> int:
         if lease.state == LeaseState.RESERVED.value:
             task = crud.get_task(session, task_id=lease.task_id)
             assert task is not None
-            crud.requeue_task(session, task=task, lease=lease, now=now, reason="node draining",
+            requeue_task(session, task=task, lease=lease, now=now, reason="node draining",
                               cause=None)
             released += 1
     return released
+
+
+def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reason: str,
+                 cause: str | None) -> None:
+    """Free the slot and put the task back in line, resuming from its last checkpoint.
+    `cause` (dead, drain, lapsed) records a recovery event with the work lost."""
+    crud.release_lease(session, lease=lease, now=now, reason=reason)
+    was_running = task.status == TaskStatus.RUNNING.value
+    crud.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
+    if cause is not None and was_running:
+        crud.add_recovery_event(session, task_id=task.id, from_node=lease.node_id, cause=cause,
+                                lost_at=now,
+                                rework=max(task.progress - task.checkpoint_progress, 0.0))
+    task.progress = task.checkpoint_progress
+    task.node_id = None
+
+
+def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str) -> int:
+    """Move every task off a dead or drained node; returns how many moved."""
+    moved = 0
+    for lease in crud.live_leases(session, node_id=node_id):
+        task = crud.get_task(session, task_id=lease.task_id)
+        assert task is not None
+        requeue_task(session, task=task, lease=lease, now=now, reason=f"node {cause}", cause=cause)
+        moved += 1
+    return moved
+
+
+def expire_leases(session: Session, *, now: float) -> int:
+    """Release reservations never started and running leases whose renewals stopped."""
+    expired = crud.lapsed_leases(session, now=now)
+    for lease in expired:
+        task = crud.get_task(session, task_id=lease.task_id)
+        assert task is not None
+        requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
+                     cause="lapsed")
+    return len(expired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,12 +346,12 @@ def _reconcile(session: Session, *, detector: PhiAccrualDetector, now: float,
                 abandoned.extend((node.id, lease.task_id)
                                  for lease in crud.live_leases(session, node_id=node.id)
                                  if lease.state == LeaseState.ACTIVE.value)
-                revoked += crud.revoke_node_leases(session, node_id=node.id, now=now,
+                revoked += revoke_node_leases(session, node_id=node.id, now=now,
                                                    cause="dead")
         elif verdict is not NodeHealth.DEAD and node.health == NodeHealth.DEAD.value:
             returned.append(node.id)
         crud.set_node_health(session, node=node, health=verdict, now=now, reason="detector")
-    expired = crud.expire_leases(session, now=now)
+    expired = expire_leases(session, now=now)
     expire_overdue_jobs(session, now=now)
     draining = {node.id for node in nodes if node.draining}
     return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked,

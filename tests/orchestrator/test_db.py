@@ -13,6 +13,7 @@ from orchestrator.db.models import Base, Job, Lease, OutboxAction
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
 from orchestrator.domain.types import NodeHealth
 from orchestrator.scheduling.placer import Placer
+from orchestrator.services import work
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 
 NodeMaker = Callable[..., list[str]]
@@ -225,7 +226,7 @@ def test_lapsed_running_lease_records_the_work_lost(
         crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=1.0, reason="go")
         task.progress, task.checkpoint_progress = 0.9, 0.6
     with factory.begin() as session:
-        assert crud.expire_leases(session, now=31.0) == 1
+        assert work.expire_leases(session, now=31.0) == 1
     with factory() as session:
         (event,) = crud.recovery_events(session, task_id=placed.task_id)
         assert event.cause == "lapsed" and abs(event.rework - 0.3) < 1e-9
