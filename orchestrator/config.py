@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     pls_decide_interval_s: float = Field(
         300.0, gt=0, description="Period of the staking decision (RS observation, slashing, "
         "demotion) job.")
+    pls_follow_interval_s: float = Field(
+        0.5, gt=0, description="How often each replica applies what the others wrote to the "
+        "PLS observation log (the most a score lags behind another replica's input).")
     pls_stake_ttl_s: float = Field(
         15.0, ge=0, description="How long a provider's free stake read from chain is reused.")
     outbox_interval_s: float = Field(

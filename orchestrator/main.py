@@ -52,11 +52,20 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     def pls_epoch(session: Session, now: float) -> None:
         ctx.pls.close_last_epoch(session, now=now)
 
+    def pls_follow(session: Session, now: float) -> None:
+        ctx.pls.follow(session, now=now)
+
+    def pls_prune(session: Session, now: float) -> None:
+        ctx.pls.prune_log(session, now=now)
+
     jobs = [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
             PeriodicJob("nonce-gc", 60.0, forget_nonces),
             PeriodicJob("escrow-sync", 5.0, escrow_sync),
             PeriodicJob("pls-decide", ctx.settings.pls_decide_interval_s, pls_decide),
-            PeriodicJob("pls-epoch", min(ctx.settings.pls_epoch_s / 4, 60.0), pls_epoch)]
+            PeriodicJob("pls-epoch", min(ctx.settings.pls_epoch_s / 4, 60.0), pls_epoch),
+            PeriodicJob("pls-follow", ctx.settings.pls_follow_interval_s, pls_follow,
+                        leader_only=False),
+            PeriodicJob("pls-log-prune", 30.0, pls_prune)]
     if ctx.settings.orchestrator_key is not None:  # no key: this process sends nothing
         from orchestrator.services.outbox import LEASE_NAME, build_sender
 

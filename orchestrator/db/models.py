@@ -365,3 +365,40 @@ class ScoreLeaf(Base):
     node_id: Mapped[str] = mapped_column(String(64))
     score_bps: Mapped[int] = mapped_column(Integer)
     telemetry_digest: Mapped[str] = mapped_column(String(66))
+
+
+# ---------------------------------------------------------------- the PLS observation log
+# Every replica feeds its PLS engine from this log, in id order (`services.pls_log`).
+
+
+class PlsObservationRecord(Base):
+    """One `domain.pls_observations.Observation`. Ids are handed out by `pls_log_head` as the
+    writing transaction commits: gapless and in commit order, so a reader that has applied up
+    to id N has seen everything committed before N+1."""
+
+    __tablename__ = "pls_observations"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(32))
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class PlsLogHead(Base):
+    """The last observation id handed out (one row). Writers update it last in their
+    transaction, so they take the log's ids one transaction at a time, in commit order."""
+
+    __tablename__ = "pls_log_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    last_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class PlsLogCursor(Base):
+    """How far one replica has applied the log; pruning keeps what a live replica needs."""
+
+    __tablename__ = "pls_log_cursors"
+
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    seen_at: Mapped[float] = mapped_column(Float)

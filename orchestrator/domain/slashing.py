@@ -315,6 +315,10 @@ class StakingPolicy:
         self._set_tier(node_id, node, Tier.BACKGROUND, at, "failed verification",
                        self._immediate_tiers)
 
+    def adopt_tier(self, node_id: str, tier: Tier, at: float) -> None:
+        """Take a tier another replica's policy decided (its `decide` ran there)."""
+        self._set_tier(node_id, self._node(node_id), tier, at, "decided elsewhere", [])
+
     def handshake(self, verdict: PopwVerdict) -> None:
         self._node(verdict.node_id).verdict = verdict
         self._active.add(verdict.node_id)
