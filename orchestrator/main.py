@@ -22,7 +22,7 @@ from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.slashing import SlashingConfig
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
-from orchestrator.services import work
+from orchestrator.services import settlement, work
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_state import StakeReader
 from orchestrator.storage.blobs import BlobStore
@@ -44,8 +44,8 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
 
     def escrow_sync(session: Session, now: float) -> None:
         reader = escrow_provider(ctx)  # connects on first use: only when a job is settling
-        work.sync_escrow(session, read_escrow=lambda job_id: reader().escrowed_job(job_id),
-                           metrics=ctx.metrics, now=now)
+        settlement.sync_escrow(session, read_escrow=lambda job_id: reader().escrowed_job(job_id),
+                               metrics=ctx.metrics, now=now)
 
     def pls_decide(session: Session, now: float) -> None:
         ctx.pls.run_decide(session, now=now)
@@ -68,7 +68,7 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
                         leader_only=False),
             PeriodicJob("pls-log-prune", 30.0, pls_prune)]
     if ctx.settings.orchestrator_key is not None:  # no key: this process sends nothing
-        from orchestrator.chain.outbox_sender import LEASE_NAME, build_sender
+        from orchestrator.services.outbox import LEASE_NAME, build_sender
 
         jobs.append(PeriodicJob(LEASE_NAME, ctx.settings.outbox_interval_s,
                                 build_sender(ctx.settings, ctx.metrics)))

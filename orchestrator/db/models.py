@@ -64,8 +64,8 @@ class Node(Base):
     price_per_gpu_hour: Mapped[int] = mapped_column(TokenAmount)
     slots: Mapped[int] = mapped_column(Integer)  # GPU slots 0..slots-1: one live lease each
     tier: Mapped[int] = mapped_column(Integer, default=1)
-    health: Mapped[str] = mapped_column(String(16), default="alive")
-    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    health: Mapped[str] = mapped_column(String(16), default="alive")  # lifecycle's NodeHealth
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)  # NodeDrain.DRAINING
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The ephemeral key the node's agent process named in its latest login (wallet-signed):
@@ -132,7 +132,7 @@ class Lease(Base):
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"))
     node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id"))
     slot: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(16))  # reserved | active | released
+    state: Mapped[str] = mapped_column(String(16))  # lifecycle.LeaseState
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
     released_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -191,9 +191,10 @@ class OutboxAction(Base):
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
-    kind: Mapped[str] = mapped_column(String(32))  # settle | commit | lock | slash ...
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    kind: Mapped[str] = mapped_column(String(32))  # a `domain.chain_actions` action's kind
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)  # written by chain_actions.encode
+    status: Mapped[str] = mapped_column(String(16), default="pending",
+                                        index=True)  # lifecycle.OutboxStatus
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     tx_hash: Mapped[str | None] = mapped_column(String(66), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)

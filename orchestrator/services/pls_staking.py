@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import outbox
 from orchestrator.db import pls as store
+from orchestrator.domain.chain_actions import CommitEpoch, SetTier, SlashCollateral
 from orchestrator.domain.pls_observations import TierDecided
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
@@ -69,11 +70,11 @@ class PlsStaking(PlsLog):
             holder = store.set_node_tier(session, node_id=change.node_id, tier=int(change.new))
             if holder is None:
                 continue
-            crud.enqueue_chain_action(
-                session, kind="tier", now=now,
+            outbox.queue_action(
+                session, now=now,
                 idempotency_key=f"tier:{change.node_id}:{round(change.at * 1000)}:{change.new}",
-                payload={"provider": holder, "tier": int(change.new),
-                         "node_id": change.node_id, "detail": change.detail})
+                action=SetTier(provider=holder, tier=int(change.new), node_id=change.node_id,
+                               detail=change.detail))
             self._observe(session, TierDecided(change.node_id, int(change.new), change.at))
             tiers.append((change.node_id, change.new))
         return DecideResult(actions.slashes, tuple(tiers))
@@ -99,12 +100,11 @@ class PlsStaking(PlsLog):
         lock = store.latest_lock(session, task_id=task_id, node_id=decision.node_id)
         if lock is None or min(decision.amount, lock.amount) == 0:
             return
-        crud.enqueue_chain_action(
-            session, kind="slash", idempotency_key=f"slash:{store.hex32(decision.slash_id)}",
-            now=now, payload={"job_id": lock.job_id, "provider": decision.provider,
-                              "amount": str(min(decision.amount, lock.amount)),
-                              "reason": int(decision.reason),
-                              "evidence": store.hex32(decision.evidence)})
+        outbox.queue_action(
+            session, idempotency_key=f"slash:{store.hex32(decision.slash_id)}", now=now,
+            action=SlashCollateral(job_id=store.unhex(lock.job_id), provider=decision.provider,
+                                   amount=min(decision.amount, lock.amount),
+                                   reason=int(decision.reason), evidence=decision.evidence))
 
     def epoch_of(self, now: float) -> int:
         return int(now // self.config.epoch_s)
@@ -132,9 +132,8 @@ class PlsStaking(PlsLog):
             store.LeafRow(e.provider, node_of[(e.provider, e.telemetry_digest)], e.score_bps,
                           e.telemetry_digest) for e in entries])
         store.assign_epoch(session, records=low, epoch=epoch)
-        crud.enqueue_chain_action(session, kind="commit", idempotency_key=f"commit:{epoch}",
-                                  now=now, payload={"epoch": epoch,
-                                                    "root": store.hex32(commitment.root)})
+        outbox.queue_action(session, idempotency_key=f"commit:{epoch}", now=now,
+                            action=CommitEpoch(epoch=epoch, root=commitment.root))
         return commitment.root
 
     @staticmethod

@@ -23,7 +23,7 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
              summary="Run the failure/lease sweep now (it also runs periodically)")
 def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
     result = work.sweep(session, detector=ctx.detector, pls=ctx.pls, metrics=ctx.metrics,
-                          now=ctx.now())
+                        now=ctx.now())
     session.commit()
     return SweepOut(expired_leases=result.expired_leases, dead_nodes=result.dead_nodes,
                     held_nodes=result.held)

@@ -13,7 +13,8 @@ from fastapi.responses import FileResponse
 from orchestrator.api.deps import CtxDep, NodeDep, SessionDep, UploaderDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.schemas import BlobOut
-from orchestrator.db import crud, work
+from orchestrator.db import crud
+from orchestrator.services import work
 from orchestrator.storage.blobs import BlobError, BlobTooLarge
 
 router = APIRouter(tags=["blobs"])

@@ -18,11 +18,11 @@ from orchestrator.api.schemas import (
     ProgressShownIn,
     ProgressShownOut,
 )
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.models import Node
 from orchestrator.domain.slashing import ProgressVerdict
 from orchestrator.domain.types import NodeSpec
-from orchestrator.services import work as services_work
+from orchestrator.services import work
 from orchestrator.services.pls_continuity import ShownChunk
 
 router = APIRouter(tags=["nodes"])
@@ -125,9 +125,9 @@ def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
                ) -> LeaseOut | Response:
     node = owned_node(session, node_id=node_id, address=claims.address)
     now = ctx.now()
-    grant = services_work.pull_lease(session, node=node, pls=ctx.pls,
-                                     pls_placement=ctx.settings.pls_placement,
-                                     reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
+    grant = work.pull_lease(session, node=node, pls=ctx.pls,
+                            pls_placement=ctx.settings.pls_placement,
+                            reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
     if grant is None:
         session.commit()
         return Response(status_code=204)

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from orchestrator.api.deps import CtxDep, NodeDep, SessionDep
 from orchestrator.api.schemas import CheckpointIn, CompleteIn, FailIn, ProgressIn, TaskOut
-from orchestrator.db import work
 from orchestrator.db.models import Task
+from orchestrator.services import work
 
 router = APIRouter(tags=["tasks"])
 
