@@ -158,10 +158,11 @@ class PlsIngest(PlsState):
                 self.engine.checkpoint_measured(node_id, seconds)
 
     def task_outcome(self, session: Session, *, node_id: str, task_id: int,
-                     outcome: TaskOutcome, now: float) -> None:
+                     outcome: TaskOutcome, now: float, evidence: bytes | None = None) -> None:
         """A task's attempt on this node ended: its outcome counts toward the node's record
         and, with the raw RS it was placed at, teaches the recalibrator; a failed
-        verification goes to the staking policy with the collateral locked for the task."""
+        verification goes to the staking policy with the collateral locked for the task
+        (and `evidence`, the digest of the stored verification evidence, when known)."""
         store.add_outcome(session, node_id=node_id, task_id=task_id, outcome=outcome.value,
                           at=now)
         finished = outcome is TaskOutcome.COMPLETED
@@ -175,7 +176,8 @@ class PlsIngest(PlsState):
                 self.engine.completed(node_id, raw_rs)
             elif outcome is TaskOutcome.FAILED_VERIFICATION:
                 self.engine.verification_failed(node_id, str(task_id),
-                                                0 if lock is None else lock.amount, raw_rs, now)
+                                                0 if lock is None else lock.amount, raw_rs, now,
+                                                evidence=evidence)
             else:
                 self.engine.outcome(node_id, outcome)
                 self.engine.attempt_ended(raw_rs, False)
