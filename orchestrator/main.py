@@ -116,7 +116,8 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
         clock=clock, pls=pls_service,
         verifier=Verifier(blobs=blob_store, pls=pls_service, secret=verification_secret,
                           policy=SamplingPolicy.parse(settings.verification_policy),
-                          windows=settings.verification_windows))
+                          windows=settings.verification_windows,
+                          epoch_s=settings.pls_epoch_s))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -368,3 +368,4 @@ class VerificationOut(BaseModel):
     checks: dict[str, int]  # by status
     overturned: int  # mismatches a tie-break decided for the node (a rejection avoided)
     check_render_s: float
+    by_node: dict[str, dict[str, int]]  # node -> its results by verdict

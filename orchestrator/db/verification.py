@@ -187,20 +187,26 @@ class VerificationCounts:
     checks: dict[str, int]  # by status
     overturned: int  # disputes the tie-breaker decided for the node: a rejection avoided
     check_render_s: float
+    by_node: dict[str, dict[str, int]]  # node -> commitments by status
 
 
 def counts(session: Session) -> VerificationCounts:
     by_status = dict(session.execute(select(VerificationCommitment.status, func.count())
-                                     .group_by(VerificationCommitment.status)).tuples())
+                                     .group_by(VerificationCommitment.status)).tuples().all())
     checks = dict(session.execute(select(VerificationCheck.status, func.count())
-                                  .group_by(VerificationCheck.status)).tuples())
+                                  .group_by(VerificationCheck.status)).tuples().all())
     overturned = session.scalar(select(func.count()).select_from(VerificationCheck).where(
         VerificationCheck.role == "tiebreak",
         VerificationCheck.status == CheckStatus.MATCHED.value)) or 0
     render_s = session.scalar(select(func.coalesce(func.sum(VerificationCheck.render_s), 0.0)))
+    by_node: dict[str, dict[str, int]] = {}
+    for node_id, status, count in session.execute(
+            select(VerificationCommitment.node_id, VerificationCommitment.status, func.count())
+            .group_by(VerificationCommitment.node_id, VerificationCommitment.status)).tuples():
+        by_node.setdefault(str(node_id), {})[str(status)] = int(count)
     return VerificationCounts({str(k): int(v) for k, v in by_status.items()},
                               {str(k): int(v) for k, v in checks.items()}, int(overturned),
-                              float(render_s or 0.0))
+                              float(render_s or 0.0), by_node)
 
 
 def redo_task(session: Session, *, task: Task, now: float, reason: str) -> None:
@@ -217,3 +223,10 @@ def commitments_of_task(session: Session, *, task_id: int) -> list[VerificationC
     return list(session.scalars(select(VerificationCommitment)
                                 .where(VerificationCommitment.task_id == task_id)
                                 .order_by(VerificationCommitment.id)))
+
+
+def windows_delivered(session: Session, *, provider: str, since: float) -> int:
+    """Windows of the provider's results committed since `since` (its epoch's volume)."""
+    return int(session.scalar(select(func.coalesce(func.sum(VerificationCommitment.windows), 0))
+                              .where(VerificationCommitment.provider == provider,
+                                     VerificationCommitment.created_at >= since)) or 0)

@@ -162,24 +162,34 @@ class SamplingPolicy:
     rate: float = 0.05  # fixed policies
     floor: float = 0.04  # adaptive: the rate never goes below this
     min_streak: int = 10  # adaptive: below this many valid checks, check every window
+    # pooled: the floor is what catches `target_share` tampering with P >= `target` over the
+    # windows the provider delivers in an epoch (fewer windows: a higher floor)
+    pooled: bool = False
+    target: float = 0.99
+    target_share: float = 0.10
 
     def __post_init__(self) -> None:
         if not (0.0 < self.rate <= 1.0 and 0.0 < self.floor <= 1.0):
             raise ValueError("rates must lie in (0, 1]")
 
-    def window_rate(self, record: ProviderRecord) -> float:
+    def window_rate(self, record: ProviderRecord, epoch_windows: int | None = None) -> float:
+        """`epoch_windows`: the windows the provider delivers in an epoch (its last one's)."""
         if not self.adaptive:
             return self.rate
         if record.consecutive_valid < self.min_streak:
             return 1.0
-        return max(self.floor, 1.0 / record.consecutive_valid)
+        floor = self.floor
+        if self.pooled:
+            floor = max(floor, pooled_floor(self.target, self.target_share, epoch_windows or 1))
+        return min(1.0, max(floor, 1.0 / record.consecutive_valid))
 
     @classmethod
     def parse(cls, text: str) -> SamplingPolicy:
-        """`adaptive`, `adaptive-F%` (floor F) or `fixed-N%`."""
+        """`adaptive` (pooled per provider and epoch, floor at least 0.5 %), `adaptive-F%`
+        (a fixed floor F) or `fixed-N%`."""
         name = text.strip()
         if name == "adaptive":
-            return cls(name, adaptive=True)
+            return cls(name, adaptive=True, floor=0.005, pooled=True)
         for prefix, adaptive in (("adaptive-", True), ("fixed-", False)):
             if name.startswith(prefix) and name.endswith("%"):
                 try:
@@ -190,6 +200,11 @@ class SamplingPolicy:
                     return cls(name, adaptive=True, floor=share)
                 return cls(name, adaptive=False, rate=share)
         raise ValueError(f"unknown sampling policy {text!r}: use adaptive, adaptive-F% or fixed-N%")
+
+
+def pooled_floor(target: float, share: float, windows: int) -> float:
+    """The per-window rate at which `windows` draws catch a `share` tamperer with P `target`."""
+    return min(1.0, (1.0 - (1.0 - target) ** (1.0 / max(windows, 1))) / share)
 
 
 def catch_probability(rate: float, share: float, windows: int) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +100,14 @@ class Verifier:
     """The verification use cases over one app's blob store, PLS service and secret."""
 
     def __init__(self, *, blobs: BlobStore, pls: PlsService, secret: bytes,
-                 policy: SamplingPolicy, windows: int = 8, check_ttl_s: float = 300.0) -> None:
+                 policy: SamplingPolicy, windows: int = 8, epoch_s: float = 3600.0,
+                 check_ttl_s: float = 300.0) -> None:
         self.blobs = blobs
         self.pls = pls
         self.secret = secret
         self.policy = policy
         self.windows = windows
+        self.epoch_s = epoch_s
         self.check_ttl_s = check_ttl_s
 
     # ----- commit and challenge ----------------------------------------------------------
@@ -128,7 +130,9 @@ class Verifier:
         commitment = Commitment.of(leaves)
         seed = challenge_seed(self.secret, commitment.root, task.id, task.attempts)
         record = store.record_of(session, provider=node.provider)
-        rate = self.policy.window_rate(record)
+        volume = store.windows_delivered(session, provider=node.provider,
+                                         since=now - self.epoch_s) + windows
+        rate = self.policy.window_rate(record, epoch_windows=volume)
         row = store.add_commitment(
             session, task_id=task.id, job_id=task.job_id, node_id=node_id,
             provider=node.provider, attempt=task.attempts, result_sha256=result_sha256,
@@ -268,7 +272,7 @@ class Verifier:
             tolerance = found
         comparisons = self._compare(commitment, check, result, tolerance)
         matched = all(c.match for c in comparisons.values())
-        check.result = {"chunks": [c.__dict__ for c in result.chunks],
+        check.result = {"chunks": [asdict(c) for c in result.chunks],
                         "frame_sha256": result.frame_sha256,
                         "result_sha256": result.result_sha256,
                         "env": None if result.env is None else result.env.as_json()}

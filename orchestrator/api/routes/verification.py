@@ -58,7 +58,8 @@ def check_result(check_id: int, body: CheckResultIn, claims: NodeDep, session: S
 def counts(session: SessionDep, ctx: CtxDep) -> VerificationOut:
     found = ctx.verifier.counts(session)
     return VerificationOut(commitments=found.commitments, checks=found.checks,
-                           overturned=found.overturned, check_render_s=found.check_render_s)
+                           overturned=found.overturned, check_render_s=found.check_render_s,
+                           by_node=found.by_node)
 
 
 @router.get("/admin/tasks/{task_id}/verification", response_model=list[CommitmentOut],
