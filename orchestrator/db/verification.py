@@ -108,7 +108,7 @@ def lease_check(session: Session, *, node_id: str, provider: str, now: float,
         .where((VerificationCheck.status == CheckStatus.OPEN.value) | lapsed)
         .where(VerificationCommitment.provider != provider)
         .where(VerificationCommitment.node_id != node_id)
-        .order_by(VerificationCheck.id).limit(limit)).tuples()
+        .order_by(VerificationCheck.id).limit(limit))
     for check, _ in candidates:
         excluded = set(check.recipe.get("excluded_providers", []))
         if provider in excluded:
@@ -192,9 +192,9 @@ class VerificationCounts:
 
 def counts(session: Session) -> VerificationCounts:
     by_status = dict(session.execute(select(VerificationCommitment.status, func.count())
-                                     .group_by(VerificationCommitment.status)).tuples().all())
+                                     .group_by(VerificationCommitment.status)).all())
     checks = dict(session.execute(select(VerificationCheck.status, func.count())
-                                  .group_by(VerificationCheck.status)).tuples().all())
+                                  .group_by(VerificationCheck.status)).all())
     overturned = session.scalar(select(func.count()).select_from(VerificationCheck).where(
         VerificationCheck.role == "tiebreak",
         VerificationCheck.status == CheckStatus.MATCHED.value)) or 0
@@ -202,7 +202,7 @@ def counts(session: Session) -> VerificationCounts:
     by_node: dict[str, dict[str, int]] = {}
     for node_id, status, count in session.execute(
             select(VerificationCommitment.node_id, VerificationCommitment.status, func.count())
-            .group_by(VerificationCommitment.node_id, VerificationCommitment.status)).tuples():
+            .group_by(VerificationCommitment.node_id, VerificationCommitment.status)):
         by_node.setdefault(str(node_id), {})[str(status)] = int(count)
     return VerificationCounts({str(k): int(v) for k, v in by_status.items()},
                               {str(k): int(v) for k, v in checks.items()}, int(overturned),

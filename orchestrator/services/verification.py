@@ -245,6 +245,8 @@ class Verifier:
         check = store.get_check(session, check_id=check_id)
         if check is None:
             raise VerificationError("check_not_found", f"no check {check_id}", 404)
+        if check.status == CheckStatus.VOID.value and check.checker_node == node_id:
+            return check  # decided without it meanwhile: nothing to do, nothing wrong
         if check.status != CheckStatus.LEASED.value or check.checker_node != node_id:
             raise VerificationError("check_not_held", f"node {node_id} holds no lease on "
                                     f"check {check_id}")
@@ -354,14 +356,17 @@ class Verifier:
             return
         if check.role == "tiebreak":
             window_checks = [c for c in checks if c.window == check.window]
-            first = next(c for c in window_checks if c.role == "check")
-            if matched:  # the node was right; the first checker rendered something else
-                log.warning("verification: tie-break sided with %s on task %s window %s; "
-                            "checker %s was wrong", commitment.node_id, commitment.task_id,
-                            check.window, first.checker_node)
-                self._checker_wrong(session, first, now)
-            elif self._agrees(first, check):
-                self._failed(session, commitment, first, check, now)
+            wrong = [c for c in window_checks
+                     if c.id != check.id and c.status == CheckStatus.MISMATCHED.value]
+            partner = next((c for c in wrong if self._agrees(c, check)), None)
+            if matched:  # the node was right; every earlier mismatch of the window was not
+                for earlier in wrong:
+                    log.warning("verification: tie-break sided with %s on task %s window %s; "
+                                "checker %s was wrong", commitment.node_id,
+                                commitment.task_id, check.window, earlier.checker_node)
+                    self._checker_wrong(session, earlier, now)
+            elif partner is not None:
+                self._failed(session, commitment, partner, check, now)
                 return
             elif sum(c.role == "tiebreak" for c in window_checks) < MAX_TIEBREAKS:
                 self._tiebreak(session, commitment, check, now)

@@ -23,6 +23,7 @@ from orchestrator.localgrid import Grid, wait_for
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 ADMIN = {"x-admin-key": "test-admin"}
 TINY = {"samples": 8, "chunk_samples": 4, "resolution": [32, 24]}
+SLOWER = {"samples": 64, "chunk_samples": 32, "resolution": [32, 24]}
 
 
 @pytest.fixture
@@ -68,13 +69,14 @@ def failed_evidence(grid: Grid, tasks: int) -> list[dict[str, Any]]:
 def test_lazyStaleAndTamperingNodes_areCaught_honestNodesOnBothKernelsNeverRejected(
         grid: Grid, scene: Path) -> None:
     grid.start()
-    frames = 6
-    job_id = grid.submit(scene, frames={"start": 1, "end": frames}, **TINY)
     cheats = {"lazy": "lazy", "stale": "stale", "tamper": "tamper:0.25"}
     cheaters = [grid.agent(name, launcher=cheater(cheat)).start()
                 for name, cheat in cheats.items()]
-    for agent in cheaters:  # each cheater holds a frame before honest nodes join
-        wait_for(f"{agent.name} to render", lambda a=agent: "kept in the spool" in a.log(),
+    grid.wait_logged_in(cheaters)
+    frames = len(cheats)  # one each: a frame renders for longer than the agents poll
+    job_id = grid.submit(scene, frames={"start": 1, "end": frames}, **SLOWER)
+    for agent in cheaters:
+        wait_for(f"{agent.name} to deliver", lambda a=agent: "acknowledged" in a.log(),
                  timeout_s=240)
     honest = [grid.agent("honest-avx2").start(),
               grid.agent("honest-sse42", "--cpu-kernel", "sse42").start(),
