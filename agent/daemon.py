@@ -16,6 +16,7 @@ told (`POST .../drain`), then the agent exits.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,7 +26,7 @@ import signal
 import tarfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -424,6 +425,9 @@ class Agent:
             return False
         check = response.json()
         check_id, payload = int(check["check_id"]), check["payload"]
+        if payload.get("kind") == "command":
+            self.command_check(check_id, payload)
+            return True
         if payload.get("kind") != "blender":
             log.warning("check %s: cannot re-run %r work; it lapses", check_id,
                         payload.get("kind"))
@@ -457,6 +461,22 @@ class Agent:
             log.warning("check %s: %s", check_id, exc)
         return True
 
+    def command_check(self, check_id: int, payload: dict[str, Any]) -> None:
+        """Re-run a command task and send its result's hash (the tar is reproducible)."""
+        try:
+            with self.run_command(payload) as (archive, problem):
+                if archive is None:
+                    log.warning("check %s: the command failed (%s); it lapses", check_id,
+                                problem)
+                    return
+                sha = sha256_file(archive)
+                self.upload(archive, sha)
+            verdict = self.call("check result", "POST", f"/v1/checks/{check_id}/result",
+                                json_body={"result_sha256": sha})
+            log.info("check %s: %s", check_id, verdict["status"])
+        except ApiCallError as exc:
+            log.warning("check %s: %s", check_id, exc)
+
     def resume_chunks(self, manifest_sha: str | None, task: blender.FrameTask
                       ) -> list[blender.Chunk]:
         """The chunks a checkpoint names, downloaded and decoded; none when it does not fit
@@ -480,7 +500,15 @@ class Agent:
         """A generic subprocess: argv from the job, the input blob at $MESH_INPUT, its declared
         outputs under $MESH_OUT, packed into a reproducible tar as the result."""
         task_id = int(lease["task_id"])
-        payload = lease["payload"]
+        with self.run_command(lease["payload"]) as (archive, problem):
+            if archive is None:
+                self.give_back(task_id, "error", problem)
+                return
+            self.finish(lease, archive)
+
+    @contextlib.contextmanager
+    def run_command(self, payload: dict[str, Any]) -> Iterator[tuple[Path | None, str]]:
+        """(the result tar, "") or (None, why it failed), inside the task's sandbox."""
         inputs = []
         env = {"MESH_SHARD": str(payload.get("shard", 0)),
                "MESH_SHARDS": str(payload.get("shards", 1)), "MESH_PYTHON": task_python()}
@@ -493,11 +521,11 @@ class Agent:
             argv = [part.replace("{python}", task_python()) for part in payload["command"]]
             run = box.run(argv, env=env)
             if run.outcome is not Outcome.OK:
-                self.give_back(task_id, "error", run.reason)
+                yield None, run.reason
                 return
             missing = [name for name in payload["outputs"] if not (box.out / name).is_file()]
             if missing:
-                self.give_back(task_id, "error", f"declared outputs missing: {missing}")
+                yield None, f"declared outputs missing: {missing}"
                 return
             archive = box.root / "result.tar"
             with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -507,7 +535,7 @@ class Agent:
                     info.mode = 0o644
                     with (box.out / name).open("rb") as handle:
                         tar.addfile(info, handle)
-            self.finish(lease, archive)
+            yield archive, ""
 
     # ----- results ---------------------------------------------------------------------------
     def finish(self, lease: dict[str, Any], result: Path, *, render: dict[str, Any] | None = None,

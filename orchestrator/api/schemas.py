@@ -86,8 +86,24 @@ class BlenderWorkload(Strict):
         return self
 
 
+class RedundancyIn(Strict):
+    """k-of-n for non-deterministic commands: n runs on distinct providers, k must agree."""
+
+    k: int = Field(2, ge=1, le=9)
+    n: int = Field(3, ge=1, le=9)
+
+    @model_validator(mode="after")
+    def _majority(self) -> RedundancyIn:
+        if self.k > self.n or 2 * self.k <= self.n:
+            raise ValueError("k-of-n needs k <= n and a strict majority (2k > n)")
+        return self
+
+
 class CommandWorkload(Strict):
     kind: Literal["command"]
+    # False: runs may differ (e.g. seeded by time); verified by k-of-n agreement, not re-runs
+    deterministic: bool = True
+    redundancy: RedundancyIn = Field(default_factory=RedundancyIn)
     command: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=32)
     input_sha256: Sha256Hex | None = None
     count: int = Field(1, ge=1, le=MAX_TASKS_PER_JOB)  # independent shards, one task each

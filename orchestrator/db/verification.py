@@ -111,7 +111,10 @@ def lease_check(session: Session, *, node_id: str, provider: str, now: float,
         .order_by(VerificationCheck.id).limit(limit))
     for check, _ in candidates:
         excluded = set(check.recipe.get("excluded_providers", []))
-        if provider in excluded:
+        excluded |= {c.checker_provider for c in checks_of(session,
+                                                           commitment_id=check.commitment_id)
+                     if c.id != check.id and c.window == check.window}
+        if provider in excluded:  # a provider renders each window of a result once
             continue
         if check.status == CheckStatus.LEASED.value:
             set_check_status(session, check=check, target=CheckStatus.OPEN, now=now,

@@ -46,9 +46,11 @@ from orchestrator.domain.verification import (
     Comparison,
     Leaf,
     LeafPart,
+    Redundancy,
     RenderEnv,
     SamplingPolicy,
     Tolerance,
+    agreement,
     challenge_seed,
     compare,
     pixel_digest,
@@ -143,6 +145,15 @@ class Verifier:
                                                "sha256": c.sha256} for c in report.chunks],
             policy=self.policy.name, rate=rate, seed="0x" + seed.hex(), detail="",
             created_at=now)
+        rule = redundancy_of(task.payload)
+        if rule is not None:  # k-of-n: every result runs n times, nothing is sampled
+            row.rate = 1.0
+            store.set_status(session, commitment=row, target=VerificationStatus.CHECKING,
+                             now=now, reason=f"{rule.k}-of-{rule.n} runs on distinct providers")
+            for _ in range(rule.n - 1):
+                store.add_check(session, commitment=row, window=0, role="replica",
+                                recipe=self._recipe(task, row, 0, windows, rows), now=now)
+            return row
         drawn = sampled_windows(seed, commitment.windows, rate)
         if not drawn:
             store.set_status(session, commitment=row, target=VerificationStatus.TRUSTED, now=now,
@@ -346,6 +357,9 @@ class Verifier:
         one that agrees with the first checker fails the result. The result passes once no
         check is left open (every window's latest check then matched)."""
         checks = store.checks_of(session, commitment_id=commitment.id)
+        if check.role == "replica":
+            self._resolve_replicas(session, commitment, checks, now)
+            return
         if check.role == "check" and not matched:
             if commitment.status != VerificationStatus.DISPUTED.value:
                 store.set_status(session, commitment=commitment,
@@ -384,6 +398,37 @@ class Verifier:
             record = record.after(True)
         store.save_record(session, provider=commitment.provider, record=record, now=now)
         self.settle_if_verified(session, job_id=commitment.job_id, now=now)
+
+    def _resolve_replicas(self, session: Session, commitment: VerificationCommitment,
+                          checks: list[VerificationCheck], now: float) -> None:
+        """k-of-n: the node's run and the replicas' runs vote by result hash."""
+        task = crud.get_task(session, task_id=commitment.task_id)
+        assert task is not None
+        rule = redundancy_of(task.payload)
+        assert rule is not None
+        finished = [c for c in checks if c.status in (CheckStatus.MATCHED.value,
+                                                     CheckStatus.MISMATCHED.value)]
+        runs = {commitment.node_id: commitment.result_sha256}
+        runs.update({f"check:{c.id}": str((c.result or {}).get("result_sha256"))
+                     for c in finished})
+        verdict = agreement(runs, rule)
+        if verdict.accepted == commitment.result_sha256:
+            for c in finished:
+                if c.status == CheckStatus.MISMATCHED.value:
+                    self._checker_wrong(session, c, now)
+            store.void_open_checks(session, commitment=commitment, now=now,
+                                   reason=f"{rule.k} runs agree")
+            store.set_status(session, commitment=commitment, target=VerificationStatus.PASSED,
+                             now=now, reason=f"{rule.k} of {len(runs)} runs agree")
+            self.settle_if_verified(session, job_id=commitment.job_id, now=now)
+        elif verdict.accepted is not None:
+            agreeing = [c for c in finished
+                        if (c.result or {}).get("result_sha256") == verdict.accepted]
+            store.set_status(session, commitment=commitment, target=VerificationStatus.DISPUTED,
+                             now=now, reason=f"{rule.k} runs agree on another result")
+            self._failed(session, commitment, agreeing[0], agreeing[1 % len(agreeing)], now)
+        elif verdict.exhausted:
+            self._redo(session, commitment, now, f"no {rule.k} of {rule.n} runs agree")
 
     @staticmethod
     def _agrees(first: VerificationCheck, second: VerificationCheck) -> bool:
@@ -437,6 +482,9 @@ class Verifier:
     def _redo(self, session: Session, commitment: VerificationCommitment, now: float,
               reason: str) -> None:
         store.void_open_checks(session, commitment=commitment, now=now, reason=reason)
+        if commitment.status == VerificationStatus.CHECKING.value:
+            store.set_status(session, commitment=commitment, target=VerificationStatus.DISPUTED,
+                             now=now, reason=reason)
         if commitment.status != VerificationStatus.FAILED.value:
             store.set_status(session, commitment=commitment, target=VerificationStatus.FAILED,
                              now=now, reason=reason)
@@ -548,3 +596,11 @@ def report_of(render: Any) -> RenderReport | None:
         return None
     return RenderReport(env_of(render), tuple(ChunkRef(c.offset, c.length, c.sha256)
                                               for c in render.chunks))
+
+
+def redundancy_of(payload: dict[str, Any]) -> Redundancy | None:
+    """The k-of-n rule of a `command` task that declares itself non-deterministic."""
+    if payload.get("kind") != "command" or payload.get("deterministic", True):
+        return None
+    rule = payload.get("redundancy") or {}
+    return Redundancy(int(rule.get("k", 2)), int(rule.get("n", 3)))

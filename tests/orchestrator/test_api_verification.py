@@ -228,3 +228,74 @@ def test_a_result_from_another_blender_build_is_not_compared_but_rechecked_elsew
     assert answer is not None and answer["status"] == "open"
     again = run_check(current, truth, tmp_path)
     assert again is not None and again["status"] == "matched"
+
+
+@pytest.fixture
+def command_job(factory: sessionmaker[Session]) -> Callable[..., str]:
+    def build(*, deterministic: bool) -> str:
+        job_id = "0x" + f"{next(JOB_NUMBERS):064x}"
+        with factory.begin() as session:
+            crud.create_job(session, job_id=job_id, customer=CUSTOMER,
+                            spec={"kind": "command"}, spec_hash="0x" + "0" * 64,
+                            amount=10**18, deadline=1e12, needs=TaskNeeds(),
+                            task_payloads=[{"kind": "command", "command": ["x"],
+                                            "outputs": ["result"], "shard": 0, "shards": 1,
+                                            "deterministic": deterministic,
+                                            "redundancy": {"k": 2, "n": 3}}],
+                            now=0.0, status=JobStatus.FUNDED)
+        return job_id
+    return build
+
+
+def finish_command(node: LiveNode, data: bytes) -> int:
+    task_id = node.post(f"/v1/nodes/{node.node_id}/lease").json()["task_id"]
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1})
+    assert node.post(f"/v1/tasks/{task_id}/complete",
+                     {"result_sha256": upload(node, data)}).status_code == 200
+    return int(task_id)
+
+
+def rerun(node: LiveNode, data: bytes) -> dict[str, Any] | None:
+    lease = node.post(f"/v1/nodes/{node.node_id}/checks/lease")
+    if lease.status_code == 204:
+        return None
+    answer = node.post(f"/v1/checks/{lease.json()['check_id']}/result",
+                       {"result_sha256": upload(node, data)})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def test_deterministic_command_is_rechecked_by_its_bytes(
+        live_node: Node, command_job: Callable[..., str], client: TestClient) -> None:
+    worker, checker = live_node("worker"), live_node("checker")
+    job_id = command_job(deterministic=True)
+    finish_command(worker, b"42\n")
+    answer = rerun(checker, b"42\n")
+    assert answer is not None and answer["status"] == "matched"
+    assert answer["comparison"]["result"]["detail"] == "same bytes"
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "settling"
+
+
+def test_nondeterministic_command_passes_when_k_of_n_runs_agree(
+        live_node: Node, command_job: Callable[..., str], client: TestClient) -> None:
+    worker, second, third = live_node("worker"), live_node("second"), live_node("third")
+    job_id = command_job(deterministic=False)
+    finish_command(worker, b"sample 17\n")
+    assert rerun(second, b"sample 99\n") is not None  # runs may differ: no verdict yet
+    assert rerun(second, b"sample 17\n") is None  # one run per provider
+    assert rerun(third, b"sample 17\n") is not None  # 2 of 3 agree with the node
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "settling"
+    counts = admin(client, "/verification")
+    assert counts["by_node"]["worker"] == {"passed": 1}
+
+
+def test_nondeterministic_command_fails_the_dissenter_when_the_others_agree(
+        live_node: Node, command_job: Callable[..., str], client: TestClient) -> None:
+    worker, second, third = live_node("worker"), live_node("second"), live_node("third")
+    job_id = command_job(deterministic=False)
+    task_id = finish_command(worker, b"made up\n")
+    rerun(second, b"real 5\n")
+    rerun(third, b"real 5\n")
+    record = admin(client, f"/tasks/{task_id}/verification")
+    assert record[0]["status"] == "failed" and record[0]["evidence"]
+    assert client.get(f"/v1/jobs/{job_id}").json()["tasks"] == {"retry": 1}
