@@ -95,21 +95,43 @@ def set_check_status(session: Session, *, check: VerificationCheck, target: Chec
     crud.record_change(session, entity_id=str(check.id), change=change)
 
 
+def node_env(session: Session, *, node_id: str) -> dict[str, Any] | None:
+    """The render environment the node reported last (with a result or a check)."""
+    committed = session.scalars(select(VerificationCommitment)
+                                .where(VerificationCommitment.node_id == node_id,
+                                       VerificationCommitment.env.is_not(None))
+                                .order_by(VerificationCommitment.id.desc())).first()
+    checked = session.scalars(select(VerificationCheck)
+                              .where(VerificationCheck.checker_node == node_id,
+                                     VerificationCheck.result.is_not(None))
+                              .order_by(VerificationCheck.id.desc())).first()
+    found: list[tuple[float, dict[str, Any] | None]] = []
+    if committed is not None:
+        found.append((committed.created_at, committed.env))
+    if checked is not None:
+        found.append((checked.done_at or 0.0, (checked.result or {}).get("env")))
+    return max(found, key=lambda pair: pair[0])[1] if found else None
+
+
 def lease_check(session: Session, *, node_id: str, provider: str, now: float,
-                ttl_s: float, limit: int = 50) -> VerificationCheck | None:
+                ttl_s: float, env: dict[str, Any] | None = None,
+                limit: int = 50) -> VerificationCheck | None:
     """The oldest open (or lapsed) check this node may run: not its own provider's result,
-    not a window it already rendered for the same commitment, not one that excluded it."""
+    not a window it already rendered for the same commitment, not one that excluded it;
+    those whose result was rendered with `env` (the node's own) first, so checks are exact
+    where they can be."""
     lapsed = ((VerificationCheck.status == CheckStatus.LEASED.value)
               & (VerificationCheck.expires_at < now))
     candidates = session.execute(
-        select(VerificationCheck, VerificationCommitment.provider)
+        select(VerificationCheck, VerificationCommitment.env)
         .join(VerificationCommitment,
               VerificationCommitment.id == VerificationCheck.commitment_id)
         .where((VerificationCheck.status == CheckStatus.OPEN.value) | lapsed)
         .where(VerificationCommitment.provider != provider)
         .where(VerificationCommitment.node_id != node_id)
-        .order_by(VerificationCheck.id).limit(limit))
-    for check, _ in candidates:
+        .order_by(VerificationCheck.id).limit(limit)).all()
+    ordered = sorted(candidates, key=lambda row: env is not None and row[1] != env)
+    for check, _ in ordered:
         excluded = set(check.recipe.get("excluded_providers", []))
         excluded |= {c.checker_provider for c in checks_of(session,
                                                            commitment_id=check.commitment_id)

@@ -246,7 +246,8 @@ class Verifier:
         if node.draining or node.health != NodeHealth.ALIVE.value or node.tier < Tier.STANDARD:
             return None
         return store.lease_check(session, node_id=node.id, provider=node.provider, now=now,
-                                 ttl_s=self.check_ttl_s)
+                                 ttl_s=self.check_ttl_s,
+                                 env=store.node_env(session, node_id=node.id))
 
     def readable_blobs(self, session: Session, *, node_id: str, now: float) -> set[str]:
         return store.leased_blobs(session, node_id=node_id, now=now)
