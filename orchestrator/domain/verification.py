@@ -162,10 +162,11 @@ class SamplingPolicy:
     rate: float = 0.05  # fixed policies
     floor: float = 0.04  # adaptive: the rate never goes below this
     min_streak: int = 10  # adaptive: below this many valid checks, check every window
-    # pooled: the floor is what catches `target_share` tampering with P >= `target` over the
-    # windows the provider delivers in an epoch (fewer windows: a higher floor)
+    # pooled: the floor is what catches `target_share` tampering with P >= `target` (0.995,
+    # a margin over the 0.99 promised) over the windows the provider delivers in an epoch
+    # (fewer windows: a higher floor)
     pooled: bool = False
-    target: float = 0.99
+    target: float = 0.995
     target_share: float = 0.10
 
     def __post_init__(self) -> None:
