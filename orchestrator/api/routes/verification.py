@@ -3,7 +3,9 @@ it rendered; operators read the verification counts and a task's evidence."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
 
 from orchestrator.api.deps import AdminDep, CtxDep, NodeDep, SessionDep
 from orchestrator.api.errors import ApiError
@@ -18,6 +20,7 @@ from orchestrator.api.schemas import (
 from orchestrator.services.verification import CheckResult, ChunkRef, env_of
 
 router = APIRouter(tags=["verification"])
+RowId = Annotated[int, Path(ge=0, lt=2**63)]  # a BIGINT key: larger ones are 422, not a DB error
 
 
 @router.post("/nodes/{node_id}/checks/lease", response_model=CheckLeaseOut,
@@ -38,7 +41,7 @@ def lease_check(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
 
 @router.post("/checks/{check_id}/result", response_model=CheckOut,
              summary="Send a re-check's render (chunk and frame blobs uploaded first)")
-def check_result(check_id: int, body: CheckResultIn, claims: NodeDep, session: SessionDep,
+def check_result(check_id: RowId, body: CheckResultIn, claims: NodeDep, session: SessionDep,
                  ctx: CtxDep) -> CheckOut:
     check = ctx.verifier.submit_check(session, check_id=check_id, node_id=claims.node_id,
                                       result=CheckResult(
@@ -65,7 +68,7 @@ def counts(session: SessionDep, ctx: CtxDep) -> VerificationOut:
 @router.get("/admin/tasks/{task_id}/verification", response_model=list[CommitmentOut],
             dependencies=[AdminDep],
             summary="A task's commitments, checks and evidence (what a dispute reproduces)")
-def task_verification(task_id: int, session: SessionDep, ctx: CtxDep) -> list[CommitmentOut]:
+def task_verification(task_id: RowId, session: SessionDep, ctx: CtxDep) -> list[CommitmentOut]:
     found = ctx.verifier.task_record(session, task_id=task_id)
     if found is None:
         raise ApiError(404, "task_not_found", f"no task {task_id}")
