@@ -8,9 +8,12 @@ pulls leases and runs each task in the sandbox. A Blender frame is rendered in s
 every chunk is uploaded and recorded as the task's checkpoint (a manifest naming the chunks by
 hash), so a frame resumed elsewhere redoes at most one chunk. A finished result goes to the
 spool first and leaves it only when the orchestrator has acknowledged it. Network and server
-errors are retried with capped exponential backoff. SIGTERM drains: no new leases, the running
-frame stops after its next checkpoint and is handed back (`fail(drain)`), the orchestrator is
-told (`POST .../drain`), then the agent exits.
+errors are retried with capped exponential backoff. A chunk whose checkpoint cannot be sent
+(a network cut) is kept in the spool; the first heartbeat that gets through again shows those
+chunks, uploaded and signed with the session key, so the orchestrator does not take a process
+that rendered on through the cut for one that left (`POST /v1/nodes/{id}/progress`).
+SIGTERM drains: no new leases, the running frame stops after its next checkpoint and is handed
+back (`fail(drain)`), the orchestrator is told (`POST .../drain`), then the agent exits.
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ from eth_account.signers.local import LocalAccount
 
 from agent.client import ApiCallError, Wallet, expect, sha256_file
 from agent.sandbox import Limits, Outcome, Sandbox, isolation, task_python
-from agent.spool import Pending, Spool
+from agent.spool import OfflineChunk, Pending, Spool
 from agent.telemetry import GpuTelemetry, Sampler
 from agent.workloads import blender
 from orchestrator.domain import popw
-from orchestrator.domain.continuity import session_address
+from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
 
 log = logging.getLogger("mesh.agent")
 T = TypeVar("T")
@@ -90,6 +93,7 @@ class Agent:
         self._token = ""
         self._session_key = os.urandom(32)  # never written anywhere: a restart makes a new one
         self._token_lock = threading.Lock()
+        self._progress_lock = threading.Lock()  # one showing of the offline chunks at a time
         self._sandbox: Sandbox | None = None
         self._spare: Sandbox | None = None  # a Blender worker already past `import bpy`
         self.tasks_done = 0
@@ -164,6 +168,7 @@ class Agent:
                                                                 registration)))
         self.retry("login", self.login)
         log.info("registered %s (%s, %d GB) and logged in", config.node_id, gpu_model, vram)
+        self.show_progress()  # an earlier process's: refused, its session key died with it
         self.sampler.start()
         threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
         if config.popw_class:
@@ -204,6 +209,7 @@ class Agent:
                 beats += 1
                 try:
                     self.request("POST", f"/v1/nodes/{node}/heartbeat", client=client)
+                    self.show_progress(client)
                     if beats % 5 == 0 and self.gpu.available:
                         samples = [r.api_sample() for r in self.sampler.drain()][-120:]
                         if samples:
@@ -213,6 +219,49 @@ class Agent:
                         self.answer_probe(client)
                 except (httpx.TransportError, ApiCallError) as exc:
                     log.debug("heartbeat: %s", exc)  # the failure detector judges the gaps
+
+    def show_progress(self, client: httpx.Client | None = None) -> None:
+        """Show the chunks rendered while the orchestrator could not be reached, per task:
+        upload them, sign them with this process's session key, post them. Whatever the
+        verdict (withdrawn, nothing pending, refused), they are shown once; a network error
+        keeps them for the next heartbeat."""
+        with self._progress_lock:
+            by_task: dict[int, list[tuple[OfflineChunk, Path]]] = {}
+            for chunk, path in self.spool.offline():
+                by_task.setdefault(chunk.task_id, []).append((chunk, path))
+            for task_id, chunks in sorted(by_task.items()):
+                try:
+                    self._show_task_progress(task_id, chunks, client)
+                except ApiCallError as exc:
+                    if exc.status >= 500:
+                        log.warning("task %s: progress through the cut not shown yet (%s)",
+                                    task_id, exc)
+                        return
+                    log.warning("task %s: progress through the cut refused: %s", task_id,
+                                exc.code or exc)
+                    self.spool.shown([c for c, _ in chunks])
+                except httpx.TransportError as exc:
+                    log.warning("task %s: progress through the cut not shown yet (%s)",
+                                task_id, type(exc).__name__)
+                    return
+
+    def _show_task_progress(self, task_id: int, chunks: list[tuple[OfflineChunk, Path]],
+                            client: httpx.Client | None) -> None:
+        for chunk, path in chunks:
+            self.request("PUT", f"/v1/blobs/{chunk.sha256}", content=path.read_bytes(),
+                         client=client)
+        marks = [ChunkMark(bytes.fromhex(c.sha256), c.rendered_at) for c, _ in chunks]
+        proof = sign_progress(self._session_key, self.config.node_id, str(task_id), marks,
+                              time.time())
+        answer = self.request("POST", f"/v1/nodes/{self.config.node_id}/progress",
+                              client=client, json_body={
+            "task_id": task_id, "resumed_at": proof.resumed_at,
+            "signature": "0x" + proof.signature.hex(),
+            "chunks": [{"sha256": c.sha256, "rendered_at": c.rendered_at, "offset": c.offset,
+                        "length": c.length} for c, _ in chunks]}).json()
+        log.info("task %s: progress through the cut shown: %s (%d of %d chunks credited)",
+                 task_id, answer["verdict"], answer["chunks_credited"], len(chunks))
+        self.spool.shown([c for c, _ in chunks])
 
     # ----- blobs -----------------------------------------------------------------------------
     def upload(self, path: Path, sha256: str) -> None:
@@ -372,6 +421,8 @@ class Agent:
                          digest[:12])
             except httpx.TransportError as exc:
                 pending_chunks.append(chunk)
+                self.spool.keep_offline(OfflineChunk(task_id, chunk.sha256, chunk.offset,
+                                                     chunk.length, time.time()), chunk.path)
                 log.warning("task %s: checkpoint %d/%d deferred (%s); rendering on", task_id,
                             len(manifest), len(plan), type(exc).__name__)
             except ApiCallError as exc:

@@ -1,7 +1,11 @@
-"""Finished results kept on disk until the orchestrator acknowledges them, across restarts.
+"""Finished results kept on disk until the orchestrator acknowledges them, across restarts;
+and the chunks rendered while the orchestrator could not be reached, until they are shown.
 
 A result is written (file, then its record, each by atomic rename) before it is uploaded, and
 removed only after `complete` answered. A restarted agent finds what is left and sends it.
+A chunk whose checkpoint could not be sent (a network cut) is kept under `offline/` with
+when it was rendered: on reconnect the agent shows them, signed with its session key, as
+the proof that its process rendered on through the silence (`POST /v1/nodes/{id}/progress`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ class Pending:
     name: str  # the file under the spool dir
     render: dict[str, Any] | None = None  # build, kernel and chunks, sent with `complete`
     parts: list[str] = field(default_factory=list)  # files under the spool dir to upload first
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineChunk:
+    task_id: int
+    sha256: str
+    offset: int
+    length: int
+    rendered_at: float  # unix seconds
 
 
 class Spool:
@@ -70,3 +83,35 @@ class Spool:
         still = {name for p in self.pending() for name in (p.name, *p.parts)}
         for name in {pending.name, *pending.parts} - still:
             (self.root / name).unlink(missing_ok=True)
+
+    # ----- chunks rendered offline ----------------------------------------------------------
+    @property
+    def _offline(self) -> Path:
+        return self.root / "offline"
+
+    def keep_offline(self, chunk: OfflineChunk, source: Path) -> None:
+        self._offline.mkdir(exist_ok=True)
+        target = self._offline / f"{chunk.sha256}.exr"
+        partial = self._offline / f".{chunk.sha256}.partial"
+        shutil.copyfile(source, partial)
+        os.replace(partial, target)
+        record = self._offline / f"{chunk.sha256}.json"
+        partial.write_text(json.dumps(asdict(chunk)))
+        os.replace(partial, record)
+
+    def offline(self) -> list[tuple[OfflineChunk, Path]]:
+        """Chunks rendered offline, oldest first, with their files."""
+        if not self._offline.is_dir():
+            return []
+        found = []
+        for record in self._offline.glob("*.json"):
+            chunk = OfflineChunk(**json.loads(record.read_text()))
+            path = self._offline / f"{chunk.sha256}.exr"
+            if path.is_file():
+                found.append((chunk, path))
+        return sorted(found, key=lambda item: item[0].rendered_at)
+
+    def shown(self, chunks: list[OfflineChunk]) -> None:
+        for chunk in chunks:
+            (self._offline / f"{chunk.sha256}.json").unlink(missing_ok=True)
+            (self._offline / f"{chunk.sha256}.exr").unlink(missing_ok=True)

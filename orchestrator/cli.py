@@ -90,6 +90,16 @@ def bench_ingest(nodes: int = 10_000, seconds: float = 10.0, as_json: JsonFlag =
     _emit(ingest.run(nodes=nodes, seconds=seconds), as_json)
 
 
+@bench_app.command("replicas")
+def bench_replicas(samples: int = 40, postgres_url: str | None = None,
+                   as_json: JsonFlag = False) -> None:
+    """How long an observation one orchestrator replica received takes to reach another's
+    scores (two processes on a fresh PostgreSQL database; default MESH_TEST_POSTGRES_URL)."""
+    from orchestrator.bench import replicas
+
+    _emit(replicas.run(postgres_url=postgres_url, samples=samples), as_json)
+
+
 @bench_app.command("churn")
 def bench_churn(
     trace: Annotated[Path | None, typer.Option(help="CSV: node_id,online_at,offline_at")] = None,

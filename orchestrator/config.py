@@ -56,6 +56,19 @@ class Settings(BaseSettings):
     pls_decide_interval_s: float = Field(
         300.0, gt=0, description="Period of the staking decision (RS observation, slashing, "
         "demotion) job.")
+    pls_follow_interval_s: float = Field(
+        0.5, gt=0, description="How often each replica applies what the others wrote to the "
+        "PLS observation log (the most a score lags behind another replica's input).")
+    pls_reconnect_grace_s: float = Field(
+        1800.0, gt=0, description="A node back within this after a DEAD verdict was only "
+        "partitioned: nobody pays for its moved task. Later, only a proof that its process "
+        "rendered on through the silence (POST /v1/nodes/{id}/progress) spares the slash.")
+    pls_outage_window_s: float = Field(
+        300.0, gt=0, description="DEAD verdicts this close together in one region or network "
+        "may be one upstream outage (nobody pays).")
+    pls_decision_delay_s: float = Field(
+        2400.0, gt=0, description="An abandonment matures into a slash this long after the "
+        "DEAD verdict (at least the reconnect grace and the outage window).")
     pls_stake_ttl_s: float = Field(
         15.0, ge=0, description="How long a provider's free stake read from chain is reused.")
     outbox_interval_s: float = Field(

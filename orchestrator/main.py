@@ -22,6 +22,7 @@ from orchestrator.db import crud
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.pls_engine import PlsConfig
+from orchestrator.domain.slashing import SlashingConfig
 from orchestrator.domain.verification import SamplingPolicy
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
 from orchestrator.services import work
@@ -56,11 +57,20 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     def pls_epoch(session: Session, now: float) -> None:
         ctx.pls.close_last_epoch(session, now=now)
 
+    def pls_follow(session: Session, now: float) -> None:
+        ctx.pls.follow(session, now=now)
+
+    def pls_prune(session: Session, now: float) -> None:
+        ctx.pls.prune_log(session, now=now)
+
     jobs = [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
             PeriodicJob("nonce-gc", 60.0, forget_nonces),
             PeriodicJob("escrow-sync", 5.0, escrow_sync),
             PeriodicJob("pls-decide", ctx.settings.pls_decide_interval_s, pls_decide),
-            PeriodicJob("pls-epoch", min(ctx.settings.pls_epoch_s / 4, 60.0), pls_epoch)]
+            PeriodicJob("pls-epoch", min(ctx.settings.pls_epoch_s / 4, 60.0), pls_epoch),
+            PeriodicJob("pls-follow", ctx.settings.pls_follow_interval_s, pls_follow,
+                        leader_only=False),
+            PeriodicJob("pls-log-prune", 30.0, pls_prune)]
     if ctx.settings.orchestrator_key is not None:  # no key: this process sends nothing
         from orchestrator.chain.outbox_sender import LEASE_NAME, build_sender
 
@@ -99,7 +109,11 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
     metrics = MeshMetrics()
     pls_service = PlsService(
         pls_config or PlsConfig(min_rs=settings.pls_min_rs, epoch_s=settings.pls_epoch_s,
-                                stake_ttl_s=settings.pls_stake_ttl_s),
+                                stake_ttl_s=settings.pls_stake_ttl_s,
+                                slashing=SlashingConfig(
+                                    reconnect_grace_s=settings.pls_reconnect_grace_s,
+                                    outage_window_s=settings.pls_outage_window_s,
+                                    decision_delay_s=settings.pls_decision_delay_s)),
         stake_reader=(lambda: stake_reader) if stake_reader is not None
         else _chain_stake(settings), metrics=metrics)
     blob_store = BlobStore(settings.data_dir / "blobs")

@@ -189,6 +189,32 @@ class RenderIn(RenderEnvIn):
     chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
 
 
+MAX_SHOWN_CHUNKS = 1024
+
+
+class ShownChunkIn(Strict):
+    sha256: Sha256Hex  # an uploaded chunk of the task's frame
+    rendered_at: float = Field(ge=0, lt=2**40)  # unix seconds, when the process finished it
+    offset: int = Field(ge=0, lt=1 << 16)  # its samples in the frame's chunk plan
+    length: int = Field(ge=1, le=1 << 16)
+
+
+class ProgressShownIn(Strict):
+    """The chunks a node's process rendered for `task_id` while the orchestrator could not hear
+    it, signed with the session key its login named (`domain.continuity.progress_digest` over
+    node, task, chunk hashes and times, and `resumed_at`)."""
+
+    task_id: int = Field(ge=1)
+    chunks: list[ShownChunkIn] = Field(min_length=1, max_length=MAX_SHOWN_CHUNKS)
+    resumed_at: float = Field(ge=0, lt=2**40)
+    signature: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{130}$")]
+
+
+class ProgressShownOut(BaseModel):
+    verdict: str  # withdrawn | not_pending (nothing was waiting to be slashed)
+    chunks_credited: int
+
+
 class CompleteIn(Strict):
     result_sha256: Sha256Hex
     render: RenderIn | None = None  # render tasks: the build, kernel and chunk files
@@ -265,6 +291,18 @@ class GpuSampleIn(Strict):
     memory_total_mb: float = Field(ge=0, le=4_194_304)
     power_w: float = Field(ge=0, le=10_000)
     power_limit_w: float = Field(ge=0, le=10_000)
+    # NVML facts RS does not read (yet): kept as telemetry when the device reports them, None
+    # (or absent) where it does not; never a made-up 0
+    mem_clock_mhz: float | None = Field(None, ge=0, le=50_000)
+    memory_free_mb: float | None = Field(None, ge=0, le=4_194_304)
+    energy_mj: float | None = Field(None, ge=0, lt=2**63)  # since the driver loaded
+    ecc_uncorrected: int | None = Field(None, ge=0, lt=2**63)  # volatile uncorrected errors
+    xid_last: int | None = Field(None, ge=0, lt=2**32)
+    pcie_replays: int | None = Field(None, ge=0, lt=2**63)
+
+
+NVML_EXTRAS = ("mem_clock_mhz", "memory_free_mb", "energy_mj", "ecc_uncorrected", "xid_last",
+               "pcie_replays")
 
 
 class GpuSamplesIn(Strict):

@@ -345,6 +345,22 @@ class SlashRecord(Base):
     detail: Mapped[str] = mapped_column(Text)
 
 
+class ProgressWithdrawal(Base):
+    """A pending abandonment its node's process withdrew on reconnect, by showing (signed with
+    the session key of its login) chunks it rendered for the task through the silence
+    (`domain.continuity`): that departure is never slashed, and these chunks never withdraw
+    another."""
+
+    __tablename__ = "progress_withdrawals"
+
+    task_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    session_key: Mapped[str] = mapped_column(String(42))
+    departed_at: Mapped[float] = mapped_column(Float)  # the DEAD verdict the proof answered
+    withdrawn_at: Mapped[float] = mapped_column(Float)
+    chunks: Mapped[list[Any]] = mapped_column(JSON)  # the sha256 hex digests credited
+
+
 class ScoreEpoch(Base):
     __tablename__ = "score_epochs"
 
@@ -364,6 +380,43 @@ class ScoreLeaf(Base):
     node_id: Mapped[str] = mapped_column(String(64))
     score_bps: Mapped[int] = mapped_column(Integer)
     telemetry_digest: Mapped[str] = mapped_column(String(66))
+
+
+# ---------------------------------------------------------------- the PLS observation log
+# Every replica feeds its PLS engine from this log, in id order (`services.pls_log`).
+
+
+class PlsObservationRecord(Base):
+    """One `domain.pls_observations.Observation`. Ids are handed out by `pls_log_head` as the
+    writing transaction commits: gapless and in commit order, so a reader that has applied up
+    to id N has seen everything committed before N+1."""
+
+    __tablename__ = "pls_observations"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(32))
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class PlsLogHead(Base):
+    """The last observation id handed out (one row). Writers update it last in their
+    transaction, so they take the log's ids one transaction at a time, in commit order."""
+
+    __tablename__ = "pls_log_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    last_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class PlsLogCursor(Base):
+    """How far one replica has applied the log; pruning keeps what a live replica needs."""
+
+    __tablename__ = "pls_log_cursors"
+
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    seen_at: Mapped[float] = mapped_column(Float)
 
 
 class VerificationCommitment(Base):

@@ -62,7 +62,7 @@ def sweep_facts(result: work.SweepResult) -> SweepFacts:
     neither session ends in a departure of the node's own."""
     own = set(result.dead_nodes) - result.draining_dead - set(result.held)
     return SweepFacts(dead=[(node_id, node_id in own) for node_id in result.dead_nodes],
-                      abandoned=result.abandoned, returned=result.returned)
+                      abandoned=result.abandoned, returned=result.returned, held=result.held)
 
 
 def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,

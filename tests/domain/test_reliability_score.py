@@ -540,3 +540,18 @@ def test_a_single_probe_has_no_jitter_yet() -> None:
     book.session_started("n", 0.0)
     book.record_probe("n", ProbeSample(1.0, 40.0))
     assert book.components("n", 1.0, HOUR).stability == 1.0
+
+
+def test_a_departure_censored_later_scores_as_if_it_had_ended_censored() -> None:
+    """A withdrawn abandonment (the process rendered through the cut): the abrupt end of that
+    session leaves the node's record, as if the detector had never called it a departure."""
+    now = 2 * 86_400.0
+    cut = book_with([(HOUR, False), (5 * HOUR, True)], uptime=600.0, now=now)
+    censored = book_with([(HOUR, False), (5 * HOUR, False)], uptime=600.0, now=now)
+    assert cut.score("n", now, HOUR) < censored.score("n", now, HOUR)
+
+    assert cut.departure_censored("n", 6 * HOUR)
+
+    assert cut.score("n", now, HOUR) == pytest.approx(censored.score("n", now, HOUR), rel=1e-9)
+    assert cut.summary("n", now).abrupt_departures == 0
+    assert not cut.departure_censored("n", 6 * HOUR)  # nothing abrupt is left to censor

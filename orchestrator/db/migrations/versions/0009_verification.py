@@ -3,7 +3,7 @@ leaves), the re-checks leased to other nodes, the evidence a dispute reproduces,
 provider's pooled record for the adaptive sample rate.
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0008
 Create Date: 2026-12-02 01:00:00.000000
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0005"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
