@@ -5,8 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.domain.verification import SamplingPolicy
 
 
 class Settings(BaseSettings):
@@ -82,6 +84,13 @@ class Settings(BaseSettings):
         "adaptive", description="How often a result's pixel windows are re-rendered on another "
         "node: `adaptive` (BOINC-style, max(floor, 1/CV) per window), `adaptive-F%` or "
         "`fixed-N%` (docs/verification.md).")
+
+    @field_validator("verification_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        SamplingPolicy.parse(value)  # ValueError: one line naming the policies there are
+        return value
+
     verification_windows: int = Field(
         8, ge=1, le=64, description="Horizontal windows a frame (or tile) is cut into for "
         "commitments and re-checks.")
