@@ -14,16 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.popw import PopwConfig
 from orchestrator.domain.types import NodeSpec
 from orchestrator.simulation.engine import FraudSlashing, PolicyResult, Simulation
 from orchestrator.simulation.jobs import generate_jobs
 from orchestrator.simulation.metrics import classify_nodes, completion_times, summarise
 from orchestrator.simulation.models import (
-    DEFAULT_CLUSTER_MIX,
     GPU_CLASSES,
+    POPULATIONS,
     NodeProfile,
-    load_availability_models,
+    population_models,
 )
 from orchestrator.simulation.models import generate_profiles as draw_profiles
 from orchestrator.simulation.pls_driver import PlsDriver, handshake_tier, provider_address
@@ -59,17 +60,22 @@ def _node_specs(profiles: list[NodeProfile]) -> list[NodeSpec]:
 
 
 def build_inputs(trace_path: Path | None, profiles_path: Path | None, nodes: int,
-                 horizon_s: float, streams: dict[str, np.random.Generator]
-                 ) -> tuple[Trace, list[NodeProfile]]:
-    """The trace (read, or generated from the published models) and one profile per node."""
+                 horizon_s: float, streams: dict[str, np.random.Generator],
+                 population: str = "seti") -> tuple[Trace, list[NodeProfile]]:
+    """The trace (read, or generated from the published models for `population`, one of
+    `POPULATIONS`) and one profile per node."""
     if trace_path is not None:
         trace = parse_trace_csv(trace_path)
     else:
         if nodes < 1:
             raise TraceError("--nodes must be at least 1")
+        if population not in POPULATIONS:
+            raise TraceError(f"unknown --population {population!r}; known: "
+                             f"{', '.join(sorted(POPULATIONS))}")
+        chosen = POPULATIONS[population]
         node_ids = [f"node-{i:05d}" for i in range(nodes)]
-        trace, _ = generate_trace(load_availability_models(), DEFAULT_CLUSTER_MIX, node_ids,
-                                  streams["trace"], horizon_s)
+        trace, _ = generate_trace(population_models(), chosen.mix, node_ids,
+                                  streams["trace"], horizon_s, chosen)
     node_ids = sorted(trace)
     if profiles_path is not None:
         given = parse_profiles_csv(profiles_path, streams["profiles"])
@@ -85,8 +91,8 @@ def build_inputs(trace_path: Path | None, profiles_path: Path | None, nodes: int
 
 
 def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_000,
-        days: float = 7.0, jobs: int = 2_000, seed: int = 1, plots: Path | None = None
-        ) -> dict[str, Any]:
+        days: float = 7.0, jobs: int = 2_000, seed: int = 1, plots: Path | None = None,
+        population: str = "seti") -> dict[str, Any]:
     if days <= 0:
         raise TraceError("--days must be positive")
     if jobs < 0:
@@ -94,7 +100,8 @@ def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_
     started = time.perf_counter()
     horizon_s = days * DAY_S
     streams = _streams(seed)
-    node_trace, node_profiles = build_inputs(trace, profiles, nodes, horizon_s, streams)
+    node_trace, node_profiles = build_inputs(trace, profiles, nodes, horizon_s, streams,
+                                               population)
     world = World(node_trace, {p.node_id: p for p in node_profiles}, horizon_s, streams["world"])
     job_list = generate_jobs(streams["jobs"], jobs, horizon_s)
     specs = _node_specs(node_profiles)
@@ -121,8 +128,8 @@ def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_
         else:
             policy = OraclePolicy(timelines, [p.effective_speed for p in node_profiles],
                                   [p.cheater for p in node_profiles])
-        result = Simulation(world, node_profiles, specs, job_list, policy, rng,
-                            observers).run()
+        result = Simulation(world, node_profiles, specs, job_list, policy, rng, observers,
+                            lone_grace_s=LeaseHold().lone_grace_s).run()
         if isinstance(policy, PlsDriver):
             extra["slashes_by_reason"] = dict(policy.slashes_by_reason)
             extra["prior_refits"] = policy.prior_refits

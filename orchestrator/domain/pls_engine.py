@@ -193,10 +193,17 @@ class PlsEngine:
         self.book.record_task_outcome(node_id, outcome)
 
     def abandoned(self, node_id: str, task_id: str, collateral: int, raw_rs: float | None,
-                  at: float) -> None:
-        """The node's lease was revoked because it left (dated at its DEAD verdict)."""
+                  at: float, *, value: int | None = None, rework_share: float | None = None,
+                  announced: bool = False) -> None:
+        """The node's lease was revoked because it left (dated at its DEAD verdict).
+        `value` and `rework_share` (the task's value and the share of it lost since the last
+        checkpoint) price the slash at the damage done; without them the whole collateral is
+        at stake. `announced`: a drain that handed the checkpoint back, never slashed."""
         self.attempt_ended(raw_rs, False)
-        self.staking.task_abandoned(node_id, task_id, collateral, at, self.digest(node_id, at))
+        damage = (None if value is None or rework_share is None else
+                  self.config.slashing.abandonment_damage(value, min(max(rework_share, 0.0), 1.0)))
+        self.staking.task_abandoned(node_id, task_id, collateral, at, self.digest(node_id, at),
+                                    damage=damage, announced=announced)
 
     def progress_shown(self, proof: ProgressProof, new_chunks: Iterable[bytes], now: float,
                        departed_at: float) -> ProgressVerdict:
