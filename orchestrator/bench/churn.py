@@ -137,8 +137,13 @@ def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_
         results.append(result)
         completion[name] = completion_times(result, job_list, horizon_s)
 
+    oracle_waste = reports["oracle"]["wasted_gpu_s"]
+    for name in POLICY_ORDER:
+        reports[name]["waste_vs_oracle"] = (round(reports[name]["wasted_gpu_s"] / oracle_waste, 3)
+                                            if oracle_waste > 0 else None)
     report: dict[str, Any] = {
         "policies": reports,
+        "population": population if trace is None else None,
         "nodes": len(node_profiles),
         "days": days,
         "seed": seed,
