@@ -35,8 +35,9 @@ Hysteresis. Promotion needs RS at or above `promote_above` (well over
 `demote_below`) for `promote_window_s`, a fresh passing PoPW handshake for the
 target tier, and `min_dwell_s` since the last tier change; so a score wobbling
 around one threshold cannot flap the tier. HIGH is kept only while its handshake
-is fresh, judged while the node is online (it handshakes again on its return). A failed handshake never demotes by itself: replays and forgeries can
-be sent by anyone, and a slow link is not misconduct.
+is fresh, judged while the node is online (it handshakes again on its return).
+A failed handshake never demotes by itself: replays and forgeries can be sent by
+anyone, and a slow link is not misconduct.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
 from orchestrator.domain.chain_actions import CommitEpoch, SetTier, SlashCollateral
-from orchestrator.domain.pls_observations import TierDecided
+from orchestrator.domain.pls_observations import Abandoned, TierDecided
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
@@ -49,6 +49,15 @@ class PlsStaking(PlsLog):
         anyone proves it on chain with `slashForScore`. Leader-only (the policy's windows
         live in this engine): it first applies the whole log, and logs the tiers it sets so
         every replica gates placements on them."""
+        with self._lock:
+            due = self.engine.lone_holds_due(now)
+        if due:  # lone holds the grace ran out on: abandonments dated at the DEAD verdict
+            self._observe(session, *(Abandoned(
+                node_id, int(hold.task_id), hold.collateral, hold.raw_rs, hold.at, hold.value,
+                hold.rework_share) for node_id, hold in due))
+            for node_id, hold in due:
+                store.end_lock(session, task_id=int(hold.task_id), node_id=node_id, at=now,
+                               finished=False)
         self.catch_up(session)
         with self._lock:
             readings = self.engine.readings(self._online(now), now)

@@ -122,8 +122,8 @@ def parse_profiles_csv(path: Path, rng: np.random.Generator) -> dict[str, NodePr
 
 
 def generate_sessions(
-    model: AvailabilityModel, rng: np.random.Generator, horizon_s: float, warmup_s: float = WARMUP_S,
-    scale: float = 1.0,
+    model: AvailabilityModel, rng: np.random.Generator, horizon_s: float,
+    warmup_s: float = WARMUP_S, scale: float = 1.0,
 ) -> list[Session]:
     """One node's online sessions in [0, horizon_s): the renewal process is started `warmup_s`
     before zero so that nodes are caught mid-session, as a real grid would find them. `scale`
