@@ -4,7 +4,8 @@ random: any matching node. uptime: what uptime staking rewards (observed uptime 
 stake). pls: DePIN Mesh as built. oracle: knows every future departure (upper bound).
 random and uptime share the failure detector, verification and resume-from-checkpoint with
 pls but checkpoint at a fixed 10-minute interval, as a typical grid does, and revoke a lease
-when the detector calls its node dead (pls may hold it through a silence its peers share)."""
+when the detector has called its node dead for the lone grace every policy gets (the service's
+sweep: `LeaseHold.lone_grace_s`; pls may hold it longer through a silence its peers share)."""
 
 from __future__ import annotations
 
