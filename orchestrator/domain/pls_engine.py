@@ -114,6 +114,7 @@ class PlsEngine:
         self._providers: dict[str, str] = {}
         self._checkpoint_cost: dict[str, CheckpointCost] = {}
         self._lone_holds: dict[str, list[LoneHold]] = {}
+        self._lone_reported: set[tuple[str, str, float]] = set()  # lapsed holds reported
 
     # ----- nodes ----------------------------------------------------------------------
     def register(self, node_id: str, provider: str, *, region: str, network: str, at: float,
@@ -235,11 +236,16 @@ class PlsEngine:
         `value` and `rework_share` (the task's value and the share of it lost since the last
         checkpoint) price the slash at the damage done; without them the whole collateral is
         at stake. `announced`: a drain that handed the checkpoint back, never slashed."""
-        holds = [h for h in self._lone_holds.get(node_id, ()) if h.task_id != task_id]
-        if holds:
-            self._lone_holds[node_id] = holds
-        else:
-            self._lone_holds.pop(node_id, None)
+        if (node_id, task_id, at) in self._lone_reported:
+            return  # a lapsed lone hold reported twice (by the sweep and by a decision)
+        holds = self._lone_holds.get(node_id, [])
+        if any(h.task_id == task_id for h in holds):
+            self._lone_reported.add((node_id, task_id, at))
+            rest = [h for h in holds if h.task_id != task_id]
+            if rest:
+                self._lone_holds[node_id] = rest
+            else:
+                del self._lone_holds[node_id]
         self.attempt_ended(raw_rs, False)
         damage = (None if value is None or rework_share is None else
                   self.config.slashing.abandonment_damage(value, min(max(rework_share, 0.0), 1.0)))

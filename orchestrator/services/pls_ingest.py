@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
+from orchestrator.domain.pls_engine import PlsEngine
 from orchestrator.domain.pls_observations import (
     Abandoned,
     AttemptEnded,
@@ -40,6 +41,19 @@ class SweepFacts:
     abandoned: Sequence[tuple[str, int]]  # (node id, task id) running on a node that died
     returned: Sequence[str]
     held: Sequence[str] = ()  # of dead: leases kept through a silence its peers share
+
+
+def lapsed_lone_holds(session: Session, engine: PlsEngine, now: float) -> list[Observation]:
+    """The lone holds the grace ran out on, as abandonments dated at their DEAD verdict, with
+    their collateral locks ended (the failure sweep and the staking decision both report
+    them; the engine counts each task once)."""
+    lapsed: list[Observation] = []
+    for node_id, hold in engine.lone_holds_due(now):
+        task_id = int(hold.task_id)
+        store.end_lock(session, task_id=task_id, node_id=node_id, at=now, finished=False)
+        lapsed.append(Abandoned(node_id, task_id, hold.collateral, hold.raw_rs, hold.at,
+                                hold.value, hold.rework_share))
+    return lapsed
 
 
 class PlsIngest(PlsLog):
@@ -87,9 +101,11 @@ class PlsIngest(PlsLog):
         logged (a session is ended or opened only once, whichever replica's engine is ahead)."""
         with self._lock:
             lone, self._lone_silent = self._lone_silent, frozenset()
+            observations = lapsed_lone_holds(session, self.engine, now)
         held = set(facts.held)
         departed = [node_id for node_id, abrupt in facts.dead if abrupt or node_id in held]
-        observations: list[Observation] = [Departed(tuple(departed), now)] if departed else []
+        if departed:
+            observations.append(Departed(tuple(departed), now))
         drained: set[str] = set()
         for node_id, abrupt in facts.dead:
             abrupt = abrupt or node_id in lone  # a lone silence is the node's own departure

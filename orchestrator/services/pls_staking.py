@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
 from orchestrator.domain.chain_actions import CommitEpoch, SetTier, SlashCollateral
-from orchestrator.domain.pls_observations import Abandoned, TierDecided
+from orchestrator.domain.pls_observations import TierDecided
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
+from orchestrator.services.pls_ingest import lapsed_lone_holds
 from orchestrator.services.pls_log import PlsLog
 from orchestrator.services.pls_state import StakeUnavailable
 
@@ -50,14 +51,8 @@ class PlsStaking(PlsLog):
         live in this engine): it first applies the whole log, and logs the tiers it sets so
         every replica gates placements on them."""
         with self._lock:
-            due = self.engine.lone_holds_due(now)
-        if due:  # lone holds the grace ran out on: abandonments dated at the DEAD verdict
-            self._observe(session, *(Abandoned(
-                node_id, int(hold.task_id), hold.collateral, hold.raw_rs, hold.at, hold.value,
-                hold.rework_share) for node_id, hold in due))
-            for node_id, hold in due:
-                store.end_lock(session, task_id=int(hold.task_id), node_id=node_id, at=now,
-                               finished=False)
+            lapsed = lapsed_lone_holds(session, self.engine, now)
+        self._observe(session, *lapsed)
         self.catch_up(session)
         with self._lock:
             readings = self.engine.readings(self._online(now), now)
