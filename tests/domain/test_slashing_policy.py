@@ -435,3 +435,16 @@ def test_high_tier_is_kept_while_the_node_is_away_and_judged_on_its_return() -> 
     returned_stale.node_returned("n1", 6 * HOUR)  # back without a fresh handshake
     _, changes, _ = feed_scores(returned_stale, "n1", [0.99] * 2, start=6 * HOUR)
     assert [(c.old, c.new) for c in changes] == [(Tier.HIGH, Tier.STANDARD)]
+
+
+def test_an_outage_counts_the_share_of_the_nodes_that_were_online() -> None:
+    """50 nodes in one network, 40 of them long gone (a volunteer grid at 20 % uptime): the 4
+    online ones going silent together are an outage, though 4 is under 20 % of 50."""
+    policy = policy_with(50)
+    for i in range(10, 50):
+        policy.node_departed(f"n{i}", 600.0 * i)  # left one by one, minutes apart
+    start = 10 * HOUR
+    for i in range(4):
+        policy.node_departed(f"n{i}", start + 20.0 * i)
+        policy.task_abandoned(f"n{i}", f"t{i}", 10**18, start + 20.0 * i, EVIDENCE)
+    assert decide_after_delay(policy, start + 60.0) == []
