@@ -231,3 +231,20 @@ def test_a_sweep_reports_the_suspect_and_the_dead_but_not_the_alive() -> None:
     steady(detector, "quiet", 35)
     steady(detector, "gone", 20)
     assert detector.sweep(40.5) == {"quiet": NodeHealth.SUSPECT, "gone": NodeHealth.DEAD}
+
+
+def test_forgetting_a_node_never_seen_is_no_error() -> None:
+    detector = PhiAccrualDetector(CFG)
+    detector.forget("ghost")
+    assert len(detector) == 0 and "ghost" not in detector
+
+
+def test_a_heartbeat_exactly_at_the_dead_threshold_starts_a_fresh_session() -> None:
+    probe = PhiAccrualDetector(CFG)
+    beats(probe, [float(t) for t in range(11)])
+    detector = PhiAccrualDetector(DetectorConfig(grace_s=10.0, dead_phi=probe.phi("n", 20.0)))
+    beats(detector, [float(t) for t in range(11)])
+    detector.heartbeat("n", 20.0)  # phi is exactly dead_phi: back from the dead
+    newcomer = PhiAccrualDetector(detector.config)
+    newcomer.heartbeat("n", 20.0)
+    assert detector.phi("n", 27.0) == newcomer.phi("n", 27.0)
