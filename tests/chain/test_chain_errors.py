@@ -194,3 +194,14 @@ def test_a_parameter_without_a_name_is_named_by_its_position() -> None:
     assert isinstance(error, ContractError)
     assert error.arguments == {"explanation": "too late", "arg1": True}
     assert str(error) == "Why(explanation='too late', arg1=True)"
+
+
+def test_a_revert_without_data_keeps_empty_data() -> None:
+    bare = ErrorDecoder([ESCROW_ABI]).decode(b"")
+    assert isinstance(bare, RevertError) and bare.data == b""
+    assert RevertError("reverted").data == b""  # what the SDK raises when a node gives none
+
+
+def test_snake_case_keeps_a_leading_capital() -> None:
+    assert snake_case("Xpos") == "xpos"
+    assert snake_case("_X") == "x"
