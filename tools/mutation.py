@@ -147,8 +147,9 @@ def run_mutmut(selection: list[str], jobs: int, whole_modules: bool, fresh: bool
                                     stderr=subprocess.STDOUT)
         # The unmutated tests failing is no verdict on any mutant; on a loaded machine a
         # timing-sensitive chain test can, once: try again before giving up.
-        if result.returncode == 0 or "Failed to run clean test" not in log.read_text(
-                errors="replace") or attempt == 2:
+        text = log.read_text(errors="replace")
+        unmutated_failed = "Failed to run clean test" in text or "failed to collect stats" in text
+        if result.returncode == 0 or not unmutated_failed or attempt == 2:
             break
         print(f"mutation: the clean run failed; trying once more (see {log})", file=sys.stderr)
     if result.returncode != 0:
