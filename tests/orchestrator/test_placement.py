@@ -106,7 +106,7 @@ def test_a_finished_task_whose_lease_was_released_is_never_reserved_again(
     # is free again and no live lease names the task, so only the status guard can refuse it.
     stale = Reservation(placed.task_id, job_id, node_id, 0, from_status="pending")
     with factory() as session, pytest.raises(PlacementConflict,
-                                             match="a task was taken by another placement"):
+                                             match="^a task was taken by another placement$"):
         commit_reservations(session, reservations=[stale], now=2.0, ttl_s=60.0)
     with factory() as session:
         assert session.scalar(select(Task.status)) == "done"
@@ -303,3 +303,14 @@ def test_a_committed_reservation_writes_the_lease_the_task_and_its_history(
         (only,) = crud.status_history(session, entity="task", entity_id=str(first_id))
         assert (only.from_status, only.to_status, only.at, only.reason) == (
             "pending", "reserved", 5.0, f"reserved on {node_a} slot 0")
+
+
+def test_without_a_cursor_every_waiting_task_is_listed_oldest_first(
+        factory: sessionmaker[Session], make_job: JobMaker) -> None:
+    first = make_job(2)
+    second = make_job(1)
+    with factory() as session:
+        ids = [t.id for t in crud.job_tasks(session, job_id=first)] + [
+            t.id for t in crud.job_tasks(session, job_id=second)]
+        assert [w.task_id for w in waiting_tasks(session, limit=10)] == sorted(ids)
+        assert [w.task_id for w in waiting_tasks(session, limit=10, lock=False)] == sorted(ids)
