@@ -217,7 +217,7 @@ def test_times_are_signed_to_the_millisecond() -> None:
 
 def test_a_chunk_hash_that_is_not_32_bytes_is_refused() -> None:
     short = ChunkMark(b"\x01" * 31, 10.0)
-    with pytest.raises(ValueError, match="^a chunk hash is 32 bytes$"):
+    with pytest.raises(ValueError, match=r"^a chunk hash is 32 bytes$"):
         sign_progress(KNOWN_KEY, "n0", "t1", (short,), 30.0)
     signed = sign_progress(KNOWN_KEY, "n0", "t1", (chunk("c0", 10.0),), 30.0)
     assert ProgressProof("n0", "t1", (short,), 30.0, signed.signature).signer() is None

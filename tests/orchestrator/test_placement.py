@@ -106,7 +106,7 @@ def test_a_finished_task_whose_lease_was_released_is_never_reserved_again(
     # is free again and no live lease names the task, so only the status guard can refuse it.
     stale = Reservation(placed.task_id, job_id, node_id, 0, from_status="pending")
     with factory() as session, pytest.raises(PlacementConflict,
-                                             match="^a task was taken by another placement$"):
+                                             match=r"^a task was taken by another placement$"):
         commit_reservations(session, reservations=[stale], now=2.0, ttl_s=60.0)
     with factory() as session:
         assert session.scalar(select(Task.status)) == "done"
