@@ -314,3 +314,27 @@ def test_without_a_cursor_every_waiting_task_is_listed_oldest_first(
             t.id for t in crud.job_tasks(session, job_id=second)]
         assert [w.task_id for w in waiting_tasks(session, limit=10)] == sorted(ids)
         assert [w.task_id for w in waiting_tasks(session, limit=10, lock=False)] == sorted(ids)
+
+
+def test_only_the_jobs_placed_in_a_batch_become_scheduled(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    make_nodes(1, slots=1)
+    placed_job = make_job(1)
+    waiting_job = make_job(1)  # no slot left for it
+    Placer(factory, clock=lambda: 3.0).place_all()
+    with factory() as session:
+        jobs = [crud.get_job(session, job_id=job_id) for job_id in (placed_job, waiting_job)]
+    assert [job.status if job else None for job in jobs] == ["scheduled", "funded"]
+
+
+def test_a_slot_taken_twice_in_one_batch_is_a_conflict_naming_the_database_error(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    (node_id,) = make_nodes(1, slots=1)
+    job_id = make_job(2)
+    with factory() as session:
+        first, second = (t.id for t in crud.job_tasks(session, job_id=job_id))
+    twice = [Reservation(first, job_id, node_id, 0, from_status="pending"),
+             Reservation(second, job_id, node_id, 0, from_status="pending")]
+    with factory() as session, pytest.raises(
+            PlacementConflict, match=r"UNIQUE constraint failed|duplicate key value"):
+        commit_reservations(session, reservations=twice, now=1.0, ttl_s=60.0)
