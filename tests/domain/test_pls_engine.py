@@ -11,7 +11,14 @@ from orchestrator.domain.collateral import CollateralPolicy
 from orchestrator.domain.matching import Candidate
 from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import NO_EVIDENCE, PlsConfig, PlsEngine, Reading
-from orchestrator.domain.reliability import TaskOutcome
+from orchestrator.domain.reliability import (
+    GpuSample,
+    ProbeSample,
+    ReliabilityBook,
+    TaskOutcome,
+    UploadSample,
+    telemetry_digest,
+)
 from orchestrator.domain.slashing import SlashingConfig
 from orchestrator.domain.types import NodeSpec, SlashReason, TaskNeeds, Tier
 
@@ -283,3 +290,44 @@ def test_ranking_candidates_leaves_out_nodes_the_engine_does_not_know() -> None:
     stake = {provider_of(n): 10**24 for n in ("a", "stranger")}
     ranked = engine.rank_candidates([Candidate(s, 1) for s in specs], needs, 60.0, stake)
     assert [p.candidate.spec.node_id for p in ranked] == ["a"]
+
+
+def test_telemetry_reaches_the_named_nodes_record() -> None:
+    """What the engine is told about a node shows in that node's summary exactly as in a
+    book told the same directly, and in no other node's."""
+    engine = engine_with("a", "b")
+    book = ReliabilityBook()
+    for node in ("a", "b"):
+        engine.session_started(node, 0.0)
+        book.session_started(node, 0.0)
+    hot = GpuSample(at=50.0, temperature_c=91.0, sm_clock_mhz=900.0, max_sm_clock_mhz=2500.0,
+                    throttle_reasons=0x40, utilization_pct=99.0, memory_used_mb=1000.0,
+                    memory_total_mb=24_000.0, power_w=300.0, power_limit_w=450.0)
+    for at, rtt in ((10.0, 30.0), (20.0, None), (30.0, 250.0)):
+        engine.probe("a", ProbeSample(at, rtt))
+        book.record_probe("a", ProbeSample(at, rtt))
+    engine.gpu("a", hot)
+    book.record_gpu("a", hot)
+    engine.upload("a", UploadSample(40.0, 3.5))
+    book.record_upload("a", UploadSample(40.0, 3.5))
+    for at in (5.0, 15.0, 95.0):
+        engine.heartbeat("a", at)
+        book.record_heartbeat("a", at)
+    now = 100.0
+    assert engine.book.summary("a", now) == book.summary("a", now)
+    assert engine.book.summary("a", now) != book.summary("b", now)
+    assert engine.book.summary("b", now) == book.summary("b", now)
+    assert engine.digest("a", now) == telemetry_digest(book.summary("a", now))
+    assert engine.digest("a", now) != engine.digest("b", now)
+
+
+def test_ranking_rows_takes_online_rows_best_first_with_the_wall_times_given() -> None:
+    engine = engine_with("a", "b", "c", config=PlsConfig(min_rs=0.0))
+    for node in ("a", "b"):
+        engine.session_started(node, 0.0)  # c never came online
+    rows = np.array([engine.book.index_of(n) for n in ("a", "b", "c")], dtype=np.intp)
+    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN)
+    ranked = engine.rank(rows, np.array([2.0 * TOKEN, 1.0 * TOKEN, 1.0]), np.full(3, 1e24),
+                         needs, 100.0, wall_durations_s=np.array([60.0, 60.0, 60.0]))
+    assert ranked.rows.tolist() == [rows[1], rows[0]]  # the cheaper of two equal nodes first
+    assert ranked.positions.tolist() == [1, 0]
