@@ -225,3 +225,39 @@ def test_online_recalibrator_fits_on_the_latest_window_only() -> None:
         online.observe(raw, finished)
     low, high = online(np.array([0.2, 0.8]))
     assert low < 0.5 < high
+
+
+def test_ece_uses_ten_bins_by_default() -> None:
+    # 0.095 and 0.105 fall into two of ten bins (gaps 0.095 and 0.895), into one of eleven.
+    predicted, observed = [0.095, 0.105], [0, 1]
+    assert expected_calibration_error(predicted, observed) == pytest.approx(0.495)
+    assert expected_calibration_error(predicted, observed, bins=11) == pytest.approx(0.4)
+
+
+def test_online_recalibrator_defaults_refit_every_thousand_outcomes() -> None:
+    online = OnlineRecalibrator()
+    refits = fits_after_each(online, [(0.8 if i % 2 else 0.3, i % 2 == 1)
+                                      for i in range(1500)])
+    assert [i + 1 for i, refit in enumerate(refits) if refit] == [500, 1500]
+
+
+def test_online_recalibrator_defaults_to_a_window_of_twenty_thousand() -> None:
+    online = OnlineRecalibrator(min_outcomes=2, refit_every=19_999)
+    outcomes = [(0.9, True)] + [(0.2, False)] * 20_000
+    refits = fits_after_each(online, outcomes)
+    # Fitted on the 2nd; due again on the 20,001st, when the one success has just left the
+    # window of 20,000: nothing to fit on.
+    assert [i + 1 for i, refit in enumerate(refits) if refit] == [2]
+
+
+def test_online_recalibrator_takes_raw_scores_of_exactly_zero_and_one() -> None:
+    online = OnlineRecalibrator(min_outcomes=2, refit_every=1, window=10)
+    online.observe(0.0, False)
+    online.observe(1.0, True)
+    assert online.fitted is not None
+
+
+def test_online_recalibrator_bounds_message_is_whole() -> None:
+    with pytest.raises(ValueError,
+                       match=r"^need 0 < min_outcomes <= window and refit_every >= 1$"):
+        OnlineRecalibrator(min_outcomes=0)
