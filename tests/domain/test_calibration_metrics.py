@@ -159,7 +159,8 @@ def test_brier_score_averages_the_squared_gaps() -> None:
 
 @pytest.mark.parametrize(("predicted", "observed", "message"), [
     ([0.5, 0.5], [1], r"predicted \(2,\) and observed \(1,\) must be equal 1-d shapes"),
-    ([[0.5], [0.5]], [[1], [0]], r"predicted \(2, 1\) and observed \(2, 1\) must be equal 1-d"),
+    ([[0.5], [0.5]], [[1], [0]],
+     r"predicted \(2, 1\) and observed \(2, 1\) must be equal 1-d shapes"),
     ([], [], "calibration needs at least one outcome"),
     ([-0.01], [1], r"predicted probabilities must lie in \[0, 1\]"),
     ([1.01], [1], r"predicted probabilities must lie in \[0, 1\]"),
@@ -170,7 +171,7 @@ def test_brier_score_averages_the_squared_gaps() -> None:
 def test_bad_inputs_are_refused_with_what_is_wrong(predicted: list[float], observed: list[int],
                                                    message: str) -> None:
     for measure in (brier_score, expected_calibration_error, reliability_diagram):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ValueError, match=f"^{message}$"):
             measure(predicted, observed)
 
 
@@ -201,7 +202,7 @@ def test_reliability_diagram_edges_and_means() -> None:
     single = reliability_diagram([0.3, 0.9], [1, 0], bins=1)
     assert single.count.tolist() == [2] and single.mean_predicted.tolist() == pytest.approx(
         [0.6])
-    with pytest.raises(ValueError, match="bins must be >= 1"):
+    with pytest.raises(ValueError, match=r"^bins must be >= 1$"):
         reliability_diagram([0.5], [1], bins=0)
 
 
@@ -261,3 +262,14 @@ def test_online_recalibrator_bounds_message_is_whole() -> None:
     with pytest.raises(ValueError,
                        match=r"^need 0 < min_outcomes <= window and refit_every >= 1$"):
         OnlineRecalibrator(min_outcomes=0)
+
+
+def test_a_bin_holding_one_outcome_counts_with_its_own_numbers() -> None:
+    predicted, observed = [0.05, 0.95, 0.95], [0, 1, 1]
+    diagram = reliability_diagram(predicted, observed)
+    assert diagram.count[0] == 1
+    assert diagram.mean_predicted[0] == pytest.approx(0.05)
+    assert diagram.observed_rate[0] == 0.0 and diagram.observed_rate[9] == 1.0
+    assert np.isnan(diagram.observed_rate[1]) and np.isnan(diagram.mean_predicted[1])
+    # Both bins are 0.05 off: one outcome in the first, two in the last.
+    assert expected_calibration_error(predicted, observed) == pytest.approx(0.05)
