@@ -147,6 +147,8 @@ def test_a_completed_attempt_counts_as_finished_for_the_recalibrator() -> None:
     engine.completed("a", 0.9)
     engine.completed("a", 0.8)
     assert engine.recalibrator.fitted is None  # all finished: nothing to fit yet
+    row = np.array([engine.book.index_of("a")])
+    assert [v.tolist() for v in engine.book.verified_many(row)] == [[2.0], [0.0]]  # two passes
     engine.abandoned("a", "t1", TOKEN, 0.1, at=10.0)  # an abandonment did not finish
     assert engine.recalibrator.fitted is not None
     assert engine.recalibrator(np.array([0.9]))[0] > engine.recalibrator(np.array([0.1]))[0]

@@ -540,3 +540,15 @@ def test_a_single_probe_has_no_jitter_yet() -> None:
     book.session_started("n", 0.0)
     book.record_probe("n", ProbeSample(1.0, 40.0))
     assert book.components("n", 1.0, HOUR).stability == 1.0
+
+
+@pytest.mark.parametrize(("histories", "message"), [
+    ([([10.0, 20.0], [True])], "each history needs one abrupt flag per session"),
+    ([([10.0, 0.0], [True, True])], "session lengths must be positive"),
+    ([([10.0, 20.0], [False, False])], "fitting a prior needs at least one abrupt departure"),
+    ([([], [])], "fitting a prior needs at least one abrupt departure"),
+])
+def test_population_prior_refuses_bad_histories_saying_why(
+        histories: list[tuple[list[float], list[bool]]], message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        fit_population_prior(histories)
