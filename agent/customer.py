@@ -1,6 +1,6 @@
 """The customer's side of results: list a job's results and download every file, checking
-each sha256, with a progress bar (`mesh job download`). PNG tiles of a frame are assembled
-into the frame once all of them are in."""
+each sha256, with a progress bar (`mesh job download`). The tiles of a frame (PNG or EXR) are
+assembled into the frame once all of them are in."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from agent.client import ApiCallError, Wallet, expect, sha256_file
@@ -62,28 +63,43 @@ def download(wallet: Wallet, job_id: str, out: Path, *, show_progress: bool = Tr
 
 
 def assemble_tiles(results: list[dict[str, Any]], out: Path) -> list[Path]:
-    """frame-NNNN.png from its PNG tiles (strips, tile 0 on top) once every tile is there."""
+    """frame-NNNN.png or .exr from its tiles (strips, tile 0 on top) once every tile is there:
+    PNG tiles pasted into one image, EXR tiles' linear RGBA float rows stacked into one bare
+    RGBA float EXR (the format the agent writes chunks in), so either equals the frame
+    rendered whole."""
+    from agent.workloads.blender import exr_pixels, write_exr
+
+    by_frame: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    for result in results:
+        suffix = Path(result["name"]).suffix
+        if (result.get("tiles") or 1) > 1 and suffix in (".png", ".exr"):
+            by_frame[(int(result["frame"]), suffix)].append(result)
+    frames = []
+    for (frame, suffix), tiles in sorted(by_frame.items()):
+        count = int(tiles[0]["tiles"])
+        if sorted(int(t["tile"]) for t in tiles) != list(range(count)):
+            continue
+        paths = {int(t["tile"]): out / t["name"] for t in tiles}
+        target = out / f"frame-{frame:04d}{suffix}"
+        if suffix == ".exr":
+            strips = [exr_pixels(paths[tile]) for tile in range(count)]
+            write_exr(target, np.concatenate(strips, axis=0))
+        else:
+            _paste_png_tiles(paths, count, target)
+        frames.append(target)
+    return frames
+
+
+def _paste_png_tiles(paths: dict[int, Path], count: int, target: Path) -> None:
     from PIL import Image
 
     from agent.workloads.blender import tile_row_range
 
-    by_frame: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for result in results:
-        if (result.get("tiles") or 1) > 1 and result["name"].endswith(".png"):
-            by_frame[int(result["frame"])].append(result)
-    frames = []
-    for frame, tiles in sorted(by_frame.items()):
-        count = int(tiles[0]["tiles"])
-        if sorted(int(t["tile"]) for t in tiles) != list(range(count)):
-            continue
-        images = {int(t["tile"]): Image.open(out / t["name"]) for t in tiles}
-        width = images[0].width
-        height = sum(image.height for image in images.values())
-        canvas = Image.new(images[0].mode, (width, height))
-        for tile, image in images.items():
-            top, _ = tile_row_range(tile, count, height)
-            canvas.paste(image, (0, top))
-        target = out / f"frame-{frame:04d}.png"
-        canvas.save(target)
-        frames.append(target)
-    return frames
+    images = {tile: Image.open(path) for tile, path in paths.items()}
+    width = images[0].width
+    height = sum(image.height for image in images.values())
+    canvas = Image.new(images[0].mode, (width, height))
+    for tile, image in images.items():
+        top, _ = tile_row_range(tile, count, height)
+        canvas.paste(image, (0, top))
+    canvas.save(target)

@@ -8,14 +8,18 @@ pulls leases and runs each task in the sandbox. A Blender frame is rendered in s
 every chunk is uploaded and recorded as the task's checkpoint (a manifest naming the chunks by
 hash), so a frame resumed elsewhere redoes at most one chunk. A finished result goes to the
 spool first and leaves it only when the orchestrator has acknowledged it. Network and server
-errors are retried with capped exponential backoff. SIGTERM drains: no new leases, the running
-frame stops after its next checkpoint and is handed back (`fail(drain)`), the orchestrator is
-told (`POST .../drain`), then the agent exits.
+errors are retried with capped exponential backoff. A chunk whose checkpoint cannot be sent
+(a network cut) is kept in the spool; the first heartbeat that gets through again shows those
+chunks, uploaded and signed with the session key, so the orchestrator does not take a process
+that rendered on through the cut for one that left (`POST /v1/nodes/{id}/progress`).
+SIGTERM drains: no new leases, the running frame stops after its next checkpoint and is handed
+back (`fail(drain)`), the orchestrator is told (`POST .../drain`), then the agent exits.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,7 +29,7 @@ import signal
 import tarfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,11 +39,11 @@ from eth_account.signers.local import LocalAccount
 
 from agent.client import ApiCallError, Wallet, expect, sha256_file
 from agent.sandbox import Limits, Outcome, Sandbox, isolation, task_python
-from agent.spool import Pending, Spool
+from agent.spool import OfflineChunk, Pending, Spool
 from agent.telemetry import GpuTelemetry, Sampler
 from agent.workloads import blender
 from orchestrator.domain import popw
-from orchestrator.domain.continuity import session_address
+from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
 
 log = logging.getLogger("mesh.agent")
 T = TypeVar("T")
@@ -62,6 +66,7 @@ class AgentConfig:
     popw_class: str | None = None  # answer a PoPW handshake of this GPU class at start
     max_backoff_s: float = 30.0
     exit_when_idle_s: float | None = None  # leave after this long without work (bench, tests)
+    cpu_kernel: str | None = None  # "sse42": Cycles without its AVX2 kernel (a cross-kernel grid)
 
 
 class Draining(Exception):
@@ -88,6 +93,7 @@ class Agent:
         self._token = ""
         self._session_key = os.urandom(32)  # never written anywhere: a restart makes a new one
         self._token_lock = threading.Lock()
+        self._progress_lock = threading.Lock()  # one showing of the offline chunks at a time
         self._sandbox: Sandbox | None = None
         self._spare: Sandbox | None = None  # a Blender worker already past `import bpy`
         self.tasks_done = 0
@@ -162,6 +168,7 @@ class Agent:
                                                                 registration)))
         self.retry("login", self.login)
         log.info("registered %s (%s, %d GB) and logged in", config.node_id, gpu_model, vram)
+        self.show_progress()  # an earlier process's: refused, its session key died with it
         self.sampler.start()
         threading.Thread(target=self._beat, name="heartbeat", daemon=True).start()
         if config.popw_class:
@@ -202,6 +209,7 @@ class Agent:
                 beats += 1
                 try:
                     self.request("POST", f"/v1/nodes/{node}/heartbeat", client=client)
+                    self.show_progress(client)
                     if beats % 5 == 0 and self.gpu.available:
                         samples = [r.api_sample() for r in self.sampler.drain()][-120:]
                         if samples:
@@ -211,6 +219,49 @@ class Agent:
                         self.answer_probe(client)
                 except (httpx.TransportError, ApiCallError) as exc:
                     log.debug("heartbeat: %s", exc)  # the failure detector judges the gaps
+
+    def show_progress(self, client: httpx.Client | None = None) -> None:
+        """Show the chunks rendered while the orchestrator could not be reached, per task:
+        upload them, sign them with this process's session key, post them. Whatever the
+        verdict (withdrawn, nothing pending, refused), they are shown once; a network error
+        keeps them for the next heartbeat."""
+        with self._progress_lock:
+            by_task: dict[int, list[tuple[OfflineChunk, Path]]] = {}
+            for chunk, path in self.spool.offline():
+                by_task.setdefault(chunk.task_id, []).append((chunk, path))
+            for task_id, chunks in sorted(by_task.items()):
+                try:
+                    self._show_task_progress(task_id, chunks, client)
+                except ApiCallError as exc:
+                    if exc.status >= 500:
+                        log.warning("task %s: progress through the cut not shown yet (%s)",
+                                    task_id, exc)
+                        return
+                    log.warning("task %s: progress through the cut refused: %s", task_id,
+                                exc.code or exc)
+                    self.spool.shown([c for c, _ in chunks])
+                except httpx.TransportError as exc:
+                    log.warning("task %s: progress through the cut not shown yet (%s)",
+                                task_id, type(exc).__name__)
+                    return
+
+    def _show_task_progress(self, task_id: int, chunks: list[tuple[OfflineChunk, Path]],
+                            client: httpx.Client | None) -> None:
+        for chunk, path in chunks:
+            self.request("PUT", f"/v1/blobs/{chunk.sha256}", content=path.read_bytes(),
+                         client=client)
+        marks = [ChunkMark(bytes.fromhex(c.sha256), c.rendered_at) for c, _ in chunks]
+        proof = sign_progress(self._session_key, self.config.node_id, str(task_id), marks,
+                              time.time())
+        answer = self.request("POST", f"/v1/nodes/{self.config.node_id}/progress",
+                              client=client, json_body={
+            "task_id": task_id, "resumed_at": proof.resumed_at,
+            "signature": "0x" + proof.signature.hex(),
+            "chunks": [{"sha256": c.sha256, "rendered_at": c.rendered_at, "offset": c.offset,
+                        "length": c.length} for c, _ in chunks]}).json()
+        log.info("task %s: progress through the cut shown: %s (%d of %d chunks credited)",
+                 task_id, answer["verdict"], answer["chunks_credited"], len(chunks))
+        self.spool.shown([c for c, _ in chunks])
 
     # ----- blobs -----------------------------------------------------------------------------
     def upload(self, path: Path, sha256: str) -> None:
@@ -244,6 +295,9 @@ class Agent:
         try:
             while not self.draining.is_set():
                 self.deliver_spooled()
+                if self.run_check():
+                    idle_since = time.monotonic()
+                    continue
                 lease = self.retry("pull a lease", lambda: self.request(
                     "POST", f"/v1/nodes/{self.config.node_id}/lease", ok=(200, 204)))
                 if lease.status_code == 204:
@@ -315,7 +369,7 @@ class Agent:
         busy machine) ready for the next lease; each task still gets its own process."""
         if self._spare is None and not self.draining.is_set():
             box = self.sandbox([blender.WORKER.parent])
-            blender.start_worker(box)
+            blender.start_worker(box, cpu_kernel=self.config.cpu_kernel)
             self._spare = box
 
     def take_warm(self) -> Sandbox:
@@ -367,6 +421,8 @@ class Agent:
                          digest[:12])
             except httpx.TransportError as exc:
                 pending_chunks.append(chunk)
+                self.spool.keep_offline(OfflineChunk(task_id, chunk.sha256, chunk.offset,
+                                                     chunk.length, time.time()), chunk.path)
                 log.warning("task %s: checkpoint %d/%d deferred (%s); rendering on", task_id,
                             len(manifest), len(plan), type(exc).__name__)
             except ApiCallError as exc:
@@ -403,7 +459,74 @@ class Agent:
                      "task, scene ready in %.2f s, %.2f s in the sandbox)", task_id,
                      len(rendered.rendered_chunks), rendered.import_s, rendered.ready_s,
                      run.seconds)
-            self.finish(lease, rendered.frame)
+            render = None if not rendered.env else {
+                **rendered.env, "chunks": [{"offset": c.offset, "length": c.length,
+                                            "sha256": c.sha256} for c in rendered.chunks]}
+            self.finish(lease, rendered.frame, render=render,
+                        parts=[(c.sha256, c.path) for c in rendered.chunks
+                               if c.sha256 not in uploaded])
+
+    def run_check(self) -> bool:
+        """Re-render a window of another provider's result when the orchestrator has one for
+        this node (`blender` checks), send the chunk and frame files; False: none waits."""
+        node = self.config.node_id
+        response = self.retry("pull a check", lambda: self.request(
+            "POST", f"/v1/nodes/{node}/checks/lease", ok=(200, 204)))
+        if response.status_code == 204:
+            return False
+        check = response.json()
+        check_id, payload = int(check["check_id"]), check["payload"]
+        if payload.get("kind") == "command":
+            self.command_check(check_id, payload)
+            return True
+        if payload.get("kind") != "blender":
+            log.warning("check %s: cannot re-run %r work; it lapses", check_id,
+                        payload.get("kind"))
+            return False
+        log.info("check %s (%s): frame %s window %s of task %s", check_id, check["role"],
+                 payload.get("frame"), check["window"], payload.get("tile"))
+        try:
+            blend = self.fetch(str(payload["blend_sha256"]), ".blend")
+            task = blender.FrameTask.from_payload(payload, blend, self.config.threads)
+            with self.take_warm() as box:
+                try:
+                    rendered = blender.render(task, box)
+                finally:
+                    self.warm()
+                if rendered.run.outcome is not Outcome.OK or rendered.frame is None:
+                    log.warning("check %s: render failed (%s); it lapses", check_id,
+                                rendered.run.reason)
+                    return True
+                for chunk in rendered.chunks:
+                    self.upload(chunk.path, chunk.sha256)
+                frame_sha = sha256_file(rendered.frame)
+                self.upload(rendered.frame, frame_sha)
+            verdict = self.call("check result", "POST", f"/v1/checks/{check_id}/result",
+                                json_body={
+                                    "chunks": [{"offset": c.offset, "length": c.length,
+                                                "sha256": c.sha256} for c in rendered.chunks],
+                                    "frame_sha256": frame_sha, "render": rendered.env or None,
+                                    "render_s": sum(c.seconds for c in rendered.chunks)})
+            log.info("check %s: %s", check_id, verdict["status"])
+        except (ApiCallError, blender.OutputInvalid, ValueError) as exc:
+            log.warning("check %s: %s", check_id, exc)
+        return True
+
+    def command_check(self, check_id: int, payload: dict[str, Any]) -> None:
+        """Re-run a command task and send its result's hash (the tar is reproducible)."""
+        try:
+            with self.run_command(payload) as (archive, problem):
+                if archive is None:
+                    log.warning("check %s: the command failed (%s); it lapses", check_id,
+                                problem)
+                    return
+                sha = sha256_file(archive)
+                self.upload(archive, sha)
+            verdict = self.call("check result", "POST", f"/v1/checks/{check_id}/result",
+                                json_body={"result_sha256": sha})
+            log.info("check %s: %s", check_id, verdict["status"])
+        except ApiCallError as exc:
+            log.warning("check %s: %s", check_id, exc)
 
     def resume_chunks(self, manifest_sha: str | None, task: blender.FrameTask
                       ) -> list[blender.Chunk]:
@@ -428,7 +551,15 @@ class Agent:
         """A generic subprocess: argv from the job, the input blob at $MESH_INPUT, its declared
         outputs under $MESH_OUT, packed into a reproducible tar as the result."""
         task_id = int(lease["task_id"])
-        payload = lease["payload"]
+        with self.run_command(lease["payload"]) as (archive, problem):
+            if archive is None:
+                self.give_back(task_id, "error", problem)
+                return
+            self.finish(lease, archive)
+
+    @contextlib.contextmanager
+    def run_command(self, payload: dict[str, Any]) -> Iterator[tuple[Path | None, str]]:
+        """(the result tar, "") or (None, why it failed), inside the task's sandbox."""
         inputs = []
         env = {"MESH_SHARD": str(payload.get("shard", 0)),
                "MESH_SHARDS": str(payload.get("shards", 1)), "MESH_PYTHON": task_python()}
@@ -441,11 +572,11 @@ class Agent:
             argv = [part.replace("{python}", task_python()) for part in payload["command"]]
             run = box.run(argv, env=env)
             if run.outcome is not Outcome.OK:
-                self.give_back(task_id, "error", run.reason)
+                yield None, run.reason
                 return
             missing = [name for name in payload["outputs"] if not (box.out / name).is_file()]
             if missing:
-                self.give_back(task_id, "error", f"declared outputs missing: {missing}")
+                yield None, f"declared outputs missing: {missing}"
                 return
             archive = box.root / "result.tar"
             with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -455,21 +586,28 @@ class Agent:
                     info.mode = 0o644
                     with (box.out / name).open("rb") as handle:
                         tar.addfile(info, handle)
-            self.finish(lease, archive)
+            yield archive, ""
 
     # ----- results ---------------------------------------------------------------------------
-    def finish(self, lease: dict[str, Any], result: Path) -> None:
+    def finish(self, lease: dict[str, Any], result: Path, *, render: dict[str, Any] | None = None,
+               parts: list[tuple[str, Path]] | None = None) -> None:
+        """Spool the result (with the chunk files not uploaded yet), then deliver it."""
         sha = sha256_file(result)
         pending = self.spool.keep(task_id=int(lease["task_id"]), lease_id=int(lease["lease_id"]),
-                                  sha256=sha, source=result)
+                                  sha256=sha, source=result, render=render, parts=parts or [])
         log.info("task %s: result %s kept in the spool", pending.task_id, sha[:12])
         self.deliver(pending)
 
     def deliver(self, pending: Pending) -> None:
         try:
+            for part in pending.parts:
+                self.upload(self.spool.root / part, part.split(".")[0])
             self.upload(self.spool.path(pending), pending.sha256)
+            body: dict[str, Any] = {"result_sha256": pending.sha256}
+            if pending.render is not None:
+                body["render"] = pending.render
             self.call("complete", "POST", f"/v1/tasks/{pending.task_id}/complete",
-                      json_body={"result_sha256": pending.sha256})
+                      json_body=body)
         except ApiCallError as exc:
             if exc.status not in (404, 409):
                 raise

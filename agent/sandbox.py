@@ -235,9 +235,12 @@ class Sandbox:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def cancel(self) -> None:
+        """Kill the task's process group. Never reaps it (no `poll`): `run` waits for it itself
+        to read its CPU time, and a task that ended just before a cancel is still a zombie
+        holding its pid, so the signal cannot reach another process."""
         self._cancel.set()
         process = self._process
-        if process is not None and process.poll() is None:
+        if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
 

@@ -44,13 +44,21 @@ class GpuReading:
     pcie_replays: int | None
 
     def api_sample(self) -> dict[str, float | int]:
-        """The fields `POST /v1/nodes/{id}/telemetry/gpu` takes (`GpuSampleIn`)."""
-        return {"at": self.at, "temperature_c": self.temperature_c,
-                "sm_clock_mhz": self.sm_clock_mhz, "max_sm_clock_mhz": self.max_sm_clock_mhz,
-                "throttle_reasons": self.clock_event_reasons,
-                "utilization_pct": self.utilization_pct, "memory_used_mb": self.memory_used_mb,
-                "memory_total_mb": self.memory_total_mb, "power_w": self.power_w,
-                "power_limit_w": self.power_limit_w}
+        """The fields `POST /v1/nodes/{id}/telemetry/gpu` takes (`GpuSampleIn`); the optional
+        NVML facts only where the device reported them."""
+        sample: dict[str, float | int] = {
+            "at": self.at, "temperature_c": self.temperature_c,
+            "sm_clock_mhz": self.sm_clock_mhz, "max_sm_clock_mhz": self.max_sm_clock_mhz,
+            "throttle_reasons": self.clock_event_reasons,
+            "utilization_pct": self.utilization_pct, "memory_used_mb": self.memory_used_mb,
+            "memory_total_mb": self.memory_total_mb, "power_w": self.power_w,
+            "power_limit_w": self.power_limit_w, "memory_free_mb": self.memory_free_mb}
+        for name in ("mem_clock_mhz", "energy_mj", "ecc_uncorrected", "xid_last",
+                     "pcie_replays"):
+            value = getattr(self, name)
+            if value is not None:
+                sample[name] = value
+        return sample
 
 
 def cpu_facts() -> dict[str, Any]:

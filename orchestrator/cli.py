@@ -90,6 +90,16 @@ def bench_ingest(nodes: int = 10_000, seconds: float = 10.0, as_json: JsonFlag =
     _emit(ingest.run(nodes=nodes, seconds=seconds), as_json)
 
 
+@bench_app.command("replicas")
+def bench_replicas(samples: int = 40, postgres_url: str | None = None,
+                   as_json: JsonFlag = False) -> None:
+    """How long an observation one orchestrator replica received takes to reach another's
+    scores (two processes on a fresh PostgreSQL database; default MESH_TEST_POSTGRES_URL)."""
+    from orchestrator.bench import replicas
+
+    _emit(replicas.run(postgres_url=postgres_url, samples=samples), as_json)
+
+
 @bench_app.command("churn")
 def bench_churn(
     trace: Annotated[Path | None, typer.Option(help="CSV: node_id,online_at,offline_at")] = None,
@@ -129,6 +139,36 @@ def bench_render(
 
     _emit(render.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
                      resolution=(width, height), agents=agents), as_json)
+
+
+@bench_app.command("verify")
+def bench_verify(
+    frames: int = 6,
+    samples: int = 32,
+    chunk_samples: int = 16,
+    width: int = 128,
+    height: int = 96,
+    tasks: Annotated[int, typer.Option(help="Tasks a provider delivers in one epoch.")] = 300,
+    trials: Annotated[int, typer.Option(help="Simulated epochs per policy and cheater.")] = 2000,
+    policy: Annotated[list[str] | None, typer.Option(
+        help="fixed-N%, adaptive-F% or adaptive; repeat for several (default: a set).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Sampling policies against cheaters over real renders of the sample scene: detection,
+    overhead (checker render s / useful render s), false rejections."""
+    from orchestrator.bench import verify
+    from orchestrator.domain.verification import SamplingPolicy
+
+    names = tuple(policy or verify.POLICIES)
+    try:
+        for name in names:
+            SamplingPolicy.parse(name)
+    except ValueError as error:
+        typer.echo(f"mesh bench verify: {error}", err=True)
+        raise typer.Exit(2) from None
+    _emit(verify.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
+                     resolution=(width, height), tasks=tasks, trials=trials, policies=names),
+          as_json)
 
 
 @orchestrator_app.command("serve")
@@ -178,6 +218,8 @@ def agent_run(
     popw_class: Annotated[str | None, typer.Option(help="Answer a PoPW handshake.")] = None,
     exit_when_idle_s: Annotated[float | None, typer.Option(
         help="Leave after this long without work.")] = None,
+    cpu_kernel: Annotated[str | None, typer.Option(
+        help="sse42: render without Cycles' AVX2 kernel (results say which kernel).")] = None,
     chain_id: ChainId = 31337,
     orchestrator_id: OrchestratorId = "depin-mesh-orchestrator",
 ) -> None:
@@ -200,7 +242,9 @@ def agent_run(
         limits=Limits(cpu_s=cpu_s, memory_bytes=memory_mb * mb, wall_s=wall_s,
                       output_bytes=output_mb * mb, file_bytes=output_mb * mb),
         heartbeat_s=heartbeat_s, poll_s=poll_s, popw_class=popw_class,
-        exit_when_idle_s=exit_when_idle_s)
+        exit_when_idle_s=exit_when_idle_s, cpu_kernel=cpu_kernel)
+    if cpu_kernel not in (None, "sse42"):
+        raise _fail("agent run", ValueError(f"--cpu-kernel {cpu_kernel}: only sse42 is known"))
     try:
         Agent(config, account).run()
     except (ApiCallError, OSError) as error:  # e.g. a registration the service refuses

@@ -5,8 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from orchestrator.domain.verification import SamplingPolicy
 
 
 class Settings(BaseSettings):
@@ -56,6 +58,19 @@ class Settings(BaseSettings):
     pls_decide_interval_s: float = Field(
         300.0, gt=0, description="Period of the staking decision (RS observation, slashing, "
         "demotion) job.")
+    pls_follow_interval_s: float = Field(
+        0.5, gt=0, description="How often each replica applies what the others wrote to the "
+        "PLS observation log (the most a score lags behind another replica's input).")
+    pls_reconnect_grace_s: float = Field(
+        1800.0, gt=0, description="A node back within this after a DEAD verdict was only "
+        "partitioned: nobody pays for its moved task. Later, only a proof that its process "
+        "rendered on through the silence (POST /v1/nodes/{id}/progress) spares the slash.")
+    pls_outage_window_s: float = Field(
+        300.0, gt=0, description="DEAD verdicts this close together in one region or network "
+        "may be one upstream outage (nobody pays).")
+    pls_decision_delay_s: float = Field(
+        2400.0, gt=0, description="An abandonment matures into a slash this long after the "
+        "DEAD verdict (at least the reconnect grace and the outage window).")
     pls_stake_ttl_s: float = Field(
         15.0, ge=0, description="How long a provider's free stake read from chain is reused.")
     outbox_interval_s: float = Field(
@@ -65,6 +80,24 @@ class Settings(BaseSettings):
         "as confirmed (0 on anvil; more where blocks can reorg).")
     outbox_settle_batch: int = Field(
         50, description="Most jobs settled by one settleBatch transaction.")
+    verification_policy: str = Field(
+        "adaptive", description="How often a result's pixel windows are re-rendered on another "
+        "node: `adaptive` (BOINC-style, max(floor, 1/CV) per window), `adaptive-F%` or "
+        "`fixed-N%` (docs/verification.md).")
+
+    @field_validator("verification_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        SamplingPolicy.parse(value)  # ValueError: one line naming the policies there are
+        return value
+
+    verification_windows: int = Field(
+        8, ge=1, le=64, description="Horizontal windows a frame (or tile) is cut into for "
+        "commitments and re-checks.")
+    verification_secret: SecretStr | None = Field(
+        None, description="HMAC key the re-check challenges are drawn with; keep it (and "
+        "share it between replicas) so a dispute can reproduce a draw. Unset: derived from "
+        "session_secret.")
     slasher_key: SecretStr | None = Field(
         None, description="Hex private key holding SLASHER_ROLE, for `slash` outbox actions; "
         "unset: they are signed with orchestrator_key.")

@@ -1,12 +1,15 @@
 """A local grid of real processes, for `mesh bench render` and the agent tests: the
 orchestrator as a `mesh orchestrator serve` process on loopback against an anvil deployment,
-agents as `mesh agent run` processes (own keystore, state dir and log each), and a customer who
-escrows on chain, uploads the .blend and submits the job, all signed. Placement runs without
-the PLS gates (`MESH_PLS_PLACEMENT=false`): no stake is needed to take work here."""
+agents as `mesh agent run` processes (own keystore, state dir and log each, each provider
+funded and staked on chain), and a customer who escrows on chain, uploads the .blend and submits
+the job, all signed. Placement runs through the PLS gates as in production: each lease locks
+risk-priced collateral, which the service's outbox sends to the chain with the orchestrator's
+key, and a slash goes there with the slasher's."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import signal
@@ -17,16 +20,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from eth_utils import keccak
+import httpx
+from eth_utils import keccak, to_checksum_address
 
 from agent import keystore
 from agent.client import Wallet, expect
 from orchestrator.api.schemas import JobSpec
-from orchestrator.chain.anvil import dev_account
+from orchestrator.chain.anvil import dev_account, set_balance
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.processes import OrchestratorProcess, stop_process
 
 ORCHESTRATOR_ID = "depin-mesh-local-grid"
+ADMIN_KEY = "test-admin"
+STAKE = 1_000 * 10**18  # each agent's provider bonds this (collateral is a share of a task)
 T = TypeVar("T")
 
 
@@ -53,10 +59,12 @@ class Grid:
         chain.deployment.save(self.data_dir)
         self.env = {"MESH_DATA_DIR": str(self.data_dir), "MESH_RPC_URL": rpc_url,
                     "MESH_CHAIN_ID": str(chain.deployment.chain_id),
-            "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID, "MESH_PLS_PLACEMENT": "false",
+            "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID,
+            "MESH_ORCHESTRATOR_KEY": "0x" + bytes(dev_account(1).key).hex(),
+            "MESH_SLASHER_KEY": "0x" + bytes(dev_account(2).key).hex(),
             "MESH_SESSION_SECRET": secrets.token_hex(16), "MESH_LEASE_TTL_S": "4",
             "MESH_SWEEP_INTERVAL_S": "0.5", "MESH_JSON_LOGS": "false",
-            "MESH_ADMIN_KEY": "test-admin"}
+            "MESH_ADMIN_KEY": ADMIN_KEY}
         self.service: OrchestratorProcess | None = None
         self.port: int | None = None
         self.customer: Wallet | None = None
@@ -92,10 +100,11 @@ class Grid:
         self.stop_service()
 
     def done(self, job_id: str) -> bool:
-        """Every task of the job has its result."""
+        """Every task of the job has its result (verified already, or not yet)."""
         results = self.results(job_id)
-        return bool(results["complete"]) and self.job(job_id)["tasks"] == {
-            "done": len(results["results"])}
+        tasks = self.job(job_id)["tasks"]
+        return bool(results["complete"]) and set(tasks) <= {"done", "verified"} and sum(
+            tasks.values()) == len(results["results"])
 
     def submit(self, blend: Path, **workload: Any) -> str:
         """Upload the .blend (signed) and submit a render job of it; returns the job id."""
@@ -130,20 +139,40 @@ class Grid:
         assert self.customer is not None
         return dict(expect(self.customer.send("GET", f"/v1/jobs/{job_id}/results")))
 
+    def outbox(self, kind: str) -> list[dict[str, Any]]:
+        """The service's chain actions of one kind (lock, slash, settle, ...), newest first."""
+        assert self.service is not None
+        answer = expect(httpx.get(f"{self.url}/v1/admin/outbox", params={"limit": 1000},
+                                  headers={"x-admin-key": ADMIN_KEY}, timeout=10.0))
+        return [action for action in answer if action["kind"] == kind]
+
     def wait_logged_in(self, agents: list[AgentProcess]) -> None:
         wait_for("the agents to log in", lambda: all("logged in" in a.log() for a in agents))
 
-    def agent(self, name: str, *extra: str, threads: int = 1) -> AgentProcess:
-        agent = AgentProcess(self, name, ["--threads", str(threads), *extra])
+    def agent(self, name: str, *extra: str, threads: int = 1,
+              launcher: list[str] | None = None) -> AgentProcess:
+        """`launcher` replaces `python -m orchestrator.cli` (e.g. a test agent that cheats)."""
+        agent = AgentProcess(self, name, ["--threads", str(threads), *extra], launcher=launcher)
+        if self.chain.provider_stake(agent.address).bonded < STAKE:
+            self.fund(agent)
         self.agents.append(agent)
         return agent
+
+    def fund(self, agent: AgentProcess) -> None:
+        """Gas money, tokens and a bond for the agent's provider, as its operator would."""
+        provider = self.chain.account(keystore.load(agent.keystore, agent.password.read_text()))
+        set_balance(self.chain.w3, agent.address, 10**20)
+        self.chain.account(dev_account(0)).mint(agent.address, STAKE)
+        provider.stake(STAKE)
 
 
 class AgentProcess:
     """`mesh agent run` with its own keystore and state dir; its log in a file."""
 
-    def __init__(self, grid: Grid, name: str, extra: list[str]) -> None:
+    def __init__(self, grid: Grid, name: str, extra: list[str],
+                 launcher: list[str] | None = None) -> None:
         self.grid = grid
+        self.launcher = launcher or [sys.executable, "-m", "orchestrator.cli"]
         self.name = name
         self.dir = grid.root / name
         self.dir.mkdir(exist_ok=True)
@@ -152,13 +181,16 @@ class AgentProcess:
         if not self.keystore.exists():
             self.password.write_text(secrets.token_hex(8))
             keystore.create(self.keystore, self.password.read_text())
+        self.address = to_checksum_address(json.loads(self.keystore.read_text())["address"])
         self.extra = extra
         self.log_path = self.dir / "agent.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> AgentProcess:
-        argv = [sys.executable, "-m", "orchestrator.cli", "agent", "run", "--orchestrator",
-                self.grid.url, "--keystore", str(self.keystore), "--password-file",
+    def start(self, orchestrator: str | None = None) -> AgentProcess:
+        """Run the agent against the grid's service, or the `orchestrator` URL given (a proxy
+        in front of it, say)."""
+        argv = [*self.launcher, "agent", "run", "--orchestrator",
+                orchestrator or self.grid.url, "--keystore", str(self.keystore), "--password-file",
                 str(self.password), "--node-id", self.name, "--state-dir",
                 str(self.dir / "state"), "--heartbeat-s", "0.5",
                 "--poll-s", "0.3", "--chain-id", str(self.grid.chain.deployment.chain_id),

@@ -1,6 +1,8 @@
 """The house rules, read from the code itself (AST): `domain/` is pure (no SQLAlchemy, web3,
 FastAPI or ape), only `orchestrator/chain/` imports web3 or ape, and only `orchestrator/db/`
-builds queries, touches a session's query API or constructs models.
+builds queries, touches a session's query API or constructs models. `chain/` holds web3 only
+(no database, no use cases), and HTTP is the api's: nothing below it (`domain/`, `db/`,
+`services/`) imports FastAPI or Starlette or chooses a status code.
 
 An exception is never silent: it goes into `ALLOWED` with the reason, and an entry that no
 longer matches a violation fails too, so the list only shrinks."""
@@ -23,6 +25,13 @@ QUERY_NAMES = {"select", "update", "delete", "insert", "func", "text", "and_", "
                "case", "literal", "bindparam", "column", "table", "union", "join", "outerjoin"}
 SESSION_QUERY_CALLS = {"get", "execute", "scalar", "scalars", "query", "add", "add_all",
                        "merge", "delete", "refresh"}
+HTTP_FREE = ("orchestrator/domain/", "orchestrator/db/", "orchestrator/services/")
+HTTP_MODULES = {"fastapi", "starlette"}
+HTTP_STATUS_NAMES = {"status", "status_code", "http_status"}
+# What chain/ may import from the orchestrator: its own modules, the pure domain, settings, and
+# the child-process helpers (anvil runs as one).
+CHAIN_MAY_IMPORT = ("orchestrator.chain", "orchestrator.domain", "orchestrator.config",
+                    "orchestrator.processes")
 
 # (rule, file relative to ROOT): why it may stay for now.
 ALLOWED: dict[tuple[str, str], str] = {}
@@ -66,18 +75,59 @@ def session_like(node: ast.expr) -> bool:
     return "session" in name.lower()
 
 
+def is_http_status(node: ast.expr | None) -> bool:
+    return (isinstance(node, ast.Constant) and type(node.value) is int
+            and 100 <= node.value <= 599)
+
+
+def http_codes(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Status codes chosen in code: `status_code` named anywhere, or an HTTP-range integer
+    given to a name like `status` (assigned, a keyword, or a parameter's default)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name | ast.Attribute | ast.arg | ast.keyword):
+            name = (node.id if isinstance(node, ast.Name) else node.attr
+                    if isinstance(node, ast.Attribute) else node.arg)
+            if name == "status_code":
+                yield node.lineno, "names status_code"
+        if isinstance(node, ast.keyword) and node.arg in HTTP_STATUS_NAMES and is_http_status(
+                node.value):
+            yield node.lineno, f"passes {node.arg}={ast.unparse(node.value)}"
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                name = (target.id if isinstance(target, ast.Name) else target.attr
+                        if isinstance(target, ast.Attribute) else "")
+                if name in HTTP_STATUS_NAMES and is_http_status(node.value):
+                    yield node.lineno, f"sets {name} = {ast.unparse(node.value)}"  # type: ignore[arg-type]
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = node.args
+            positional = [*arguments.posonlyargs, *arguments.args]
+            defaults = [None] * (len(positional) - len(arguments.defaults)) + list(
+                arguments.defaults)
+            for arg, default in [*zip(positional, defaults, strict=True),
+                                 *zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)]:
+                if arg.arg in HTTP_STATUS_NAMES and is_http_status(default):
+                    yield node.lineno, f"defaults {arg.arg} to {ast.unparse(default)}"  # type: ignore[arg-type]
+
+
 def violations() -> list[Violation]:
     found: list[Violation] = []
     for path, tree in sources():
         in_domain = path.startswith("orchestrator/domain/")
         in_chain = path.startswith("orchestrator/chain/")
         in_db = path.startswith("orchestrator/db/")
+        http_free = path.startswith(HTTP_FREE)
         models: set[str] = set()
         for line, module, names in imported_modules(tree):
             if in_domain and top(module) in PURE_FORBIDDEN:
                 found.append(Violation("pure-domain", path, line, f"imports {module}"))
             if not in_chain and top(module) in CHAIN_ONLY:
                 found.append(Violation("web3-in-chain", path, line, f"imports {module}"))
+            if in_chain and (top(module) == "sqlalchemy" or (
+                    module.startswith("orchestrator") and not module.startswith(CHAIN_MAY_IMPORT))):
+                found.append(Violation("chain-is-web3-only", path, line, f"imports {module}"))
+            if http_free and not in_domain and top(module) in HTTP_MODULES:  # domain: pure
+                found.append(Violation("http-in-api", path, line, f"imports {module}"))
             if in_db:
                 continue
             if module == "sqlalchemy" and (not names or set(names) & QUERY_NAMES):
@@ -85,6 +135,9 @@ def violations() -> list[Violation]:
                                        f"imports {', '.join(names) or 'sqlalchemy'}"))
             if module == "orchestrator.db.models":
                 models.update(names)
+        if http_free:
+            found.extend(Violation("http-in-api", path, line, what)
+                         for line, what in http_codes(tree))
         if in_db:
             continue
         for node in ast.walk(tree):
@@ -126,6 +179,21 @@ def test_every_allowed_exception_is_still_needed() -> None:
      "from orchestrator.db.models import Node\nNode(id='n')\n", ["queries-in-db"]),
     ("orchestrator/db/x.py", "from sqlalchemy import select\nsession.get(1)\n", []),
     ("orchestrator/chain/x.py", "from web3 import Web3\n", []),
+    ("orchestrator/chain/x.py", "from orchestrator.db import outbox\n", ["chain-is-web3-only"]),
+    ("orchestrator/chain/x.py", "from sqlalchemy.orm import Session\n", ["chain-is-web3-only"]),
+    ("orchestrator/chain/x.py",
+     "from orchestrator.domain.chain_actions import decode\nfrom orchestrator.config import S\n",
+     []),
+    ("orchestrator/db/x.py", "class E(Exception):\n    status = 409\n", ["http-in-api"]),
+    ("orchestrator/services/x.py", "raise E('c', 'm', status=404)\n", ["http-in-api"]),
+    ("orchestrator/services/x.py", "def f(status: int = 404) -> None: ...\n", ["http-in-api"]),
+    ("orchestrator/services/x.py", "def f(*, status=409): ...\n", ["http-in-api"]),
+    ("orchestrator/db/x.py", "e.status_code\n", ["http-in-api"]),
+    ("orchestrator/services/x.py", "from fastapi import HTTPException\n", ["http-in-api"]),
+    ("orchestrator/domain/x.py", "class E(Exception):\n    status_code: int = 404\n",
+     ["http-in-api", "http-in-api"]),
+    ("orchestrator/services/x.py", "job.status = 'settled'\nretries = 404\n", []),
+    ("orchestrator/api/x.py", "raise ApiError(404, 'x', 'y')\nr.status_code\n", []),
 ])
 def test_the_checker_catches_each_kind_of_breach(path: str, code: str, rules: list[str],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,7 +55,7 @@ MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
     "db/crud (nonces)": ("orchestrator/db/crud.py",
                          frozenset({"claim_nonce", "forget_expired_nonces"})),
     "db/outbox": ("orchestrator/db/outbox.py", None),
-    "chain/outbox_sender": ("orchestrator/chain/outbox_sender.py", None),
+    "services/outbox": ("orchestrator/services/outbox.py", None),
     "chain/errors": ("orchestrator/chain/errors.py", None),
     "api/auth": ("orchestrator/api/auth.py", None),
 }

@@ -13,9 +13,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from orchestrator.domain.lifecycle import DomainError
+from orchestrator.domain.lifecycle import DomainError, NotFound, Unprocessable
 
 log = logging.getLogger("orchestrator.api")
+
+# The one place a refusal of the layers below gets its HTTP status: the first entry the error
+# is an instance of. Every other refusal (an invalid transition, a conflict) is a 409.
+DOMAIN_ERROR_STATUS: tuple[tuple[type[DomainError], int], ...] = (
+    (NotFound, 404), (Unprocessable, 422))
+CONFLICT = 409
+
+
+def status_of(error: DomainError) -> int:
+    return next((status for kind, status in DOMAIN_ERROR_STATUS if isinstance(error, kind)),
+                CONFLICT)
 
 
 class ApiError(Exception):
@@ -37,8 +48,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DomainError)
     async def _domain_error(_: Request, exc: DomainError) -> JSONResponse:
-        status = getattr(exc, "status", 409)  # WorkError says 404 for missing things
-        return JSONResponse(error_body(exc.code, str(exc)), status_code=status)
+        return JSONResponse(error_body(exc.code, str(exc)), status_code=status_of(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -86,8 +86,24 @@ class BlenderWorkload(Strict):
         return self
 
 
+class RedundancyIn(Strict):
+    """k-of-n for non-deterministic commands: n runs on distinct providers, k must agree."""
+
+    k: int = Field(2, ge=1, le=9)
+    n: int = Field(3, ge=1, le=9)
+
+    @model_validator(mode="after")
+    def _majority(self) -> RedundancyIn:
+        if self.k > self.n or 2 * self.k <= self.n:
+            raise ValueError("k-of-n needs k <= n and a strict majority (2k > n)")
+        return self
+
+
 class CommandWorkload(Strict):
     kind: Literal["command"]
+    # False: runs may differ (e.g. seeded by time); verified by k-of-n agreement, not re-runs
+    deterministic: bool = True
+    redundancy: RedundancyIn = Field(default_factory=RedundancyIn)
     command: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=32)
     input_sha256: Sha256Hex | None = None
     count: int = Field(1, ge=1, le=MAX_TASKS_PER_JOB)  # independent shards, one task each
@@ -156,8 +172,52 @@ class CheckpointIn(Strict):
     cost_s: float | None = Field(None, gt=0, le=3600)  # measured time to write it (interval)
 
 
+class RenderEnvIn(Strict):
+    """What a render ran on: the checker is picked (and the comparison rule chosen) by it."""
+
+    blender: str = Field(min_length=1, max_length=128)  # version and build hash
+    kernel: str = Field(min_length=1, max_length=32)  # Cycles CPU kernel (avx2, sse42) or device
+
+
+class ChunkIn(Strict):
+    offset: int = Field(ge=0)
+    length: int = Field(ge=1)
+    sha256: Sha256Hex
+
+
+class RenderIn(RenderEnvIn):
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+
+
+MAX_SHOWN_CHUNKS = 1024
+
+
+class ShownChunkIn(Strict):
+    sha256: Sha256Hex  # an uploaded chunk of the task's frame
+    rendered_at: float = Field(ge=0, lt=2**40)  # unix seconds, when the process finished it
+    offset: int = Field(ge=0, lt=1 << 16)  # its samples in the frame's chunk plan
+    length: int = Field(ge=1, le=1 << 16)
+
+
+class ProgressShownIn(Strict):
+    """The chunks a node's process rendered for `task_id` while the orchestrator could not hear
+    it, signed with the session key its login named (`domain.continuity.progress_digest` over
+    node, task, chunk hashes and times, and `resumed_at`)."""
+
+    task_id: int = Field(ge=1)
+    chunks: list[ShownChunkIn] = Field(min_length=1, max_length=MAX_SHOWN_CHUNKS)
+    resumed_at: float = Field(ge=0, lt=2**40)
+    signature: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{130}$")]
+
+
+class ProgressShownOut(BaseModel):
+    verdict: str  # withdrawn | not_pending (nothing was waiting to be slashed)
+    chunks_credited: int
+
+
 class CompleteIn(Strict):
     result_sha256: Sha256Hex
+    render: RenderIn | None = None  # render tasks: the build, kernel and chunk files
 
 
 class FailIn(Strict):
@@ -231,6 +291,18 @@ class GpuSampleIn(Strict):
     memory_total_mb: float = Field(ge=0, le=4_194_304)
     power_w: float = Field(ge=0, le=10_000)
     power_limit_w: float = Field(ge=0, le=10_000)
+    # NVML facts RS does not read (yet): kept as telemetry when the device reports them, None
+    # (or absent) where it does not; never a made-up 0
+    mem_clock_mhz: float | None = Field(None, ge=0, le=50_000)
+    memory_free_mb: float | None = Field(None, ge=0, le=4_194_304)
+    energy_mj: float | None = Field(None, ge=0, lt=2**63)  # since the driver loaded
+    ecc_uncorrected: int | None = Field(None, ge=0, lt=2**63)  # volatile uncorrected errors
+    xid_last: int | None = Field(None, ge=0, lt=2**32)
+    pcie_replays: int | None = Field(None, ge=0, lt=2**63)
+
+
+NVML_EXTRAS = ("mem_clock_mhz", "memory_free_mb", "energy_mj", "ecc_uncorrected", "xid_last",
+               "pcie_replays")
 
 
 class GpuSamplesIn(Strict):
@@ -308,3 +380,46 @@ class ScoreProofOut(BaseModel):
 
 class VerificationFailedIn(Strict):
     node_id: Name
+
+
+class CheckLeaseOut(BaseModel):
+    check_id: int
+    role: str  # "check" or "tiebreak"
+    window: int
+    expires_at: float
+    payload: dict[str, Any]  # a task payload, restricted to the window
+
+
+class CheckResultIn(Strict):
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+    frame_sha256: Sha256Hex | None = None
+    result_sha256: Sha256Hex | None = None  # a non-render result
+    render: RenderEnvIn | None = None
+    render_s: float = Field(0.0, ge=0)
+
+
+class CheckOut(BaseModel):
+    check_id: int
+    status: str
+    comparison: dict[str, Any] | None
+
+
+class CommitmentOut(BaseModel):
+    commitment_id: int
+    task_id: int
+    node_id: str
+    status: str
+    detail: str
+    root: str
+    rate: float
+    windows: int
+    checks: list[CheckOut]
+    evidence: list[dict[str, Any]]  # {"digest", "evidence"} for a failed result
+
+
+class VerificationOut(BaseModel):
+    commitments: dict[str, int]  # by status
+    checks: dict[str, int]  # by status
+    overturned: int  # mismatches a tie-break decided for the node (a rejection avoided)
+    check_render_s: float
+    by_node: dict[str, dict[str, int]]  # node -> its results by verdict

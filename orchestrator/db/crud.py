@@ -30,9 +30,15 @@ from orchestrator.db.models import (
 from orchestrator.domain.lifecycle import (
     DomainError,
     JobStatus,
+    LeaseState,
+    NodeDrain,
+    OutboxStatus,
     StatusChange,
     TaskStatus,
     job_transition,
+    lease_transition,
+    node_drain_transition,
+    node_health_transition,
     task_transition,
 )
 from orchestrator.domain.types import NodeHealth, NodeSpec, Priority, TaskNeeds, Tier
@@ -42,7 +48,6 @@ class Conflict(DomainError):
     """A concurrent request wrote the same row first; the client may retry."""
 
     code = "conflict"
-    status = 409
 
 
 def commit_or_conflict(session: Session) -> None:
@@ -123,6 +128,10 @@ def get_node(session: Session, *, node_id: str) -> Node | None:
     return session.get(Node, node_id)
 
 
+def all_nodes(session: Session) -> list[Node]:
+    return list(session.scalars(select(Node)))
+
+
 def bind_session_key(session: Session, *, node: Node, session_key: str) -> None:
     """Record the session key a node's login named (checksummed, as signers recover)."""
     node.session_key = to_checksum_address(session_key)
@@ -131,11 +140,22 @@ def bind_session_key(session: Session, *, node: Node, session_key: str) -> None:
 
 def set_node_health(session: Session, *, node: Node, health: NodeHealth, now: float,
                     reason: str) -> None:
+    """Move the node's health along `NODE_HEALTH_TRANSITIONS` (the same verdict is no move)."""
     if node.health == health.value:
         return
-    record_change(session, entity_id=node.id, change=StatusChange(
-        "node", node.health, health.value, now, reason))
+    change = node_health_transition(NodeHealth(node.health), health, at=now, reason=reason)
+    record_change(session, entity_id=node.id, change=change)
     node.health = health.value
+
+
+def start_drain(session: Session, *, node: Node, now: float, reason: str) -> bool:
+    """accepting -> draining (`NODE_DRAIN_TRANSITIONS`); False when it already drains."""
+    if node.draining:
+        return False
+    record_change(session, entity_id=node.id, change=node_drain_transition(
+        NodeDrain.ACCEPTING, NodeDrain.DRAINING, at=now, reason=reason))
+    node.draining = True
+    return True
 
 
 def touch_heartbeats(session: Session, *, beats: dict[str, float], lease_ttl_s: float) -> None:
@@ -148,7 +168,8 @@ def touch_heartbeats(session: Session, *, beats: dict[str, float], lease_ttl_s: 
     # Only started leases are renewed: a reservation the node never starts must lapse even
     # while the node keeps beating, or a failed start would hold the slot forever.
     session.execute(update(Lease).where(Lease.node_id.in_(list(beats)),
-                                        Lease.released_at.is_(None), Lease.state == "active")
+                                        Lease.released_at.is_(None),
+                                        Lease.state == LeaseState.ACTIVE.value)
                     .values(expires_at=latest + lease_ttl_s))
 
 
@@ -201,6 +222,20 @@ def get_job(session: Session, *, job_id: str) -> Job | None:
     return session.get(Job, job_id)
 
 
+def lock_job(session: Session, *, job_id: str) -> Job | None:
+    """The job, row-locked and re-read (another process may have just moved it)."""
+    return session.get(Job, job_id, with_for_update=True, populate_existing=True)
+
+
+def jobs_in_status(session: Session, *, statuses: Sequence[JobStatus],
+                   deadline_before: float | None = None) -> list[Job]:
+    """Jobs in any of `statuses` (past their deadline, when `deadline_before` is given)."""
+    query = select(Job).where(Job.status.in_([s.value for s in statuses]))
+    if deadline_before is not None:
+        query = query.where(Job.deadline < deadline_before)
+    return list(session.scalars(query))
+
+
 def get_task(session: Session, *, task_id: int) -> Task | None:
     return session.get(Task, task_id)
 
@@ -235,41 +270,29 @@ def live_leases(session: Session, *, node_id: str | None = None) -> list[Lease]:
     return list(session.scalars(query.order_by(Lease.id)))
 
 
+def oldest_reservation(session: Session, *, node_id: str) -> Lease | None:
+    """The node's oldest live lease it has not started yet."""
+    return session.scalars(select(Lease).where(
+        Lease.node_id == node_id, Lease.released_at.is_(None),
+        Lease.state == LeaseState.RESERVED.value).order_by(Lease.id)).first()
+
+
 def live_lease_for_task(session: Session, *, task_id: int) -> Lease | None:
     return session.scalars(select(Lease).where(Lease.task_id == task_id,
                                                Lease.released_at.is_(None))).first()
 
 
+def activate_lease(session: Session, *, lease: Lease) -> None:
+    """reserved -> active: the node started the task; its heartbeats renew the lease now."""
+    lease_transition(LeaseState(lease.state), LeaseState.ACTIVE)
+    lease.state = LeaseState.ACTIVE.value
+
+
 def release_lease(session: Session, *, lease: Lease, now: float, reason: str) -> None:
+    lease_transition(LeaseState(lease.state), LeaseState.RELEASED)
     lease.released_at = now
-    lease.state = "released"
+    lease.state = LeaseState.RELEASED.value
     lease.release_reason = reason
-
-
-def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reason: str,
-                 cause: str | None) -> None:
-    """Free the slot and put the task back in line, resuming from its last checkpoint.
-    `cause` (dead, drain, lapsed) records a recovery event with the work lost."""
-    release_lease(session, lease=lease, now=now, reason=reason)
-    was_running = task.status == TaskStatus.RUNNING.value
-    set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
-    if cause is not None and was_running:
-        session.add(RecoveryEvent(task_id=task.id, from_node=lease.node_id, cause=cause,
-                                  lost_at=now,
-                                  rework=max(task.progress - task.checkpoint_progress, 0.0)))
-    task.progress = task.checkpoint_progress
-    task.node_id = None
-
-
-def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str) -> int:
-    """Move every task off a dead or drained node; returns how many moved."""
-    moved = 0
-    for lease in live_leases(session, node_id=node_id):
-        task = session.get(Task, lease.task_id)
-        assert task is not None
-        requeue_task(session, task=task, lease=lease, now=now, reason=f"node {cause}", cause=cause)
-        moved += 1
-    return moved
 
 
 def hold_node_leases(session: Session, *, node_id: str, until: float) -> int:
@@ -277,23 +300,24 @@ def hold_node_leases(session: Session, *, node_id: str, until: float) -> int:
     its renewals take over again if it comes back. Returns how many were held."""
     held = 0
     for lease in live_leases(session, node_id=node_id):
-        if lease.state == "active":
+        if lease.state == LeaseState.ACTIVE.value:
             lease.expires_at = max(lease.expires_at, until)
             held += 1
     return held
 
 
-def expire_leases(session: Session, *, now: float) -> int:
-    """Release reservations never started and running leases whose renewals stopped."""
-    expired = list(session.scalars(select(Lease).where(Lease.released_at.is_(None),
-                                                       Lease.expires_at < now)
-                                   .order_by(Lease.id).with_for_update(skip_locked=True)))
-    for lease in expired:
-        task = session.get(Task, lease.task_id)
-        assert task is not None
-        requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
-                     cause="lapsed")
-    return len(expired)
+def lapsed_leases(session: Session, *, now: float) -> list[Lease]:
+    """Live leases past their expiry, oldest first; on PostgreSQL rows another process is
+    handling are skipped."""
+    return list(session.scalars(select(Lease).where(Lease.released_at.is_(None),
+                                                    Lease.expires_at < now)
+                                .order_by(Lease.id).with_for_update(skip_locked=True)))
+
+
+def add_recovery_event(session: Session, *, task_id: int, from_node: str, cause: str,
+                       lost_at: float, rework: float) -> None:
+    session.add(RecoveryEvent(task_id=task_id, from_node=from_node, cause=cause,
+                              lost_at=lost_at, rework=rework))
 
 
 def recovery_events(session: Session, *, task_id: int) -> list[RecoveryEvent]:
@@ -351,12 +375,14 @@ def job_artifact_hashes(session: Session, *, job_id: str) -> list[str]:
 
 def enqueue_chain_action(session: Session, *, kind: str, idempotency_key: str,
                          payload: dict[str, Any], now: float) -> bool:
-    """Queue a chain action once; False when the key was already queued (exactly-once)."""
+    """Queue a row once; False when the key was already queued (exactly-once). Services
+    queue typed actions through `outbox.queue_action`, which writes the payload."""
     if session.scalars(select(OutboxAction.id)
                        .where(OutboxAction.idempotency_key == idempotency_key)).first():
         return False
     session.add(OutboxAction(idempotency_key=idempotency_key, kind=kind, payload=payload,
-                             status="pending", attempts=0, created_at=now, updated_at=now))
+                             status=OutboxStatus.PENDING.value, attempts=0, created_at=now,
+                             updated_at=now))
     return True
 
 

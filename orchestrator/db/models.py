@@ -64,8 +64,8 @@ class Node(Base):
     price_per_gpu_hour: Mapped[int] = mapped_column(TokenAmount)
     slots: Mapped[int] = mapped_column(Integer)  # GPU slots 0..slots-1: one live lease each
     tier: Mapped[int] = mapped_column(Integer, default=1)
-    health: Mapped[str] = mapped_column(String(16), default="alive")
-    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    health: Mapped[str] = mapped_column(String(16), default="alive")  # lifecycle's NodeHealth
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)  # NodeDrain.DRAINING
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The ephemeral key the node's agent process named in its latest login (wallet-signed):
@@ -132,7 +132,7 @@ class Lease(Base):
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"))
     node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id"))
     slot: Mapped[int] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(16))  # reserved | active | released
+    state: Mapped[str] = mapped_column(String(16))  # lifecycle.LeaseState
     created_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
     released_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -191,9 +191,10 @@ class OutboxAction(Base):
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
-    kind: Mapped[str] = mapped_column(String(32))  # settle | commit | lock | slash ...
-    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    kind: Mapped[str] = mapped_column(String(32))  # a `domain.chain_actions` action's kind
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)  # written by chain_actions.encode
+    status: Mapped[str] = mapped_column(String(16), default="pending",
+                                        index=True)  # lifecycle.OutboxStatus
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     tx_hash: Mapped[str | None] = mapped_column(String(66), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
@@ -345,6 +346,22 @@ class SlashRecord(Base):
     detail: Mapped[str] = mapped_column(Text)
 
 
+class ProgressWithdrawal(Base):
+    """A pending abandonment its node's process withdrew on reconnect, by showing (signed with
+    the session key of its login) chunks it rendered for the task through the silence
+    (`domain.continuity`): that departure is never slashed, and these chunks never withdraw
+    another."""
+
+    __tablename__ = "progress_withdrawals"
+
+    task_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    session_key: Mapped[str] = mapped_column(String(42))
+    departed_at: Mapped[float] = mapped_column(Float)  # the DEAD verdict the proof answered
+    withdrawn_at: Mapped[float] = mapped_column(Float)
+    chunks: Mapped[list[Any]] = mapped_column(JSON)  # the sha256 hex digests credited
+
+
 class ScoreEpoch(Base):
     __tablename__ = "score_epochs"
 
@@ -364,3 +381,115 @@ class ScoreLeaf(Base):
     node_id: Mapped[str] = mapped_column(String(64))
     score_bps: Mapped[int] = mapped_column(Integer)
     telemetry_digest: Mapped[str] = mapped_column(String(66))
+
+
+# ---------------------------------------------------------------- the PLS observation log
+# Every replica feeds its PLS engine from this log, in id order (`services.pls_log`).
+
+
+class PlsObservationRecord(Base):
+    """One `domain.pls_observations.Observation`. Ids are handed out by `pls_log_head` as the
+    writing transaction commits: gapless and in commit order, so a reader that has applied up
+    to id N has seen everything committed before N+1."""
+
+    __tablename__ = "pls_observations"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"),
+                                    primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(32))
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class PlsLogHead(Base):
+    """The last observation id handed out (one row). Writers update it last in their
+    transaction, so they take the log's ids one transaction at a time, in commit order."""
+
+    __tablename__ = "pls_log_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    last_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class PlsLogCursor(Base):
+    """How far one replica has applied the log; pruning keeps what a live replica needs."""
+
+    __tablename__ = "pls_log_cursors"
+
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    seen_at: Mapped[float] = mapped_column(Float)
+
+
+class VerificationCommitment(Base):
+    """What one task attempt's result commits to (Merkle root over its pixel-window leaves),
+    recorded before its challenge is drawn, and the verdict on it."""
+
+    __tablename__ = "verification_commitments"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    job_id: Mapped[str] = mapped_column(String(66), index=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str] = mapped_column(String(42), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    result_sha256: Mapped[str] = mapped_column(String(64))
+    root: Mapped[str] = mapped_column(String(66))
+    leaves: Mapped[list[Any]] = mapped_column(JSON)  # Leaf.as_json() each
+    windows: Mapped[int] = mapped_column(Integer)
+    env: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # RenderEnv
+    chunks: Mapped[list[Any]] = mapped_column(JSON)  # [{offset, length, sha256}] the node sent
+    policy: Mapped[str] = mapped_column(String(32))
+    rate: Mapped[float] = mapped_column(Float)  # per-window check probability it was drawn at
+    seed: Mapped[str] = mapped_column(String(66))  # HMAC(secret, root, task, attempt)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    decided_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class VerificationCheck(Base):
+    """One re-check: a window of a committed result re-rendered on another node."""
+
+    __tablename__ = "verification_checks"
+    __table_args__ = (Index("ix_verification_checks_status_id", "status", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    commitment_id: Mapped[int] = mapped_column(ForeignKey("verification_commitments.id"),
+                                               index=True)
+    window: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))  # "check" or "tiebreak"
+    recipe: Mapped[dict[str, Any]] = mapped_column(JSON)  # what the checker renders
+    status: Mapped[str] = mapped_column(String(16))
+    checker_node: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    checker_provider: Mapped[str | None] = mapped_column(String(42), nullable=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    comparison: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    render_s: Mapped[float] = mapped_column(Float, default=0.0)  # checker's render seconds
+    created_at: Mapped[float] = mapped_column(Float)
+    done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class VerificationEvidence(Base):
+    """Everything a dispute needs to reproduce a failed verification; `digest` (keccak of the
+    canonical JSON) is the evidence hash the slash carries on chain."""
+
+    __tablename__ = "verification_evidence"
+
+    digest: Mapped[str] = mapped_column(String(66), primary_key=True)
+    commitment_id: Mapped[int] = mapped_column(ForeignKey("verification_commitments.id"),
+                                               index=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class VerificationRecord(Base):
+    """A provider's pooled verification record (adaptive replication's streak)."""
+
+    __tablename__ = "verification_records"
+
+    provider: Mapped[str] = mapped_column(String(42), primary_key=True)
+    consecutive_valid: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[float] = mapped_column(Float)

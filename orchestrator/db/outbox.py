@@ -1,38 +1,30 @@
 """Outbox rows as the chain sender sees them, and every status move it makes on them.
 
-Rows go pending -> sent -> confirmed | failed; `sent` rows may return to pending when their
-transaction provably can never land (its nonce was taken by another transaction). Each move
-is a guarded UPDATE (`WHERE status = <expected>`), so a row can never be sent twice even if
-two senders raced past the leader lease.
+Rows move along `domain.lifecycle.OUTBOX_TRANSITIONS` (pending -> sent -> confirmed | failed;
+`sent` rows may return to pending when their transaction provably can never land). Each move
+is checked against that table and is a guarded UPDATE (`WHERE status = <expected>`), so a row
+can never be sent twice even if two senders raced past the leader lease.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db import crud
-from orchestrator.db.models import Job, OutboxAction
-from orchestrator.domain.lifecycle import DomainError, JobStatus
-
-
-class OutboxStatus(StrEnum):
-    PENDING = "pending"  # queued, not signed yet (or to be signed again)
-    SENT = "sent"  # signed bytes persisted; broadcast may or may not have happened
-    CONFIRMED = "confirmed"  # took effect on chain (maybe by someone else: see `note`)
-    FAILED = "failed"  # reverted for a reason that retrying cannot fix; `note` says why
+from orchestrator.db.models import OutboxAction
+from orchestrator.domain.chain_actions import ChainAction, encode
+from orchestrator.domain.lifecycle import DomainError, OutboxStatus, outbox_transition
 
 
 class OutboxConflict(DomainError):
     """Another sender moved the row first; this pass must roll back and not broadcast."""
 
     code = "outbox_conflict"
-    status = 409
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +38,14 @@ class OutboxEntry:
     nonce: int | None
     next_attempt_at: float | None
     created_at: float
+
+
+def queue_action(session: Session, *, action: ChainAction, idempotency_key: str,
+                 now: float) -> bool:
+    """Queue a typed chain action once (its codec writes the row); False when the key was
+    already queued (exactly-once)."""
+    return crud.enqueue_chain_action(session, kind=action.kind, idempotency_key=idempotency_key,
+                                     payload=encode(action), now=now)
 
 
 def _entry(row: OutboxAction) -> OutboxEntry:
@@ -81,7 +81,11 @@ def in_flight_actions(session: Session) -> list[OutboxEntry]:
 
 
 def _move(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus,
-          values: dict[str, Any]) -> None:
+          target: OutboxStatus | None, values: dict[str, Any]) -> None:
+    """One guarded UPDATE; `target` None keeps the status (a deferral)."""
+    if target is not None:
+        outbox_transition(expected, target)
+        values = {**values, "status": target.value}
     result = session.execute(
         update(OutboxAction)
         .where(OutboxAction.id.in_(list(action_ids)), OutboxAction.status == expected.value)
@@ -94,7 +98,7 @@ def record_signed(session: Session, *, action_ids: Sequence[int], tx_hash: str, 
                   raw_tx: str, now: float) -> None:
     """Persist the signed transaction BEFORE it is broadcast (the crash-safety point)."""
     _move(session, action_ids=action_ids, expected=OutboxStatus.PENDING,
-          values={"status": OutboxStatus.SENT.value, "tx_hash": tx_hash, "nonce": nonce,
+          target=OutboxStatus.SENT, values={"tx_hash": tx_hash, "nonce": nonce,
                   "attempts": OutboxAction.attempts + 1, "next_attempt_at": None,
                   "updated_at": now})
     session.execute(update(OutboxAction).where(OutboxAction.id == action_ids[0])
@@ -104,16 +108,16 @@ def record_signed(session: Session, *, action_ids: Sequence[int], tx_hash: str, 
 def record_confirmed(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus,
                      now: float, note: str | None = None) -> None:
     """The action took effect; the signed bytes are no longer needed."""
-    _move(session, action_ids=action_ids, expected=expected,
-          values={"status": OutboxStatus.CONFIRMED.value, "note": note, "raw_tx": None,
+    _move(session, action_ids=action_ids, expected=expected, target=OutboxStatus.CONFIRMED,
+          values={"note": note, "raw_tx": None,
                   "next_attempt_at": None, "updated_at": now})
 
 
 def record_failed(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus,
                   now: float, note: str) -> None:
     """A revert (or a malformed payload) that sending again cannot fix: kept for an operator."""
-    _move(session, action_ids=action_ids, expected=expected,
-          values={"status": OutboxStatus.FAILED.value, "note": note, "raw_tx": None,
+    _move(session, action_ids=action_ids, expected=expected, target=OutboxStatus.FAILED,
+          values={"note": note, "raw_tx": None,
                   "next_attempt_at": None, "updated_at": now})
 
 
@@ -122,24 +126,13 @@ def return_to_pending(session: Session, *, action_ids: Sequence[int], now: float
     """Forget a transaction that can never land (its nonce is spent), so the row is signed
     again; only safe once the chain proves the old bytes are dead."""
     _move(session, action_ids=action_ids, expected=OutboxStatus.SENT,
-          values={"status": OutboxStatus.PENDING.value, "tx_hash": None, "raw_tx": None,
+          target=OutboxStatus.PENDING, values={"tx_hash": None, "raw_tx": None,
                   "nonce": None, "note": note, "updated_at": now})
 
 
 def defer(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus, now: float,
           retry_at: float, note: str) -> None:
     """A transient failure (node down, timeout): count the attempt, try again at `retry_at`."""
-    _move(session, action_ids=action_ids, expected=expected,
+    _move(session, action_ids=action_ids, expected=expected, target=None,
           values={"attempts": OutboxAction.attempts + 1, "next_attempt_at": retry_at,
                   "note": note, "updated_at": now})
-
-
-def finish_settlement(session: Session, *, job_id: str, now: float, reason: str) -> float | None:
-    """settling -> settled once the settlement is confirmed; returns the seconds since the
-    settlement was queued, or None when the job is not ours or already moved on."""
-    job = session.get(Job, job_id, with_for_update=True, populate_existing=True)
-    if job is None or job.status != JobStatus.SETTLING.value:
-        return None
-    lag = now - job.updated_at
-    crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now, reason=reason)
-    return lag

@@ -21,6 +21,7 @@ from orchestrator.db.models import Job, Lease, Node, StatusHistory, Task
 from orchestrator.domain.lifecycle import (
     SCHEDULABLE_TASK_STATUSES,
     JobStatus,
+    LeaseState,
     TaskStatus,
     task_transition,
 )
@@ -156,7 +157,7 @@ def commit_reservations(
                     "task_id": r.task_id,
                     "node_id": r.node_id,
                     "slot": r.slot,
-                    "state": "reserved",
+                    "state": LeaseState.RESERVED.value,
                     "created_at": now,
                     "expires_at": now + ttl_s,
                 }

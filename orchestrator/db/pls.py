@@ -4,18 +4,24 @@ decisions and epoch score roots. Keyword-only, one caller transaction each."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Engine, delete, event, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import (
     CollateralLock,
+    Lease,
     Node,
     NodeSession,
+    PlsLogCursor,
+    PlsLogHead,
+    PlsObservationRecord,
     PopwChallengeRecord,
     PopwVerdictRecord,
+    ProgressWithdrawal,
     ScoreEpoch,
     ScoreLeaf,
     SlashRecord,
@@ -36,8 +42,13 @@ def unhex(text: str) -> bytes:
 # ---------------------------------------------------------------- sessions and samples
 
 
-def open_session(session: Session, *, node_id: str, at: float) -> None:
+def open_session(session: Session, *, node_id: str, at: float) -> bool:
+    """Open a session for the node unless one is open; True when this opened it."""
+    if session.scalars(select(NodeSession.id).where(NodeSession.node_id == node_id,
+                                                    NodeSession.ended_at.is_(None))).first():
+        return False
     session.add(NodeSession(node_id=node_id, started_at=at))
+    return True
 
 
 def close_session(session: Session, *, node_id: str, at: float, abrupt: bool) -> bool:
@@ -46,6 +57,17 @@ def close_session(session: Session, *, node_id: str, at: float, abrupt: bool) ->
                              .where(NodeSession.node_id == node_id,
                                     NodeSession.ended_at.is_(None))
                              .values(ended_at=at, abrupt=abrupt))
+    return bool(getattr(result, "rowcount", 0))
+
+
+def censor_session(session: Session, *, node_id: str, ended_at: float) -> bool:
+    """Count the node's session that ended abruptly at `ended_at` as censored (like a drain):
+    its process rendered on through the silence. False when there is no such session."""
+    result = session.execute(update(NodeSession)
+                             .where(NodeSession.node_id == node_id,
+                                    NodeSession.ended_at == ended_at,
+                                    NodeSession.abrupt.is_(True))
+                             .values(abrupt=False))
     return bool(getattr(result, "rowcount", 0))
 
 
@@ -191,6 +213,12 @@ def add_slash(session: Session, *, slash_id: bytes, node_id: str, provider: str,
     return True
 
 
+def task_slashed(session: Session, *, task_id: int, reason: int) -> bool:
+    """Whether a slash of this reason was already decided for the task (by any replica)."""
+    return session.scalars(select(SlashRecord.slash_id).where(
+        SlashRecord.task_id == task_id, SlashRecord.reason == reason)).first() is not None
+
+
 def unassigned_low_score_slashes(session: Session, *, reason: int) -> list[SlashRecord]:
     return list(session.scalars(select(SlashRecord).where(SlashRecord.reason == reason,
                                                           SlashRecord.epoch.is_(None))))
@@ -240,3 +268,149 @@ def epoch_leaves(session: Session, *, epoch: int) -> list[LeafRow]:
     return [LeafRow(leaf.provider, leaf.node_id, leaf.score_bps, unhex(leaf.telemetry_digest))
             for leaf in session.scalars(select(ScoreLeaf).where(ScoreLeaf.epoch == epoch)
                                         .order_by(ScoreLeaf.provider))]
+
+
+# ---------------------------------------------------------------- the observation log
+
+LOG_HEAD = 1  # the one row of `pls_log_head`
+_PENDING = "pls_log_pending"  # session.info: (kind, body) rows this transaction will log
+_COMMITTED = "pls_log_committed"  # session.info: callbacks to run once they are durable
+
+LogRow = tuple[int, str, dict[str, Any]]  # (id, kind, body)
+
+
+def log_observations(session: Session, *, rows: Sequence[tuple[str, dict[str, Any]]],
+                     committed: Callable[[Engine], None]) -> None:
+    """Queue (kind, body) rows for the observation log. They are written as the session's
+    transaction commits, after everything else it wrote, so the head row is the last lock
+    the transaction takes and it is held only through the commit; `committed(engine)` runs
+    once the commit is done. A rollback drops them."""
+    if not rows:
+        return
+    if _PENDING not in session.info:
+        session.info[_PENDING], session.info[_COMMITTED] = [], []
+        event.listen(session, "before_commit", _write_pending)
+        event.listen(session, "after_commit", _after_commit)
+        event.listen(session, "after_rollback", _drop_pending)
+    session.info[_PENDING].extend(rows)
+    if committed not in session.info[_COMMITTED]:
+        session.info[_COMMITTED].append(committed)
+
+
+def _write_pending(session: Session) -> None:
+    rows: list[tuple[str, dict[str, Any]]] = session.info[_PENDING]
+    if not rows:
+        return
+    last = _take_ids(session, len(rows))
+    first = last - len(rows) + 1
+    session.execute(insert(PlsObservationRecord), [
+        {"id": first + offset, "kind": kind, "body": body}
+        for offset, (kind, body) in enumerate(rows)])
+    rows.clear()
+
+
+def _take_ids(session: Session, count: int) -> int:
+    """Advance the head by `count` (row-locking it until commit); the new last id."""
+    moved = session.execute(update(PlsLogHead).where(PlsLogHead.id == LOG_HEAD)
+                            .values(last_id=PlsLogHead.last_id + count))
+    if not getattr(moved, "rowcount", 0):  # a wiped table: the head restarts past the log
+        start = int(session.scalar(select(func.coalesce(func.max(PlsObservationRecord.id), 0)))
+                    or 0)
+        session.add(PlsLogHead(id=LOG_HEAD, last_id=start + count))
+        session.flush()
+    return int(session.scalar(select(PlsLogHead.last_id).where(PlsLogHead.id == LOG_HEAD))
+               or 0)
+
+
+def _after_commit(session: Session) -> None:
+    callbacks: list[Callable[[Engine], None]] = session.info[_COMMITTED]
+    session.info[_COMMITTED] = []
+    bind = session.get_bind()
+    for callback in callbacks:
+        callback(bind)  # type: ignore[arg-type]
+
+
+def _drop_pending(session: Session) -> None:
+    session.info[_PENDING].clear()
+    session.info[_COMMITTED] = []
+
+
+def log_head(session: Session) -> int:
+    """The last id handed out (0 for an empty log)."""
+    head = session.scalar(select(PlsLogHead.last_id).where(PlsLogHead.id == LOG_HEAD))
+    if head is not None:
+        return int(head)
+    return int(session.scalar(select(func.coalesce(func.max(PlsObservationRecord.id), 0))) or 0)
+
+
+def observations_after(source: Session | Engine, *, after: int, limit: int) -> list[LogRow]:
+    """Up to `limit` log rows past id `after`, in id order (read in `source`, or in a
+    short read of its own from an engine)."""
+    query = (select(PlsObservationRecord.id, PlsObservationRecord.kind,
+                    PlsObservationRecord.body)
+             .where(PlsObservationRecord.id > after).order_by(PlsObservationRecord.id)
+             .limit(limit))
+    if isinstance(source, Session):
+        return [(int(i), str(k), dict(b)) for i, k, b in source.execute(query)]
+    with Session(source) as reader:
+        return [(int(i), str(k), dict(b)) for i, k, b in reader.execute(query)]
+
+
+def consistent_reads(session: Session) -> None:
+    """Make every read of this (not yet begun) session see one snapshot: REPEATABLE READ on
+    PostgreSQL (where each statement has its own snapshot otherwise). SQLite runs one
+    process, and nothing writes while it rebuilds."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
+
+def save_cursor(session: Session, *, replica: str, position: int, now: float) -> None:
+    moved = session.execute(update(PlsLogCursor).where(PlsLogCursor.replica == replica)
+                            .values(position=position, seen_at=now))
+    if not getattr(moved, "rowcount", 0):
+        session.add(PlsLogCursor(replica=replica, position=position, seen_at=now))
+
+
+def prune_observations(session: Session, *, live_since: float, forget_before: float) -> int:
+    """Delete the log rows every replica seen since `live_since` has applied (a replica
+    silent longer rebuilds from the tables when it finds the gap), and forget cursors not
+    seen since `forget_before`; how many rows went."""
+    session.execute(delete(PlsLogCursor).where(PlsLogCursor.seen_at < forget_before))
+    low = session.scalar(select(func.min(PlsLogCursor.position))
+                         .where(PlsLogCursor.seen_at >= live_since))
+    if low is None:
+        return 0
+    result = session.execute(delete(PlsObservationRecord).where(PlsObservationRecord.id <= low))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def log_size(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(PlsObservationRecord)) or 0)
+
+
+# ---------------------------------------------------------------- continuity across a cut
+
+
+def revoked_lease(session: Session, *, task_id: int, node_id: str) -> Lease | None:
+    """The node's latest lease on the task, when the sweep revoked it at a DEAD verdict."""
+    lease = session.scalars(select(Lease).where(Lease.task_id == task_id,
+                                                Lease.node_id == node_id)
+                            .order_by(Lease.id.desc()).limit(1)).first()
+    return lease if lease is not None and lease.release_reason == "node dead" else None
+
+
+def add_withdrawal(session: Session, *, task_id: int, node_id: str, session_key: str,
+                   departed_at: float, withdrawn_at: float, chunks: Sequence[bytes]) -> None:
+    session.add(ProgressWithdrawal(task_id=task_id, node_id=node_id, session_key=session_key,
+                                   departed_at=departed_at, withdrawn_at=withdrawn_at,
+                                   chunks=sorted(c.hex() for c in chunks)))
+    session.flush()
+
+
+def withdrawal_for(session: Session, *, task_id: int) -> ProgressWithdrawal | None:
+    return session.get(ProgressWithdrawal, task_id)
+
+
+def all_withdrawals(session: Session) -> list[ProgressWithdrawal]:
+    return list(session.scalars(select(ProgressWithdrawal)
+                                .order_by(ProgressWithdrawal.withdrawn_at)))

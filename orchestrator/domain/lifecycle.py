@@ -1,4 +1,6 @@
-"""Job and task state machines: one transition table each, every edge explained.
+"""Every state machine of the orchestrator: one transition table each, every edge explained.
+
+Jobs, tasks, leases, node health, a node's drain and outbox rows.
 
 Modelled on Ray autoscaler v2 (`instance_manager/common.py`): a status may only
 move along an edge listed here; anything else is a bug or a hostile request and
@@ -10,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
+
+from orchestrator.domain.types import NodeHealth
 
 
 class JobStatus(StrEnum):
@@ -35,6 +40,26 @@ class TaskStatus(StrEnum):
     VERIFIED = "verified"
     FAILED = "failed"
     RETRY = "retry"
+
+
+class LeaseState(StrEnum):
+    RESERVED = "reserved"  # a slot is held for the task; the node has not started it
+    ACTIVE = "active"  # the node reported it started; its heartbeats renew the lease
+    RELEASED = "released"  # the slot is free again (`release_reason` says why)
+
+
+class NodeDrain(StrEnum):
+    """Whether a node takes new work (stored as `nodes.draining`)."""
+
+    ACCEPTING = "accepting"
+    DRAINING = "draining"
+
+
+class OutboxStatus(StrEnum):
+    PENDING = "pending"  # queued, not signed yet (or to be signed again)
+    SENT = "sent"  # signed bytes persisted; broadcast may or may not have happened
+    CONFIRMED = "confirmed"  # took effect on chain (maybe by someone else: see `note`)
+    FAILED = "failed"  # reverted for a reason that retrying cannot fix; `note` says why
 
 
 J, T = JobStatus, TaskStatus
@@ -144,13 +169,191 @@ TASK_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     T.FAILED: frozenset(),
 }
 
-del J, T
+L, H, D, Q = LeaseState, NodeHealth, NodeDrain, OutboxStatus
+
+LEASE_TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
+    L.RESERVED: frozenset({
+        # The node reported the task's first progress: it runs under this lease.
+        L.ACTIVE,
+        # Never started: the reservation lapsed, the start failed, the node drained or died,
+        # or the job expired; the slot and the task go back.
+        L.RELEASED,
+    }),
+    L.ACTIVE: frozenset({
+        # The task completed or failed for good, the node died or drained, its renewals
+        # stopped (lapsed), or the job expired.
+        L.RELEASED,
+    }),
+    # Terminal: a released lease is history; a new placement writes a new lease.
+    L.RELEASED: frozenset(),
+}
+
+NODE_HEALTH_TRANSITIONS: dict[NodeHealth, frozenset[NodeHealth]] = {
+    # The failure detector's verdict at each sweep; any verdict may follow any other, since a
+    # sweep can miss the states in between. Each edge says what the verdict means.
+    H.ALIVE: frozenset({
+        # A heartbeat gap the detector does not yet call a departure: leases are kept.
+        H.SUSPECT,
+        # The gap outgrew the dead threshold between two sweeps: a departure.
+        H.DEAD,
+    }),
+    H.SUSPECT: frozenset({
+        # Heartbeats resumed within the detector's patience.
+        H.ALIVE,
+        # The gap became a departure: leases are revoked (or held for a shared silence).
+        H.DEAD,
+    }),
+    H.DEAD: frozenset({
+        # Heard from again: a fresh session with a fresh grace period.
+        H.ALIVE,
+        # Heard from once after coming back, then a new gap before the next sweep.
+        H.SUSPECT,
+    }),
+}
+
+NODE_DRAIN_TRANSITIONS: dict[NodeDrain, frozenset[NodeDrain]] = {
+    D.ACCEPTING: frozenset({
+        # The provider asked for a graceful drain: no new leases, running tasks checkpoint
+        # and move.
+        D.DRAINING,
+    }),
+    # Terminal: re-registering the node id keeps it draining.
+    D.DRAINING: frozenset(),
+}
+
+OUTBOX_TRANSITIONS: dict[OutboxStatus, frozenset[OutboxStatus]] = {
+    Q.PENDING: frozenset({
+        # Signed, and the signed bytes persisted before any broadcast.
+        Q.SENT,
+        # Before signing, the chain shows the action already took effect (escrow settled,
+        # the same epoch root committed).
+        Q.CONFIRMED,
+        # A malformed payload, or a revert at gas estimation that no retry can fix.
+        Q.FAILED,
+    }),
+    Q.SENT: frozenset({
+        # The transaction's receipt succeeded (with the configured confirmations), or its
+        # revert proves the action already took effect.
+        Q.CONFIRMED,
+        # Mined and reverted for a reason retrying cannot fix.
+        Q.FAILED,
+        # The bytes can never land (their nonce was spent by another transaction), or a batch
+        # reverted on another job's row: sign the row again.
+        Q.PENDING,
+    }),
+    # Terminal: an operator reads `note`; nothing is resent.
+    Q.CONFIRMED: frozenset(),
+    Q.FAILED: frozenset(),
+}
+
+del J, T, L, H, D, Q
+
+
+class VerificationStatus(StrEnum):
+    """Where one committed result (a task attempt's output) stands in verification."""
+
+    COMMITTED = "committed"
+    CHECKING = "checking"
+    DISPUTED = "disputed"
+    PASSED = "passed"
+    TRUSTED = "trusted"
+    FAILED = "failed"
+    OVERRIDDEN = "overridden"
+
+
+V = VerificationStatus
+
+VERIFICATION_TRANSITIONS: dict[VerificationStatus, frozenset[VerificationStatus]] = {
+    V.COMMITTED: frozenset({
+        # The challenge drew at least one window: re-check work is leased to another node.
+        V.CHECKING,
+        # The challenge drew no window: the provider's record vouches for it this time.
+        V.TRUSTED,
+        # An operator accepted the job by hand (logged override).
+        V.OVERRIDDEN,
+    }),
+    V.CHECKING: frozenset({
+        # Every re-rendered window matched the committed pixels.
+        V.PASSED,
+        # A window did not match: a third node breaks the tie before anyone is blamed.
+        V.DISPUTED,
+        # An operator accepted the job by hand (logged override).
+        V.OVERRIDDEN,
+    }),
+    V.DISPUTED: frozenset({
+        # The tie-breaker agreed with the node: the first checker was wrong, the result stands.
+        V.PASSED,
+        # The tie-breaker agreed with the checker: the result is wrong; slash and redo.
+        V.FAILED,
+        # An operator accepted the job by hand (logged override).
+        V.OVERRIDDEN,
+    }),
+    # Terminal: the verdict on this attempt is final (a redo is a new commitment).
+    V.PASSED: frozenset(),
+    V.TRUSTED: frozenset(),
+    V.FAILED: frozenset(),
+    V.OVERRIDDEN: frozenset(),
+}
+
+SETTLEABLE_VERIFICATION = frozenset({V.PASSED, V.TRUSTED, V.OVERRIDDEN})
+"""A task whose latest commitment is in one of these may be paid for."""
+
+
+class CheckStatus(StrEnum):
+    """One re-check: a window (or a whole command result) re-run on another node."""
+
+    OPEN = "open"
+    LEASED = "leased"
+    MATCHED = "matched"
+    MISMATCHED = "mismatched"
+    VOID = "void"
+
+
+C = CheckStatus
+
+CHECK_TRANSITIONS: dict[CheckStatus, frozenset[CheckStatus]] = {
+    C.OPEN: frozenset({
+        # A node other than the committer (and other than earlier checkers) pulled it.
+        C.LEASED,
+        # The commitment was decided without it (operator override, or a redo superseded it).
+        C.VOID,
+    }),
+    C.LEASED: frozenset({
+        # The checker's decoded pixels equal the committed ones (within the tolerance).
+        C.MATCHED,
+        # They differ.
+        C.MISMATCHED,
+        # The checker's lease lapsed or it gave the check back: offer it to another node.
+        C.OPEN,
+        # The commitment was decided without it.
+        C.VOID,
+    }),
+    # Terminal.
+    C.MATCHED: frozenset(),
+    C.MISMATCHED: frozenset(),
+    C.VOID: frozenset(),
+}
+
+del V, C
 
 
 class DomainError(Exception):
     """A request the domain rules refuse; `code` is the stable machine-readable name."""
 
     code = "domain_error"
+
+
+class NotFound(DomainError):
+    """A request names something (a task, a blob) that does not exist."""
+
+    code = "not_found"
+
+
+class Unprocessable(DomainError):
+    """A well-formed request whose content the rules cannot use (a report that contradicts
+    its task's plan)."""
+
+    code = "unprocessable"
 
 
 class InvalidTransition(DomainError):
@@ -167,19 +370,27 @@ class InvalidTransition(DomainError):
 class StatusChange:
     """One accepted move, as the status history stores it."""
 
-    kind: str  # "job" or "task"
+    kind: str  # "job", "task", "node", "verify" (a committed result) or "check"
     from_status: str
     to_status: str
     at: float  # seconds on the caller's clock
     reason: str
 
 
+S = TypeVar("S", bound=StrEnum)
+
+
+def check_move(kind: str, table: dict[S, frozenset[S]], current: S, target: S) -> None:
+    """Refuse a move its table does not list (`InvalidTransition`)."""
+    if target not in table[current]:
+        raise InvalidTransition(kind, current, target)
+
+
 def job_transition(
     current: JobStatus, target: JobStatus, *, at: float, reason: str
 ) -> StatusChange:
     """Check one job move against `JOB_TRANSITIONS` and describe it for the history."""
-    if target not in JOB_TRANSITIONS[current]:
-        raise InvalidTransition("job", current, target)
+    check_move("job", JOB_TRANSITIONS, current, target)
     return StatusChange("job", current.value, target.value, at, reason)
 
 
@@ -187,9 +398,48 @@ def task_transition(
     current: TaskStatus, target: TaskStatus, *, at: float, reason: str
 ) -> StatusChange:
     """Check one task move against `TASK_TRANSITIONS` and describe it for the history."""
-    if target not in TASK_TRANSITIONS[current]:
-        raise InvalidTransition("task", current, target)
+    check_move("task", TASK_TRANSITIONS, current, target)
     return StatusChange("task", current.value, target.value, at, reason)
+
+
+def node_health_transition(
+    current: NodeHealth, target: NodeHealth, *, at: float, reason: str
+) -> StatusChange:
+    """Check one health move against `NODE_HEALTH_TRANSITIONS`, for the node's history."""
+    check_move("node", NODE_HEALTH_TRANSITIONS, current, target)
+    return StatusChange("node", current.value, target.value, at, reason)
+
+
+def node_drain_transition(
+    current: NodeDrain, target: NodeDrain, *, at: float, reason: str
+) -> StatusChange:
+    """Check one drain move against `NODE_DRAIN_TRANSITIONS`, for the node's history."""
+    check_move("node", NODE_DRAIN_TRANSITIONS, current, target)
+    return StatusChange("node", current.value, target.value, at, reason)
+
+
+def lease_transition(current: LeaseState, target: LeaseState) -> None:
+    """Check one lease move against `LEASE_TRANSITIONS` (the lease row keeps its own times)."""
+    check_move("lease", LEASE_TRANSITIONS, current, target)
+
+
+def outbox_transition(current: OutboxStatus, target: OutboxStatus) -> None:
+    """Check one outbox move against `OUTBOX_TRANSITIONS` (the row keeps its own times)."""
+    check_move("outbox row", OUTBOX_TRANSITIONS, current, target)
+
+
+def verification_transition(current: VerificationStatus, target: VerificationStatus, *,
+                            at: float, reason: str) -> StatusChange:
+    """Check one verification move against `VERIFICATION_TRANSITIONS`."""
+    check_move("verification", VERIFICATION_TRANSITIONS, current, target)
+    return StatusChange("verify", current.value, target.value, at, reason)
+
+
+def check_transition(current: CheckStatus, target: CheckStatus, *, at: float,
+                     reason: str) -> StatusChange:
+    """Check one re-check move against `CHECK_TRANSITIONS`."""
+    check_move("check", CHECK_TRANSITIONS, current, target)
+    return StatusChange("check", current.value, target.value, at, reason)
 
 
 SCHEDULABLE_TASK_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RETRY})

@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from orchestrator.domain.calibration import OnlineRecalibrator
 from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
 from orchestrator.domain.collateral import CollateralPolicy
+from orchestrator.domain.continuity import ProgressProof
 from orchestrator.domain.matching import Candidate
 from orchestrator.domain.pls import LeaseHold, Placement, PlsPolicy, RankedRows
 from orchestrator.domain.popw import PopwConfig, PopwVerdict
@@ -39,7 +40,12 @@ from orchestrator.domain.reliability import (
     UploadSample,
     telemetry_digest,
 )
-from orchestrator.domain.slashing import PolicyActions, SlashingConfig, StakingPolicy
+from orchestrator.domain.slashing import (
+    PolicyActions,
+    ProgressVerdict,
+    SlashingConfig,
+    StakingPolicy,
+)
 from orchestrator.domain.types import TaskNeeds, Tier
 
 NO_EVIDENCE = bytes(32)  # readings at or above the demotion threshold never back a slash
@@ -192,12 +198,24 @@ class PlsEngine:
         self.attempt_ended(raw_rs, False)
         self.staking.task_abandoned(node_id, task_id, collateral, at, self.digest(node_id, at))
 
+    def progress_shown(self, proof: ProgressProof, new_chunks: Iterable[bytes], now: float,
+                       departed_at: float) -> ProgressVerdict:
+        """A node back from the DEAD verdict at `departed_at` shows what its process rendered
+        meanwhile (`StakingPolicy.progress_shown`); when that withdraws the abandonment, the
+        departure also leaves the node's record: the session ended censored, not abrupt."""
+        verdict = self.staking.progress_shown(proof, new_chunks, now)
+        if verdict is ProgressVerdict.WITHDRAWN:
+            self.book.departure_censored(proof.node_id, departed_at)
+        return verdict
+
     def verification_failed(self, node_id: str, task_id: str, collateral: int,
-                            raw_rs: float | None, at: float) -> None:
+                            raw_rs: float | None, at: float, *,
+                            evidence: bytes | None = None) -> None:
+        """`evidence`: the digest of the verification's evidence (else the telemetry's)."""
         self.book.record_task_outcome(node_id, TaskOutcome.FAILED_VERIFICATION)
         self.attempt_ended(raw_rs, False)
         self.staking.verification_failed(node_id, task_id, collateral, at,
-                                         self.digest(node_id, at))
+                                         evidence or self.digest(node_id, at))
 
     # ----- placement --------------------------------------------------------------------
     def rank(self, rows: NDArray[np.intp], prices: NDArray[np.float64],

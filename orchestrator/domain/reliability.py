@@ -450,6 +450,23 @@ class ReliabilityBook:
         self._recent_departures[row] += 1.0 if abrupt else 0.0
         self._session_start[row] = np.nan
 
+    def departure_censored(self, node_id: str, ended_at: float) -> bool:
+        """The node's latest abrupt departure (its session ended at `ended_at`) was a network
+        cut its process rendered on through (`continuity`): count that session censored, like
+        a drain. False when the node has no abrupt departure on record."""
+        row = self.index_of(node_id)
+        history = self._history[row]
+        latest = next((i for i in range(len(history.abrupt) - 1, -1, -1) if history.abrupt[i]),
+                      None)
+        if latest is None:
+            return False
+        history.abrupt[latest] = False
+        self._departures[row] -= 1.0
+        weight = math.exp(-max(self._recent_at[row] - ended_at, 0.0)
+                          / self.config.departure_window_s)
+        self._recent_departures[row] = max(self._recent_departures[row] - weight, 0.0)
+        return True
+
     def _age_recent(self, row: int, at: float) -> None:
         """Decay the node's weighted departures and online time to `at`."""
         elapsed = at - self._recent_at[row]

@@ -300,6 +300,12 @@ class StakingPolicy:
         self._credited_chunks |= new
         return ProgressVerdict.WITHDRAWN
 
+    def withdrawal_replayed(self, task_id: str, chunks: Iterable[bytes]) -> None:
+        """A withdrawal stored before a restart: the task is settled and its chunks spent."""
+        self._pending.pop(task_id, None)
+        self._settled_tasks.add(task_id)
+        self._credited_chunks |= set(chunks)
+
     def verification_failed(self, node_id: str, task_id: str, collateral: int, at: float,
                             evidence: bytes) -> None:
         node = self._node(node_id)
@@ -314,6 +320,10 @@ class StakingPolicy:
         self._tier_before[decision.slash_id] = node.tier
         self._set_tier(node_id, node, Tier.BACKGROUND, at, "failed verification",
                        self._immediate_tiers)
+
+    def adopt_tier(self, node_id: str, tier: Tier, at: float) -> None:
+        """Take a tier another replica's policy decided (its `decide` ran there)."""
+        self._set_tier(node_id, self._node(node_id), tier, at, "decided elsewhere", [])
 
     def handshake(self, verdict: PopwVerdict) -> None:
         self._node(verdict.node_id).verdict = verdict

@@ -1,7 +1,8 @@
 """Periodic work (failure sweep, lease expiry, escrow sync, nonce GC) run exactly once per
-tick across all orchestrator processes.
+tick across all orchestrator processes, and per-process work (following the PLS observation
+log) run in every one.
 
-Each tick claims a named leader lease in the DB and does its work in the SAME
+Each leader-only tick claims a named leader lease in the DB and does its work in the SAME
 transaction: on PostgreSQL a competing process blocks on the lease row until the
 winner commits and then finds the lease held; on SQLite writers are serialised.
 If the work fails, the lease renewal rolls back with it.
@@ -32,6 +33,7 @@ class PeriodicJob:
     name: str
     interval_s: float
     work: Work
+    leader_only: bool = True  # False: every process runs it, in a transaction of its own
 
 
 class LeaderRunner:
@@ -60,8 +62,16 @@ class LeaderRunner:
         scheduler.start()
         return scheduler
 
+    def run_here(self, work: Work) -> None:
+        """Run `work` in this process, whoever leads."""
+        with self.factory.begin() as session:
+            work(session, self.clock())
+
     def _tick(self, job: PeriodicJob) -> None:
         try:
+            if not job.leader_only:
+                self.run_here(job.work)
+                return
             # The lease outlives one interval so the leader keeps it from tick to tick.
             self.run_if_leader(job.name, ttl_s=job.interval_s * 3, work=job.work)
         except Exception:

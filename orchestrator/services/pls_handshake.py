@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from sqlalchemy.orm import Session
 
 from orchestrator.db import pls as store
+from orchestrator.domain.pls_observations import Handshake
 from orchestrator.domain.popw import Challenge, PopwAnswer, PopwFacts, PopwReason, PopwVerdict
 from orchestrator.domain.reliability import GpuSample
 from orchestrator.domain.types import Tier
-from orchestrator.services.pls_state import PlsState
+from orchestrator.services.pls_log import PlsLog
 
 # Verdicts that never consumed the nonce: anyone can send them, so they are not the node's.
 NOT_THE_NODES = frozenset({PopwReason.UNKNOWN_CHALLENGE, PopwReason.REPLAYED, PopwReason.FORGED,
@@ -21,7 +22,7 @@ NOT_THE_NODES = frozenset({PopwReason.UNKNOWN_CHALLENGE, PopwReason.REPLAYED, Po
 CHALLENGE_RETENTION_S = 86_400.0  # issued challenges are forgotten this long past their deadline
 
 
-class PlsHandshake(PlsState):
+class PlsHandshake(PlsLog):
     def issue_challenge(self, session: Session, *, node_id: str, gpu_class: str,
                         now: float) -> Challenge:
         # Not under `_popw_lock`: `issue` computes nothing and only adds its own fresh nonce
@@ -36,7 +37,7 @@ class PlsHandshake(PlsState):
                      signature_valid: bool, gpu_under_load: Sequence[GpuSample],
                      now: float) -> PopwVerdict:
         """Judge one answer against the challenge in the DB (single use across restarts and
-        replicas); a verdict that consumed the nonce is stored and given to the policy."""
+        replicas); a verdict that consumed the nonce is stored and logged for the policy."""
         record = store.get_challenge(session, nonce=nonce)
         if record is not None and record.consumed_at is not None:
             return self._refused(node_id, PopwReason.REPLAYED, now)
@@ -58,10 +59,7 @@ class PlsHandshake(PlsState):
                           tier=int(verdict.tier), decided_at=verdict.decided_at,
                           expires_at=verdict.expires_at,
                           reasons=[r.value for r in verdict.reasons])
-        with self._lock:
-            self._verdicts[node_id] = verdict
-            if self.engine.knows(node_id):
-                self.engine.handshake(verdict)
+        self._observe(session, Handshake(verdict))
         self.metrics.handshakes.labels(
             "passed" if verdict.passed else "failed",
             verdict.reasons[0].value if verdict.reasons else "none").inc()

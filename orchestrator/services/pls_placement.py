@@ -11,9 +11,10 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import outbox
 from orchestrator.db import pls as store
 from orchestrator.db.placement import Admission
+from orchestrator.domain.chain_actions import LockCollateral
 from orchestrator.domain.matching import Candidate, eligible
 from orchestrator.domain.reliability import RsComponents
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
@@ -88,10 +89,10 @@ class PlsPlacement(PlsState):
         store.add_lock(session, task_id=task_id, attempt=attempt, job_id=job_id,
                        node_id=node_id, provider=provider, amount=admission.collateral,
                        raw_rs=admission.raw_rs, at=now)
-        crud.enqueue_chain_action(
-            session, kind="lock", idempotency_key=f"lock:{task_id}:{attempt}", now=now,
-            payload={"job_id": job_id, "providers": [provider],
-                     "amounts": [str(admission.collateral)], "task_id": task_id})
+        outbox.queue_action(
+            session, idempotency_key=f"lock:{task_id}:{attempt}", now=now,
+            action=LockCollateral(job_id=store.unhex(job_id), providers=(provider,),
+                                  amounts=(admission.collateral,), task_id=task_id))
         self.stake.reserve(provider, admission.collateral)
 
     def checkpoint_interval_s(self, node_id: str, now: float, duration_s: float) -> float:

@@ -1,5 +1,6 @@
 """PLS restart: replay the DB into a fresh engine, so a restarted orchestrator scores, ranks
-and recalibrates as the one before it did."""
+and recalibrates as the one before it did, then follow the observation log from the point
+the replay read (`follow`, every replica's periodic job)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,25 @@ from orchestrator.domain.popw import PopwReason, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
 from orchestrator.domain.types import Tier
 from orchestrator.services.pls_ingest import PlsIngest
+from orchestrator.services.pls_log import known
 from orchestrator.services.pls_state import GPU_FIELDS
 
 
 class PlsRebuild(PlsIngest):
     def rebuild(self, session: Session, *, now: float) -> None:
-        """Replay, in this order: nodes (tier as stored); every session start and end in time
-        order (so the daily prior refits happen where they happened); the last day of
-        telemetry; every measured checkpoint cost; task outcomes; every ended attempt with
-        the raw RS it was placed at, in the order they ended (the recalibrator); and each
-        node's latest handshake."""
+        """Replace the engine with one replayed from the tables, in this order: nodes (tier as
+        stored); every session start and end in time order (so the daily prior refits happen
+        where they happened); the last day of telemetry; every measured checkpoint cost; task
+        outcomes; every ended attempt with the raw RS it was placed at, in the order they
+        ended (the recalibrator); each node's latest handshake; and the abandonments withdrawn
+        by a proof of progress. `session` must not have begun: it reads the tables and the
+        log's head in one snapshot, so the log rows past that head are exactly what the
+        replay has not seen."""
+        store.consistent_reads(session)
         with self._lock:
+            self._reset(cursor=store.log_head(session))
             for node in store.all_nodes(session):
-                self._know(node)
+                self._know(known(node))
             events: list[tuple[float, int, int, str, bool]] = []  # (at, start?, id, node, abrupt)
             for row in store.all_sessions(session):
                 if not self.engine.knows(row.node_id):
@@ -66,6 +73,9 @@ class PlsRebuild(PlsIngest):
                     self.engine.outcome(outcome.node_id, TaskOutcome(outcome.outcome))
             for raw_rs, finished in store.ended_attempts(session):
                 self.engine.attempt_ended(raw_rs, finished)
+            for withdrawal in store.all_withdrawals(session):
+                self.engine.staking.withdrawal_replayed(
+                    str(withdrawal.task_id), [bytes.fromhex(c) for c in withdrawal.chunks])
             for record in store.latest_verdicts(session):
                 verdict = PopwVerdict(record.node_id, record.passed, Tier(record.tier),
                                       record.decided_at, record.expires_at,
@@ -73,3 +83,14 @@ class PlsRebuild(PlsIngest):
                 self._verdicts[record.node_id] = verdict
                 if self.engine.knows(record.node_id):
                     self.engine.handshake(verdict)
+
+    def follow(self, session: Session, *, now: float) -> int:
+        """The periodic catch-up every replica runs (a rebuild instead, when the log was
+        pruned past this replica), then its cursor saved for pruning; rows applied."""
+        if self._stale:
+            self.rebuild(session, now=now)
+            applied = 0
+        else:
+            applied = self.catch_up(session)
+        store.save_cursor(session, replica=self.replica, position=self._cursor, now=now)
+        return applied

@@ -9,12 +9,15 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import outbox
 from orchestrator.db import pls as store
+from orchestrator.domain.chain_actions import CommitEpoch, SetTier, SlashCollateral
+from orchestrator.domain.pls_observations import TierDecided
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
-from orchestrator.services.pls_state import PlsState, StakeUnavailable
+from orchestrator.services.pls_log import PlsLog
+from orchestrator.services.pls_state import StakeUnavailable
 
 log = logging.getLogger("orchestrator.pls")
 
@@ -35,7 +38,7 @@ class ScoreProof:
     proof: list[bytes]
 
 
-class PlsStaking(PlsState):
+class PlsStaking(PlsLog):
     def _online(self, now: float) -> list[str]:
         return [n for n in self.engine.node_ids() if self.engine.online(n, now)]
 
@@ -43,7 +46,10 @@ class PlsStaking(PlsState):
         """Observe every online node's RS, let the policy decide, and queue the results:
         `slash` (collateral of an abandoned or wrongly verified task) and `tier` actions.
         A LOW_SCORE slash is only recorded: its score goes into the next epoch root, and
-        anyone proves it on chain with `slashForScore`."""
+        anyone proves it on chain with `slashForScore`. Leader-only (the policy's windows
+        live in this engine): it first applies the whole log, and logs the tiers it sets so
+        every replica gates placements on them."""
+        self.catch_up(session)
         with self._lock:
             readings = self.engine.readings(self._online(now), now)
             providers = {self.engine.provider_of(n) for n in readings}
@@ -64,16 +70,23 @@ class PlsStaking(PlsState):
             holder = store.set_node_tier(session, node_id=change.node_id, tier=int(change.new))
             if holder is None:
                 continue
-            crud.enqueue_chain_action(
-                session, kind="tier", now=now,
+            outbox.queue_action(
+                session, now=now,
                 idempotency_key=f"tier:{change.node_id}:{round(change.at * 1000)}:{change.new}",
-                payload={"provider": holder, "tier": int(change.new),
-                         "node_id": change.node_id, "detail": change.detail})
+                action=SetTier(provider=holder, tier=int(change.new), node_id=change.node_id,
+                               detail=change.detail))
+            self._observe(session, TierDecided(change.node_id, int(change.new), change.at))
             tiers.append((change.node_id, change.new))
         return DecideResult(actions.slashes, tuple(tiers))
 
     def _queue_slash(self, session: Session, decision: SlashDecision, now: float) -> None:
+        """Store the decision and queue its `slash` action, once per task and reason: the
+        ids of abandonment slashes carry their decision time, so a new leader whose policy
+        heard of an abandonment its predecessor already decided must not slash it again."""
         task_id = None if decision.task_id is None else int(decision.task_id)
+        if task_id is not None and store.task_slashed(session, task_id=task_id,
+                                                      reason=int(decision.reason)):
+            return
         stored = store.add_slash(
             session, slash_id=decision.slash_id, node_id=decision.node_id,
             provider=decision.provider, reason=int(decision.reason), amount=decision.amount,
@@ -87,12 +100,11 @@ class PlsStaking(PlsState):
         lock = store.latest_lock(session, task_id=task_id, node_id=decision.node_id)
         if lock is None or min(decision.amount, lock.amount) == 0:
             return
-        crud.enqueue_chain_action(
-            session, kind="slash", idempotency_key=f"slash:{store.hex32(decision.slash_id)}",
-            now=now, payload={"job_id": lock.job_id, "provider": decision.provider,
-                              "amount": str(min(decision.amount, lock.amount)),
-                              "reason": int(decision.reason),
-                              "evidence": store.hex32(decision.evidence)})
+        outbox.queue_action(
+            session, idempotency_key=f"slash:{store.hex32(decision.slash_id)}", now=now,
+            action=SlashCollateral(job_id=store.unhex(lock.job_id), provider=decision.provider,
+                                   amount=min(decision.amount, lock.amount),
+                                   reason=int(decision.reason), evidence=decision.evidence))
 
     def epoch_of(self, now: float) -> int:
         return int(now // self.config.epoch_s)
@@ -103,6 +115,7 @@ class PlsStaking(PlsState):
         None when it is already closed or no node is online."""
         if store.get_epoch(session, epoch=epoch) is not None:
             return None
+        self.catch_up(session)
         low = store.unassigned_low_score_slashes(session, reason=int(SlashReason.LOW_SCORE))
         decisions = [SlashDecision(r.node_id, r.provider, SlashReason(r.reason), r.amount,
                                    store.unhex(r.evidence), r.decided_at, r.decided_at, None,
@@ -119,9 +132,8 @@ class PlsStaking(PlsState):
             store.LeafRow(e.provider, node_of[(e.provider, e.telemetry_digest)], e.score_bps,
                           e.telemetry_digest) for e in entries])
         store.assign_epoch(session, records=low, epoch=epoch)
-        crud.enqueue_chain_action(session, kind="commit", idempotency_key=f"commit:{epoch}",
-                                  now=now, payload={"epoch": epoch,
-                                                    "root": store.hex32(commitment.root)})
+        outbox.queue_action(session, idempotency_key=f"commit:{epoch}", now=now,
+                            action=CommitEpoch(epoch=epoch, root=commitment.root))
         return commitment.root
 
     @staticmethod

@@ -3,28 +3,32 @@ that guards it (routes run in a thread pool), the chain's free stake (cached), a
 a live service observes (pending probe nonces, last heartbeats, the handshakes' recent RTTs
 and verdicts).
 
-Every input is written to the DB in the caller's transaction and then applied to the engine,
-so a restarted orchestrator rebuilds the same engine from the DB (`pls_rebuild`).
+Every input is written to the DB in the caller's transaction, with an observation for the
+shared log (`pls_log`); the engine learns it only from the log, once committed, in the log's
+order, on this replica and on every other. A restarted orchestrator rebuilds the same engine
+from the DB (`pls_rebuild`) and follows the log from there.
 
 Telemetry metrics stored in `telemetry_samples`: `rtt_ms` (a probe the orchestrator timed),
 `probe_lost` (a probe not echoed within `probe_timeout_s`), `hb_gap_s` (a heartbeat gap of at
 least `gap_persist_s`; shorter ones only live in memory), `upload_mbps` (a blob upload the
 orchestrator timed), `checkpoint_s` (a checkpoint's measured cost, as the agent reported it),
 `gpu.<field>` (one row per field of an agent-reported `GpuSample`, grouped back by node and
-time).
+time), `nvml.<field>` (NVML facts RS does not read, where the device reported them: memory
+clock, free memory, energy, uncorrected ECC errors, last XID, PCIe replays).
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Protocol
 
-from orchestrator.db.models import Node
 from orchestrator.domain.chain_views import ProviderStake
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
+from orchestrator.domain.pls_observations import NodeKnown
 from orchestrator.domain.popw import ChallengeBook, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, ReliabilityBook
 from orchestrator.domain.types import Tier
@@ -88,6 +92,7 @@ class PlsState:
         self.engine = PlsEngine(config)
         self.challenges = ChallengeBook(config.popw)
         self.stake = StakeCache(stake_reader, config.stake_ttl_s)
+        self.replica = uuid.uuid4().hex  # this process's name in `pls_log_cursors`
         self._lock = threading.RLock()
         self._popw_lock = threading.Lock()  # judging: single use of each nonce
         self._issue_lock = threading.Lock()  # adding challenges apart from pruning them
@@ -96,14 +101,24 @@ class PlsState:
         self._recent_rtts: dict[str, deque[tuple[float, float | None]]] = defaultdict(
             lambda: deque(maxlen=4 * config.popw.ping_rounds))
         self._last_beat: dict[str, float] = {}
+        self._cursor = 0  # the last observation log id applied to the engine
+        self._stale = False  # the log was pruned past the cursor: rebuild from the tables
 
     @property
     def book(self) -> ReliabilityBook:
         return self.engine.book
 
-    def _know(self, node: Node) -> None:
+    def _reset(self, cursor: int) -> None:
+        """A fresh engine that has applied the log up to `cursor` (a rebuild fills it)."""
+        self.engine = PlsEngine(self.config)
+        self._verdicts.clear()
+        self._recent_rtts.clear()
+        self._last_beat.clear()
+        self._cursor, self._stale = cursor, False
+
+    def _know(self, node: NodeKnown) -> None:
         """Register a node with the engine (its region is also its network group)."""
-        self.engine.register(node.id, node.provider, region=node.region, network=node.region,
-                             at=node.registered_at, tier=Tier(node.tier))
+        self.engine.register(node.node_id, node.provider, region=node.region,
+                             network=node.region, at=node.registered_at, tier=Tier(node.tier))
         if node.session_key is not None:
-            self.engine.staking.session_bound(node.id, node.session_key)
+            self.engine.staking.session_bound(node.node_id, node.session_key)

@@ -1,26 +1,386 @@
-"""Work and sweeps: a verified job accepted (its settlement queued, each task's attempt a
-completed outcome for PLS), the failure/lease sweep handed on to PLS, and the escrow sync of
-settling jobs, each with its metrics and logs. Routes and the leader's periodic jobs share
-them."""
+"""Work: what happens to tasks, leases and jobs as nodes pull, run, checkpoint, finish and
+vanish; a verified job accepted (its settlement queued, each task's attempt a completed
+outcome for PLS); and the failure/lease sweep handed on to PLS, each with its metrics and
+logs. Routes and the leader's periodic jobs share them.
+
+Each function is one transaction's worth of change on the caller's session; every status
+move goes through the domain tables. Refusals are `WorkError` with a stable code.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.models import Job, Lease, Node, Task
-from orchestrator.domain.chain_views import EscrowedJob
+from orchestrator.db.placement import (
+    PlacementConflict,
+    PlacementGate,
+    Reservation,
+    WaitingTask,
+    commit_reservations,
+    waiting_tasks,
+)
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.domain.lifecycle import (
+    JOB_TRANSITIONS,
+    TASK_TRANSITIONS,
+    DomainError,
+    JobStatus,
+    LeaseState,
+    NotFound,
+    TaskStatus,
+)
+from orchestrator.domain.matching import eligible
+from orchestrator.domain.merkle import MerkleTree
 from orchestrator.domain.reliability import TaskOutcome
+from orchestrator.domain.types import NodeHealth, NodeSpec
+from orchestrator.services import settlement
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_ingest import SweepFacts
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator")
+
+MAX_ATTEMPTS = 5  # placements per task before it fails for good
+
+
+class WorkError(DomainError):
+    """A node's report the work rules refuse; `code` is the stable machine-readable name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class WorkNotFound(WorkError, NotFound):
+    """The task or blob a report names does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryRecord:
+    task_id: int
+    seconds: float  # death/drain -> running elsewhere
+    rework: float
+
+
+def _next_lease(session: Session, *, node: Node, now: float, reservation_ttl_s: float,
+                gate: PlacementGate | None) -> Lease | None:
+    """The oldest unstarted reservation of this node, else a new one on a free slot for the
+    oldest waiting task it may run (and that `gate`, when given, admits)."""
+    reserved = crud.oldest_reservation(session, node_id=node.id)
+    if reserved is not None:
+        return reserved
+    if node.draining or node.health != NodeHealth.ALIVE.value:
+        return None
+    held = {lease.slot for lease in crud.live_leases(session, node_id=node.id)}
+    free = [slot for slot in range(node.slots) if slot not in held]
+    if not free:
+        return None
+    spec = crud.node_spec(node)
+    if gate is not None:
+        spec = gate.effective_spec(spec, now)
+    for task in _eligible_waiting(session, spec=spec):
+        admission = None
+        if gate is not None:
+            admission = gate.admit(spec, crud.needs_from_json(task.needs), now)
+            if admission is None:
+                continue
+        try:
+            with session.begin_nested():
+                commit_reservations(session, reservations=[Reservation(
+                    task.task_id, task.job_id, node.id, free[0], task.status)],
+                    now=now, ttl_s=reservation_ttl_s)
+                if gate is not None and admission is not None:
+                    gate.reserved(session, task_id=task.task_id, job_id=task.job_id,
+                                  node_id=node.id, provider=node.provider,
+                                  admission=admission, now=now)
+        except PlacementConflict:
+            return None  # another placement won the slot or task; the agent pulls again
+        session.expire_all()
+        return crud.live_lease_for_task(session, task_id=task.task_id)
+    return None
+
+
+def _eligible_waiting(session: Session, *, spec: NodeSpec, page: int = 200,
+                      pages: int = 10) -> Iterator[WaitingTask]:
+    """Waiting tasks this node may run, oldest first, looking a bounded way down the queue."""
+    after = 0
+    for _ in range(pages):
+        batch = waiting_tasks(session, limit=page, after_id=after)
+        for task in batch:
+            if eligible(spec, crud.needs_from_json(task.needs)):
+                yield task
+        if len(batch) < page:
+            return
+        after = batch[-1].task_id
+
+
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+def readable_blobs(session: Session, *, node_id: str, read: Callable[[str], bytes],
+                   size_of: Callable[[str], int]) -> set[str]:
+    """Blobs a node may download: for each task it holds a live lease on, the task's inputs
+    (.blend, command input), its latest checkpoint, and the parts that checkpoint names when
+    it is a manifest (`{"chunks": [{"sha256": ...}, ...]}`, how the agent checkpoints sample
+    chunks inside a frame)."""
+    readable: set[str] = set()
+    for lease in crud.live_leases(session, node_id=node_id):
+        task = crud.get_task(session, task_id=lease.task_id)
+        if task is None:
+            continue
+        readable.update(str(task.payload[key]) for key in ("blend_sha256", "input_sha256")
+                        if task.payload.get(key))
+        manifest = task.checkpoint_sha256
+        if manifest is None:
+            continue
+        readable.add(manifest)
+        try:
+            if size_of(manifest) > MAX_MANIFEST_BYTES:
+                continue
+            parts = json.loads(read(manifest)).get("chunks", [])
+            readable.update(str(part["sha256"]) for part in parts)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue  # a checkpoint that is not a manifest names no parts
+    return readable
+
+
+def held_lease(session: Session, *, task_id: int, node_id: str) -> tuple[Task, Lease]:
+    task = crud.get_task(session, task_id=task_id)
+    if task is None:
+        raise WorkNotFound("task_not_found", f"no task {task_id}")
+    lease = crud.live_lease_for_task(session, task_id=task_id)
+    if lease is None or lease.node_id != node_id:
+        raise WorkError("lease_not_held", f"node {node_id} holds no live lease on task {task_id}")
+    return task, lease
+
+
+def report_progress(session: Session, *, task_id: int, node_id: str, progress: float,
+                    now: float, lease_ttl_s: float) -> tuple[Task, RecoveryRecord | None]:
+    """The first report starts the task (reserved -> running); every report renews the lease."""
+    task, lease = held_lease(session, task_id=task_id, node_id=node_id)
+    recovery = None
+    if task.status == TaskStatus.RESERVED.value:
+        crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
+                             reason=f"started on {node_id}")
+        crud.activate_lease(session, lease=lease)
+        job = crud.get_job(session, job_id=task.job_id)
+        assert job is not None
+        if job.status == JobStatus.SCHEDULED.value:
+            crud.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
+                                reason="first task started")
+        event = crud.open_recovery(session, task_id=task.id)
+        if event is not None:
+            event.resumed_at = now
+            event.resumed_on = node_id
+            recovery = RecoveryRecord(task.id, now - event.lost_at, event.rework)
+    task.progress = max(task.progress, progress)
+    task.node_id = node_id
+    lease.expires_at = now + lease_ttl_s
+    return task, recovery
+
+
+def add_checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str,
+                   progress: float, now: float) -> Task:
+    task, _ = held_lease(session, task_id=task_id, node_id=node_id)
+    if task.status != TaskStatus.RUNNING.value:
+        raise WorkError("task_not_running", "checkpoints are taken while running")
+    if crud.get_blob(session, sha256=sha256) is None:
+        raise WorkNotFound("blob_missing", "upload the checkpoint blob first")
+    crud.add_checkpoint(session, task=task, node_id=node_id, sha256=sha256, progress=progress,
+                        is_result=False, now=now)
+    return task
+
+
+def complete_task(session: Session, *, task_id: int, node_id: str, result_sha256: str,
+                  now: float) -> Task:
+    task, lease = held_lease(session, task_id=task_id, node_id=node_id)
+    if crud.get_blob(session, sha256=result_sha256) is None:
+        raise WorkNotFound("blob_missing", "upload the result blob first")
+    crud.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
+                         reason=f"completed on {node_id}")
+    crud.add_checkpoint(session, task=task, node_id=node_id, sha256=result_sha256, progress=1.0,
+                        is_result=True, now=now)
+    crud.release_lease(session, lease=lease, now=now, reason="completed")
+    session.flush()
+    job = crud.get_job(session, job_id=task.job_id)
+    assert job is not None
+    counts = crud.task_counts(session, job_id=job.id)
+    if set(counts) == {TaskStatus.DONE.value}:
+        job.merkle_root = job_merkle_root(session, job_id=job.id)
+        crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
+                            reason="all tasks done")
+    return task
+
+
+def job_merkle_root(session: Session, *, job_id: str) -> str | None:
+    """Root over every checkpoint and result hash of the job (sha256 digests as leaves)."""
+    hashes = crud.job_artifact_hashes(session, job_id=job_id)
+    if not hashes:
+        return None
+    return "0x" + MerkleTree.build([bytes.fromhex(h) for h in hashes]).root.hex()
+
+
+def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now: float) -> Task:
+    """start_failed: the slot is freed at once; drain: the task moves (after its checkpoint);
+    error: retried elsewhere until the attempt budget is spent."""
+    task, lease = held_lease(session, task_id=task_id, node_id=node_id)
+    if reason == "error" and task.attempts >= MAX_ATTEMPTS:
+        crud.release_lease(session, lease=lease, now=now, reason="failed")
+        crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+                             reason=f"failed {task.attempts} times")
+        job = crud.get_job(session, job_id=task.job_id)
+        assert job is not None
+        if JobStatus.FAILED in JOB_TRANSITIONS[JobStatus(job.status)]:
+            crud.set_job_status(session, job=job, target=JobStatus.FAILED, now=now,
+                                reason=f"task {task.id} failed for good")
+        return task
+    cause = "drain" if reason == "drain" else None
+    requeue_task(session, task=task, lease=lease, now=now, reason=reason, cause=cause)
+    return task
+
+
+def drain_node(session: Session, *, node: Node, now: float) -> int:
+    """No new leases; unstarted reservations go back at once. Running tasks keep their lease
+    until the agent checkpoints and reports `fail(drain)`. Returns reservations released."""
+    crud.start_drain(session, node=node, now=now, reason="graceful drain requested")
+    released = 0
+    for lease in crud.live_leases(session, node_id=node.id):
+        if lease.state == LeaseState.RESERVED.value:
+            task = crud.get_task(session, task_id=lease.task_id)
+            assert task is not None
+            requeue_task(session, task=task, lease=lease, now=now, reason="node draining",
+                              cause=None)
+            released += 1
+    return released
+
+
+def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reason: str,
+                 cause: str | None) -> None:
+    """Free the slot and put the task back in line, resuming from its last checkpoint.
+    `cause` (dead, drain, lapsed) records a recovery event with the work lost."""
+    crud.release_lease(session, lease=lease, now=now, reason=reason)
+    was_running = task.status == TaskStatus.RUNNING.value
+    crud.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
+    if cause is not None and was_running:
+        crud.add_recovery_event(session, task_id=task.id, from_node=lease.node_id, cause=cause,
+                                lost_at=now,
+                                rework=max(task.progress - task.checkpoint_progress, 0.0))
+    task.progress = task.checkpoint_progress
+    task.node_id = None
+
+
+def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str) -> int:
+    """Move every task off a dead or drained node; returns how many moved."""
+    moved = 0
+    for lease in crud.live_leases(session, node_id=node_id):
+        task = crud.get_task(session, task_id=lease.task_id)
+        assert task is not None
+        requeue_task(session, task=task, lease=lease, now=now, reason=f"node {cause}", cause=cause)
+        moved += 1
+    return moved
+
+
+def expire_leases(session: Session, *, now: float) -> int:
+    """Release reservations never started and running leases whose renewals stopped."""
+    expired = crud.lapsed_leases(session, now=now)
+    for lease in expired:
+        task = crud.get_task(session, task_id=lease.task_id)
+        assert task is not None
+        requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
+                     cause="lapsed")
+    return len(expired)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    expired_leases: int
+    dead_nodes: list[str]
+    revoked: int
+    draining_dead: set[str] = field(default_factory=set)  # of dead_nodes: a graceful end
+    abandoned: list[tuple[str, int]] = field(default_factory=list)  # (node, started task) lost
+    returned: list[str] = field(default_factory=list)  # dead nodes heard from again
+    held: list[str] = field(default_factory=list)  # of dead_nodes: leases kept, not revoked
+
+
+LeaseHolds = Callable[[Sequence[str], float], Mapping[str, float]]
+"""Nodes just called DEAD (not draining) -> seconds (> 0) to keep the leases of those whose
+leases are held; the rest are revoked (`PlsService.lease_holds`)."""
+
+
+def _reconcile(session: Session, *, detector: PhiAccrualDetector, now: float,
+               lease_holds: LeaseHolds | None) -> SweepResult:
+    """One reconcile pass: sync heartbeats from the DB into the detector (any replica may have
+    received them), act on its verdicts, then release lapsed leases. A node just called DEAD
+    loses its leases at once unless `lease_holds` keeps them for a while (a silence its peers
+    share); a held lease lapses like any other if the node stays silent."""
+    nodes = crud.all_nodes(session)
+    for node in nodes:
+        if node.last_heartbeat_at is not None:
+            detector.heartbeat(node.id, node.last_heartbeat_at)
+    verdicts = {node.id: detector.health(node.id, now) for node in nodes if node.id in detector}
+    dead = [node.id for node in nodes if verdicts.get(node.id) is NodeHealth.DEAD
+            and node.health != NodeHealth.DEAD.value]
+    newly_dead = set(dead)
+    holds = (lease_holds([node.id for node in nodes if node.id in newly_dead and not node.draining],
+                         now) if lease_holds is not None and dead else {})
+    revoked = 0
+    abandoned: list[tuple[str, int]] = []
+    returned: list[str] = []
+    held: list[str] = []
+    for node in nodes:
+        verdict = verdicts.get(node.id)
+        if verdict is None:
+            continue
+        if node.id in newly_dead:
+            if node.id in holds:
+                crud.hold_node_leases(session, node_id=node.id, until=now + holds[node.id])
+                held.append(node.id)
+            else:
+                abandoned.extend((node.id, lease.task_id)
+                                 for lease in crud.live_leases(session, node_id=node.id)
+                                 if lease.state == LeaseState.ACTIVE.value)
+                revoked += revoke_node_leases(session, node_id=node.id, now=now,
+                                                   cause="dead")
+        elif verdict is not NodeHealth.DEAD and node.health == NodeHealth.DEAD.value:
+            returned.append(node.id)
+        crud.set_node_health(session, node=node, health=verdict, now=now, reason="detector")
+    expired = expire_leases(session, now=now)
+    expire_overdue_jobs(session, now=now)
+    draining = {node.id for node in nodes if node.draining}
+    return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked,
+                       draining_dead=draining & newly_dead, abandoned=abandoned,
+                       returned=returned, held=held)
+
+
+OPEN_JOB_STATUSES = (JobStatus.SUBMITTED, JobStatus.FUNDED, JobStatus.SCHEDULED, JobStatus.RUNNING)
+
+
+def expire_overdue_jobs(session: Session, *, now: float) -> list[str]:
+    """Jobs past their deadline stop: leases are released and unfinished tasks fail, so no
+    slot stays held for work nobody will pay for (the escrow refund is the chain's side)."""
+    overdue = crud.jobs_in_status(session, statuses=OPEN_JOB_STATUSES, deadline_before=now)
+    for job in overdue:
+        for task in crud.job_tasks(session, job_id=job.id):
+            if TaskStatus.FAILED not in TASK_TRANSITIONS[TaskStatus(task.status)]:
+                continue
+            lease = crud.live_lease_for_task(session, task_id=task.id)
+            if lease is not None:
+                crud.release_lease(session, lease=lease, now=now, reason="job expired")
+            crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+                                 reason="job deadline passed")
+        crud.set_job_status(session, job=job, target=JobStatus.EXPIRED, now=now,
+                            reason="deadline passed")
+    return [job.id for job in overdue]
+
+
+# ---------------------------------------------------------------- composed with PLS
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +396,8 @@ class Grant:
 def pull_lease(session: Session, *, node: Node, pls: PlsService, pls_placement: bool,
                reservation_ttl_s: float, now: float) -> Grant | None:
     """The node's next lease (placed through the PLS gate when `pls_placement`), or None."""
-    lease = work.pull_lease(session, node=node, now=now, reservation_ttl_s=reservation_ttl_s,
-                            gate=pls if pls_placement else None)
+    lease = _next_lease(session, node=node, now=now, reservation_ttl_s=reservation_ttl_s,
+                        gate=pls if pls_placement else None)
     if lease is None:
         return None
     task = crud.get_task(session, task_id=lease.task_id)
@@ -50,26 +410,26 @@ def pull_lease(session: Session, *, node: Node, pls: PlsService, pls_placement: 
 
 def accept_job(session: Session, *, job: Job, pls: PlsService, now: float) -> None:
     """Verified: queue the settlement (exactly once) and tell PLS every placed task finished."""
-    work.accept_job(session, job=job, now=now)
+    settlement.queue_settlement(session, job=job, now=now)
     for task in crud.job_tasks(session, job_id=job.id):
         if task.node_id is not None:
             pls.task_outcome(session, node_id=task.node_id, task_id=task.id,
                              outcome=TaskOutcome.COMPLETED, now=now)
 
 
-def sweep_facts(result: work.SweepResult) -> SweepFacts:
+def sweep_facts(result: SweepResult) -> SweepFacts:
     """A drained node left cleanly and a held one went silent with its peers (`LeaseHold`):
     neither session ends in a departure of the node's own."""
     own = set(result.dead_nodes) - result.draining_dead - set(result.held)
     return SweepFacts(dead=[(node_id, node_id in own) for node_id in result.dead_nodes],
-                      abandoned=result.abandoned, returned=result.returned)
+                      abandoned=result.abandoned, returned=result.returned, held=result.held)
 
 
 def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
-          metrics: MeshMetrics, now: float) -> work.SweepResult:
+          metrics: MeshMetrics, now: float) -> SweepResult:
     """Expire lapsed leases, call silent nodes dead (keeping the leases of a shared silence),
     and tell PLS what happened."""
-    result = work.sweep(session, detector=detector, now=now, lease_holds=pls.lease_holds)
+    result = _reconcile(session, detector=detector, now=now, lease_holds=pls.lease_holds)
     pls.after_sweep(session, facts=sweep_facts(result), now=now)
     metrics.node_failures.inc(len(result.dead_nodes))
     metrics.retries.labels("lapsed").inc(result.expired_leases)
@@ -77,16 +437,4 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
     if result.dead_nodes:
         log.warning("nodes declared dead: %s (%d tasks moved)", result.dead_nodes,
                     result.revoked)
-    return result
-
-
-def sync_escrow(session: Session, *, read_escrow: Callable[[bytes], EscrowedJob | None],
-                metrics: MeshMetrics, now: float) -> work.SettlementSync:
-    """Confirm the settlements the chain shows; flag jobs whose chain state diverges."""
-    result = work.sync_settlements(session, read_escrow=read_escrow, now=now)
-    for _, lag in result.settled:
-        metrics.settlement_lag.observe(lag)
-    metrics.divergence.inc(len(result.diverged))
-    if result.diverged:
-        log.error("chain state diverges from ours for jobs %s", result.diverged)
     return result

@@ -413,9 +413,9 @@ class Simulation:
     # ----- helpers --------------------------------------------------------------------
     def _pay(self, attempt: Attempt, reference_work_s: float) -> None:
         """Providers are paid by tasks delivered, as the orchestrator settles a job
-        (`db.work.accept_job`): whoever delivers the verified result is paid for the whole
-        task, at its asking price; a node that left mid-task is paid nothing for it (its
-        checkpoints went to whoever resumed)."""
+        (`services.settlement.queue_settlement`): whoever delivers the verified result is paid
+        for the whole task, at its asking price; a node that left mid-task is paid nothing for
+        it (its checkpoints went to whoever resumed)."""
         price = self.profiles[attempt.node].price_per_gpu_hour / TOKEN
         self.result.earnings[attempt.node] += price * reference_work_s / attempt.speed / 3600.0
 

@@ -42,3 +42,6 @@ class MeshMetrics:
                                   ["result", "reason"], registry=r)
         self.slashes = Counter("mesh_slashes_total", "Slashes the staking policy decided",
                                ["reason"], registry=r)
+        self.slashes_withdrawn = Counter(
+            "mesh_slashes_withdrawn_total", "Pending abandonments withdrawn because the node's "
+            "process showed it rendered on through the network cut", registry=r)

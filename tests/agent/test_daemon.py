@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.localgrid import ORCHESTRATOR_ID, Grid, wait_for
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
+QUICK_DECISIONS = {"MESH_PLS_RECONNECT_GRACE_S": "3", "MESH_PLS_OUTAGE_WINDOW_S": "30",
+                   "MESH_PLS_DECISION_DELAY_S": "30", "MESH_PLS_DECIDE_INTERVAL_S": "1"}
 
 
 @pytest.fixture
@@ -160,7 +163,7 @@ def test_taskOverItsMemoryLimit_failsWithThatReason_andTheAgentKeepsServing(
 
 def test_sigterm_drains_checkpointsHandsTheFrameBackAndExitsZero(
         grid: Grid, scene: Path) -> None:
-    grid.start()
+    grid.start(**QUICK_DECISIONS)
     job_id = grid.submit(scene, frames={"start": 7, "end": 7}, samples=360, chunk_samples=60,
                          resolution=[48, 36])
     leaving = grid.agent("leaving").start()
@@ -177,6 +180,12 @@ def test_sigterm_drains_checkpointsHandsTheFrameBackAndExitsZero(
     wait_for("the frame", lambda: grid.done(job_id), timeout_s=240)
     resumed = re.search(r"resumes with (\d+) of 6 chunks", taker.log())
     assert resumed is not None and int(resumed.group(1)) == handed  # logged before it exited
+    # a drained departure is never an abandonment: past the decision, collateral was locked
+    # on chain for the frame and nothing is slashed
+    wait_for("the drained node's DEAD verdict", lambda: "nodes declared dead: ['leaving']"
+             in (grid.data_dir / "service.log").read_text(), timeout_s=60)
+    time.sleep(float(QUICK_DECISIONS["MESH_PLS_DECISION_DELAY_S"]) + 3)
+    assert len(grid.outbox("lock")) >= 2 and grid.outbox("slash") == []
 
 
 def test_tiledFrame_downloadedAndAssembled_equalsTheDirectFullFrame(

@@ -8,20 +8,30 @@ from typing import Any
 import pytest
 
 from orchestrator.chain.errors import ChainError
-from orchestrator.chain.outbox_sender import (
-    PayloadError,
-    build_sender,
-    parse_commit,
-    parse_settlement,
-)
+from orchestrator.chain.outbox_tx import settlement_of
 from orchestrator.chain.sdk import Settlement
 from orchestrator.config import Settings
+from orchestrator.domain.chain_actions import CommitEpoch, PayloadError, SettleJob, decode
+from orchestrator.services.outbox import build_sender
 from orchestrator.telemetry.metrics import MeshMetrics
 
 JOB = "0x" + "11" * 32
 ROOT = "0x" + "22" * 32
 ALICE = "0x" + "ab" * 20
 ALICE_CHECKSUMMED = "0xABaBaBaBABabABabAbAbABAbABabababaBaBABaB"  # EIP-55
+
+
+def parse_settlement(payload: dict[str, Any]) -> Settlement:
+    """A stored settle row as the escrow gets it: through the codec, then the chain's view."""
+    action = decode("settle", payload)
+    assert isinstance(action, SettleJob)
+    return settlement_of(action)
+
+
+def parse_commit(payload: dict[str, Any]) -> tuple[int, bytes]:
+    action = decode("commit", payload)
+    assert isinstance(action, CommitEpoch)
+    return action.epoch, action.root
 
 
 def settle(**overrides: Any) -> dict[str, Any]:

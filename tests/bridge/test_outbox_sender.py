@@ -20,23 +20,24 @@ from web3 import HTTPProvider
 from web3.types import RPCEndpoint
 
 from orchestrator.chain.anvil import dev_account, increase_time, revert_to, snapshot
-from orchestrator.chain.outbox_sender import (
-    LEASE_NAME,
-    FaultHooks,
-    OutboxSender,
-    SenderConfig,
-    build_sender,
-)
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
 from orchestrator.config import Settings
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port
 from orchestrator.scheduling.periodic import LeaderRunner
+from orchestrator.services import settlement
+from orchestrator.services.outbox import (
+    LEASE_NAME,
+    FaultHooks,
+    OutboxSender,
+    SenderConfig,
+    build_sender,
+)
 from orchestrator.telemetry.metrics import MeshMetrics
 
 pytestmark = pytest.mark.anvil
@@ -140,7 +141,7 @@ def queue_settle(factory: sessionmaker[Session], job_id: str, payouts: dict[str,
 def accepted_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int,
                  task_providers: list[str], now: float) -> str:
     """A funded job whose tasks the given providers delivered, accepted by the operator: the
-    production path (`work.accept_job`) queues its settlement."""
+    production path (`settlement.queue_settlement`) queues its settlement."""
     job_id = escrow(mesh, amount)
     with factory.begin() as session:
         for provider in set(task_providers):
@@ -160,7 +161,7 @@ def accepted_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int
             task.node_id = f"node-{provider}"
         crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
                             reason="all tasks done")
-        assert work.accept_job(session, job=job, now=now)
+        assert settlement.queue_settlement(session, job=job, now=now)
     return job_id
 
 

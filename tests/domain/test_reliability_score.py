@@ -567,3 +567,16 @@ def test_rs_is_the_product_of_its_factors_for_a_hot_gpu() -> None:
     assert 0.0 < parts.thermal < 1.0  # the heat costs something
     assert parts.raw == pytest.approx(
         parts.pooled * parts.pass_rate * parts.stability * parts.thermal, rel=1e-12)
+def test_a_departure_censored_later_scores_as_if_it_had_ended_censored() -> None:
+    """A withdrawn abandonment (the process rendered through the cut): the abrupt end of that
+    session leaves the node's record, as if the detector had never called it a departure."""
+    now = 2 * 86_400.0
+    cut = book_with([(HOUR, False), (5 * HOUR, True)], uptime=600.0, now=now)
+    censored = book_with([(HOUR, False), (5 * HOUR, False)], uptime=600.0, now=now)
+    assert cut.score("n", now, HOUR) < censored.score("n", now, HOUR)
+
+    assert cut.departure_censored("n", 6 * HOUR)
+
+    assert cut.score("n", now, HOUR) == pytest.approx(censored.score("n", now, HOUR), rel=1e-9)
+    assert cut.summary("n", now).abrupt_departures == 0
+    assert not cut.departure_censored("n", 6 * HOUR)  # nothing abrupt is left to censor

@@ -18,10 +18,11 @@ from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.main import create_app
+from orchestrator.services import settlement
 from tests.orchestrator.apiclient import Wallet
 from tests.orchestrator.conftest import VirtualClock
 
@@ -129,13 +130,15 @@ def test_settlement_seen_on_chain_settles_the_job_and_is_measured(
                         needs=TaskNeeds(), task_payloads=[{"frame": 1}], now=100.0,
                         status=JobStatus.SETTLING)
     with factory.begin() as session:
-        pending = work.sync_settlements(session, read_escrow=mesh_chain.escrowed_job, now=110.0)
+        pending = settlement.sync_settlements(session, read_escrow=mesh_chain.escrowed_job,
+                                              now=110.0)
     assert pending.settled == [] and pending.diverged == []
     mesh_chain.account(dev_account(1)).settle(bytes.fromhex(job_id[2:]),
                                               [dev_account(5).address], [PAYMENT // 2],
                                               b"\x01" * 32)
     with factory.begin() as session:
-        synced = work.sync_settlements(session, read_escrow=mesh_chain.escrowed_job, now=130.0)
+        synced = settlement.sync_settlements(session, read_escrow=mesh_chain.escrowed_job,
+                                             now=130.0)
     assert synced.settled == [(job_id, 30.0)]
     with factory() as session:
         job = crud.get_job(session, job_id=job_id)

@@ -82,6 +82,20 @@ def test_other_node_cannot_report_on_a_lease_it_does_not_hold(
     assert (response.status_code, response.json()["error"]["code"]) == (409, "lease_not_held")
 
 
+def test_refusals_keep_their_status_and_body_a_missing_task_404_a_bad_move_409(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    """The api maps each refusal's type to its status (`api/errors.py`); the layers below
+    choose none."""
+    node = live_node("gpu-1")
+    make_job(1)
+    missing = node.post("/v1/tasks/987654/progress", {"progress": 0.5})
+    assert (missing.status_code, missing.json()) == (404, {"error": {
+        "code": "task_not_found", "message": "no task 987654"}})
+    task_id = node.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    early = node.post(f"/v1/tasks/{task_id}/checkpoints", {"sha256": "a" * 64, "progress": 0.1})
+    assert (early.status_code, early.json()["error"]["code"]) == (409, "task_not_running")
+
+
 def test_kill_and_resume_moves_the_task_from_its_last_checkpoint(
         live_node: Callable[..., LiveNode], make_job: JobMaker, client: TestClient,
         clock: VirtualClock, factory: sessionmaker[Session]) -> None:

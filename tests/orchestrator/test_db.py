@@ -11,7 +11,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db import crud, outbox
 from orchestrator.db.models import Base, Job, Lease, OutboxAction
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
+from orchestrator.domain.types import NodeHealth
 from orchestrator.scheduling.placer import Placer
+from orchestrator.services import work
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 
 NodeMaker = Callable[..., list[str]]
@@ -85,6 +87,41 @@ def test_cleanup_forgets_only_nonces_whose_requests_can_no_longer_be_accepted(
     with factory.begin() as session:
         assert not crud.claim_nonce(session, address=signer, nonce="2", expires_at=20)
         assert crud.claim_nonce(session, address=signer, nonce="1", expires_at=30)
+
+
+def test_node_health_and_drain_moves_are_recorded_and_a_drain_happens_once(
+        factory: sessionmaker[Session], make_nodes: NodeMaker) -> None:
+    (node_id,) = make_nodes(1)
+    with factory.begin() as session:
+        node = crud.get_node(session, node_id=node_id)
+        assert node is not None
+        crud.set_node_health(session, node=node, health=NodeHealth.SUSPECT, now=1.0, reason="d")
+        crud.set_node_health(session, node=node, health=NodeHealth.SUSPECT, now=2.0, reason="d")
+        crud.set_node_health(session, node=node, health=NodeHealth.DEAD, now=3.0, reason="d")
+        assert crud.start_drain(session, node=node, now=4.0, reason="graceful")
+        assert not crud.start_drain(session, node=node, now=5.0, reason="graceful")
+    with factory() as session:
+        history = crud.status_history(session, entity="node", entity_id=node_id)
+        assert [(h.from_status, h.to_status, h.at) for h in history] == [
+            ("alive", "suspect", 1.0), ("suspect", "dead", 3.0), ("accepting", "draining", 4.0)]
+
+
+def test_a_lease_moves_only_along_its_table(factory: sessionmaker[Session],
+                                            make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    make_nodes(1, slots=1)
+    make_job(1)
+    Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all()
+    with factory() as session:
+        (lease,) = crud.live_leases(session)
+        crud.activate_lease(session, lease=lease)
+        with pytest.raises(InvalidTransition,
+                           match=r"^lease cannot move from .*ACTIVE.* to .*ACTIVE"):
+            crud.activate_lease(session, lease=lease)
+        crud.release_lease(session, lease=lease, now=1.0, reason="completed")
+        assert (lease.state, lease.released_at, lease.release_reason) == (
+            "released", 1.0, "completed")
+        with pytest.raises(InvalidTransition, match=r"^lease cannot move from .*RELEASED"):
+            crud.release_lease(session, lease=lease, now=2.0, reason="again")
 
 
 def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[Session]) -> None:
@@ -189,7 +226,7 @@ def test_lapsed_running_lease_records_the_work_lost(
         crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=1.0, reason="go")
         task.progress, task.checkpoint_progress = 0.9, 0.6
     with factory.begin() as session:
-        assert crud.expire_leases(session, now=31.0) == 1
+        assert work.expire_leases(session, now=31.0) == 1
     with factory() as session:
         (event,) = crud.recovery_events(session, task_id=placed.task_id)
         assert event.cause == "lapsed" and abs(event.rework - 0.3) < 1e-9

@@ -6,14 +6,26 @@ import pytest
 
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
+    LEASE_TRANSITIONS,
+    NODE_DRAIN_TRANSITIONS,
+    NODE_HEALTH_TRANSITIONS,
+    OUTBOX_TRANSITIONS,
     TASK_TRANSITIONS,
     InvalidTransition,
     JobStatus,
+    LeaseState,
+    NodeDrain,
+    OutboxStatus,
     StatusChange,
     TaskStatus,
     job_transition,
+    lease_transition,
+    node_drain_transition,
+    node_health_transition,
+    outbox_transition,
     task_transition,
 )
+from orchestrator.domain.types import NodeHealth
 
 JOB_HAPPY_PATH = ["submitted", "funded", "scheduled", "running", "verifying", "completed",
                   "settling", "settled"]
@@ -40,10 +52,26 @@ ALLOWED_TASK_MOVES = {
     ("retry", "reserved"), ("retry", "failed"),
 }
 
+ALLOWED_LEASE_MOVES = {("reserved", "active"), ("reserved", "released"), ("active", "released")}
+ALLOWED_NODE_HEALTH_MOVES = {
+    ("alive", "suspect"), ("alive", "dead"),
+    ("suspect", "alive"), ("suspect", "dead"),
+    ("dead", "alive"), ("dead", "suspect"),
+}
+ALLOWED_NODE_DRAIN_MOVES = {("accepting", "draining")}
+ALLOWED_OUTBOX_MOVES = {
+    ("pending", "sent"), ("pending", "confirmed"), ("pending", "failed"),
+    ("sent", "confirmed"), ("sent", "failed"), ("sent", "pending"),
+}
+
 
 def test_every_status_has_a_row_in_its_table() -> None:
     assert set(JOB_TRANSITIONS) == set(JobStatus)
     assert set(TASK_TRANSITIONS) == set(TaskStatus)
+    assert set(LEASE_TRANSITIONS) == set(LeaseState)
+    assert set(NODE_HEALTH_TRANSITIONS) == set(NodeHealth)
+    assert set(NODE_DRAIN_TRANSITIONS) == set(NodeDrain)
+    assert set(OUTBOX_TRANSITIONS) == set(OutboxStatus)
 
 
 def test_job_happy_path_is_allowed_edge_by_edge() -> None:
@@ -128,3 +156,58 @@ def test_a_refused_job_move_names_the_job_and_both_statuses() -> None:
     assert (error.kind, error.current, error.target) == ("job", "settled", "running")
     assert str(error).startswith("job cannot move from ")
     assert str(error).index("'settled'") < str(error).index("'running'")
+    assert "cannot move" in str(error)
+
+
+@pytest.mark.parametrize(("current", "target"),
+                         list(itertools.product(LeaseState, LeaseState)))
+def test_lease_transition_accepts_exactly_the_allowed_moves(current: LeaseState,
+                                                           target: LeaseState) -> None:
+    if (current.value, target.value) in ALLOWED_LEASE_MOVES:
+        lease_transition(current, target)
+    else:
+        with pytest.raises(InvalidTransition, match=r"^lease cannot move from "):
+            lease_transition(current, target)
+
+
+@pytest.mark.parametrize(("current", "target"),
+                         list(itertools.product(NodeHealth, NodeHealth)))
+def test_node_health_transition_accepts_exactly_the_allowed_moves(current: NodeHealth,
+                                                                 target: NodeHealth) -> None:
+    if (current.value, target.value) in ALLOWED_NODE_HEALTH_MOVES:
+        change = node_health_transition(current, target, at=2.0, reason="detector")
+        assert (change.kind, change.from_status, change.to_status, change.at) == (
+            "node", current.value, target.value, 2.0)
+    else:
+        with pytest.raises(InvalidTransition, match=r"^node cannot move from "):
+            node_health_transition(current, target, at=0.0, reason="r")
+
+
+@pytest.mark.parametrize(("current", "target"),
+                         list(itertools.product(NodeDrain, NodeDrain)))
+def test_node_drain_transition_accepts_exactly_the_allowed_moves(current: NodeDrain,
+                                                                target: NodeDrain) -> None:
+    if (current.value, target.value) in ALLOWED_NODE_DRAIN_MOVES:
+        change = node_drain_transition(current, target, at=1.0, reason="drain")
+        assert (change.from_status, change.to_status) == (current.value, target.value)
+    else:
+        with pytest.raises(InvalidTransition):
+            node_drain_transition(current, target, at=0.0, reason="r")
+
+
+@pytest.mark.parametrize(("current", "target"),
+                         list(itertools.product(OutboxStatus, OutboxStatus)))
+def test_outbox_transition_accepts_exactly_the_allowed_moves(current: OutboxStatus,
+                                                            target: OutboxStatus) -> None:
+    if (current.value, target.value) in ALLOWED_OUTBOX_MOVES:
+        outbox_transition(current, target)
+    else:
+        with pytest.raises(InvalidTransition, match=r"^outbox row cannot move"):
+            outbox_transition(current, target)
+
+
+def test_released_leases_and_settled_outbox_rows_are_terminal() -> None:
+    assert not LEASE_TRANSITIONS[LeaseState.RELEASED]
+    assert not OUTBOX_TRANSITIONS[OutboxStatus.CONFIRMED]
+    assert not OUTBOX_TRANSITIONS[OutboxStatus.FAILED]
+    assert not NODE_DRAIN_TRANSITIONS[NodeDrain.DRAINING]

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.models import Lease, Task
 from orchestrator.db.placement import (
     PlacementConflict,
@@ -24,6 +24,7 @@ from orchestrator.domain.lifecycle import TaskStatus
 from orchestrator.domain.matching import ScoreFn
 from orchestrator.domain.types import NodeHealth, TaskNeeds
 from orchestrator.scheduling.placer import Placer
+from orchestrator.services import work
 
 NodeMaker = Callable[..., list[str]]
 JobMaker = Callable[..., str]
@@ -168,8 +169,8 @@ def test_expired_reservation_frees_the_slot_and_requeues_the_task(
     make_job(1)
     Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all()
     with factory.begin() as session:
-        assert crud.expire_leases(session, now=10.0) == 0
-        assert crud.expire_leases(session, now=31.0) == 1
+        assert work.expire_leases(session, now=10.0) == 0
+        assert work.expire_leases(session, now=31.0) == 1
     with factory() as session:
         assert live_slots(session) == []
         assert session.scalar(select(Task.status)) == "retry"

@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.errors import ContractError
-from orchestrator.chain.outbox_sender import OutboxSender
 from orchestrator.chain.sdk import MeshAccount, MeshChain
 from orchestrator.config import Settings
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.types import Tier
+from orchestrator.services.outbox import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.orchestrator.apiclient import VirtualClock, Wallet
 from tests.services.pls_harness import Agent

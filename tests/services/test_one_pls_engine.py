@@ -147,7 +147,7 @@ class ServiceSide:
         with self.factory.begin() as session:
             self.pls.after_sweep(session, facts=SweepFacts(
                 dead=[(node_id, node_id not in holds) for node_id in dead],
-                abandoned=abandoned, returned=returned), now=now)
+                abandoned=abandoned, returned=returned, held=sorted(holds)), now=now)
 
     def epoch(self, now: float) -> Decisions:
         with self.factory.begin() as session:

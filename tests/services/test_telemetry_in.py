@@ -41,6 +41,29 @@ def test_hot_throttled_gpu_samples_lower_rs_and_are_stored(
     assert stored == 5 * 9  # one row per GpuSample field
 
 
+def test_nvml_facts_rs_does_not_read_are_kept_where_the_device_reported_them(
+        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        factory: sessionmaker[Session]) -> None:
+    node, plain = agent("gpu-ecc"), agent("gpu-plain")
+    clock.advance(600)
+    with_facts = {**gpu_sample(clock()), "ecc_uncorrected": 3, "pcie_replays": 0,
+                  "energy_mj": 1.5e9, "mem_clock_mhz": 10501.0, "memory_free_mb": 16000.0}
+    assert node.post("/v1/nodes/gpu-ecc/telemetry/gpu", {"samples": [
+        with_facts, {**gpu_sample(clock() - 1), "xid_last": None}]}).json() == {"accepted": 2}
+    plain.post("/v1/nodes/gpu-plain/telemetry/gpu", {"samples": [gpu_sample(clock())]})
+    scores = pls_of(client).book
+    assert scores.score("gpu-ecc", clock(), 3600) == scores.score("gpu-plain", clock(), 3600)
+    with factory() as session:
+        kept = {(row.metric, row.value) for row in session.scalars(
+            select(TelemetrySample).where(TelemetrySample.metric.startswith("nvml.")))}
+    assert kept == {("nvml.ecc_uncorrected", 3.0), ("nvml.pcie_replays", 0.0),
+                    ("nvml.energy_mj", 1.5e9), ("nvml.mem_clock_mhz", 10501.0),
+                    ("nvml.memory_free_mb", 16000.0)}  # a None is not stored as a number
+    refused = node.post("/v1/nodes/gpu-ecc/telemetry/gpu", {"samples": [
+        {**gpu_sample(clock()), "ecc_uncorrected": -1}]})
+    assert refused.status_code == 422
+
+
 def test_out_of_bounds_or_stale_gpu_batch_is_refused_and_changes_nothing(
         agent: Callable[..., Agent], clock: VirtualClock,
         factory: sessionmaker[Session]) -> None:

@@ -100,8 +100,8 @@ def test_departure_loses_only_the_work_since_the_last_checkpoint() -> None:
     assert result.waste_lost_s == pytest.approx(3_000.0 - started - saved - stalls * stall)
     assert result.useful_s == pytest.approx(6_000.0)
     assert 0 in result.job_done_at
-    # Paid per task delivered (`db.work.accept_job`): the node that left gets nothing for its
-    # checkpoints; the one that delivers is paid for the whole task.
+    # Paid per task delivered (`services.settlement.queue_settlement`): the node that left gets
+    # nothing for its checkpoints; the one that delivers is paid for the whole task.
     assert result.earnings[0] == 0.0
     assert result.earnings[1] == pytest.approx(6_000.0 / 3600.0 * 0.5)
 

@@ -1,4 +1,4 @@
-"""Operator endpoints (admin key): run a sweep now, accept a verified job, read the outbox."""
+"""Operator endpoints (admin key): run a sweep now, accept a job by override, read the outbox."""
 
 from __future__ import annotations
 
@@ -23,19 +23,20 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
              summary="Run the failure/lease sweep now (it also runs periodically)")
 def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
     result = work.sweep(session, detector=ctx.detector, pls=ctx.pls, metrics=ctx.metrics,
-                          now=ctx.now())
+                        now=ctx.now())
     session.commit()
     return SweepOut(expired_leases=result.expired_leases, dead_nodes=result.dead_nodes,
                     held_nodes=result.held)
 
 
 @router.post("/jobs/{job_id}/accept", response_model=JobOut,
-             summary="Accept a verified job: queue its settlement in the chain outbox")
+             summary="Operator override (logged): accept a job without waiting for its "
+                     "verification and queue its settlement (verified jobs settle on their own)")
 def accept(job_id: str, session: SessionDep, ctx: CtxDep) -> JobOut:
     job = crud.get_job(session, job_id=job_id.lower())
     if job is None:
         raise ApiError(404, "job_not_found", f"no job {job_id}")
-    work.accept_job(session, job=job, pls=ctx.pls, now=ctx.now())
+    ctx.verifier.accept_by_operator(session, job=job, operator="admin", now=ctx.now())
     session.commit()
     return job_out(session, job)
 

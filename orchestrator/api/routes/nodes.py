@@ -1,4 +1,5 @@
-"""Node registration, login, heartbeats, drain and lease pulls."""
+"""Node registration, login, heartbeats, drain, lease pulls, and the proof of progress a
+node shows after a network cut."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ from orchestrator.api.schemas import (
     LoginRequest,
     NodeOut,
     NodeRegistration,
+    ProgressShownIn,
+    ProgressShownOut,
 )
-from orchestrator.db import crud, work
+from orchestrator.db import crud
 from orchestrator.db.models import Node
+from orchestrator.domain.slashing import ProgressVerdict
 from orchestrator.domain.types import NodeSpec
-from orchestrator.services import work as services_work
+from orchestrator.services import work
+from orchestrator.services.pls_continuity import ShownChunk
 
 router = APIRouter(tags=["nodes"])
 
@@ -85,6 +90,34 @@ def drain(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> No
     return node_out(node)
 
 
+PROGRESS_REFUSED = {
+    ProgressVerdict.FORGED: (403, "progress_forged", "the proof's signature is malformed"),
+    ProgressVerdict.WRONG_SESSION: (
+        403, "progress_wrong_session", "not signed by the session key of the login that held "
+        "the task: only the process that rendered through the cut can show it"),
+    ProgressVerdict.NO_PROGRESS: (
+        409, "progress_none", "no uploaded chunk of the task rendered after the DEAD verdict: "
+        "upload the chunks first; an idle silence is a departure"),
+}
+
+
+@router.post("/nodes/{node_id}/progress", response_model=ProgressShownOut,
+             summary="After a network cut: show the chunks this process rendered meanwhile "
+             "(session token, signed with the login's session key)")
+def show_progress(node_id: str, body: ProgressShownIn, claims: NodeDep, session: SessionDep,
+                  ctx: CtxDep) -> ProgressShownOut:
+    node = owned_node(session, node_id=node_id, address=claims.address)
+    outcome = ctx.pls.show_progress(
+        session, node=node, task_id=body.task_id,
+        chunks=[ShownChunk(c.sha256, c.rendered_at, c.offset, c.length) for c in body.chunks],
+        resumed_at=body.resumed_at, signature=bytes.fromhex(body.signature[2:]), now=ctx.now())
+    session.commit()
+    refused = PROGRESS_REFUSED.get(outcome.verdict)
+    if refused is not None:
+        raise ApiError(*refused)
+    return ProgressShownOut(verdict=outcome.verdict.value, chunks_credited=outcome.credited)
+
+
 @router.post("/nodes/{node_id}/lease", response_model=LeaseOut,
              responses={204: {"description": "No work for this node right now"}},
              summary="Pull the next task lease for this node")
@@ -92,9 +125,9 @@ def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
                ) -> LeaseOut | Response:
     node = owned_node(session, node_id=node_id, address=claims.address)
     now = ctx.now()
-    grant = services_work.pull_lease(session, node=node, pls=ctx.pls,
-                                     pls_placement=ctx.settings.pls_placement,
-                                     reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
+    grant = work.pull_lease(session, node=node, pls=ctx.pls,
+                            pls_placement=ctx.settings.pls_placement,
+                            reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
     if grant is None:
         session.commit()
         return Response(status_code=204)

@@ -22,6 +22,7 @@ from orchestrator.api.deps import (
 from orchestrator.api.errors import ApiError
 from orchestrator.api.routes.nodes import owned_node
 from orchestrator.api.schemas import (
+    NVML_EXTRAS,
     AcceptedOut,
     AnswerIn,
     ChallengeIn,
@@ -47,7 +48,12 @@ REFUSAL_STATUS = {PopwReason.UNKNOWN_CHALLENGE: 404, PopwReason.REPLAYED: 409,
 
 
 def gpu_samples(samples: list[GpuSampleIn]) -> list[GpuSample]:
-    return [GpuSample(**sample.model_dump()) for sample in samples]
+    return [GpuSample(**sample.model_dump(exclude=set(NVML_EXTRAS))) for sample in samples]
+
+
+def nvml_extras(samples: list[GpuSampleIn]) -> list[dict[str, float]]:
+    return [{name: float(value) for name, value in sample.model_dump(
+        include=set(NVML_EXTRAS), exclude_none=True).items()} for sample in samples]
 
 
 @router.post("/nodes/{node_id}/telemetry/gpu", response_model=AcceptedOut,
@@ -56,7 +62,7 @@ def report_gpu(node_id: str, body: GpuSamplesIn, claims: NodeDep, session: Sessi
                ctx: CtxDep) -> AcceptedOut:
     try:
         ctx.pls.record_gpu(session, node_id=claims.node_id, samples=gpu_samples(body.samples),
-                           now=ctx.now())
+                           now=ctx.now(), extras=nvml_extras(body.samples))
     except ValueError as exc:
         raise ApiError(422, "sample_out_of_range", str(exc)) from None
     session.commit()

@@ -27,16 +27,9 @@ does all its bookkeeping in that lease's transaction:
 4. Transient RPC errors undo that unit's changes, count an attempt and back off
    exponentially; rows behind it wait, so actions reach the chain in the order queued.
 
-Payloads (JSON; bytes32 as 0x-hex, token amounts as decimal strings or integers):
-- settle {"job_id", "providers": [address], "payouts": [amount], "merkle_root": bytes32|null}
-         -> JobEscrow.settleBatch(Solo); when confirmed, the job moves settling -> settled.
-- commit {"epoch": int, "root": bytes32} -> StakeManager.commitEpoch
-- lock   {"job_id", "providers": [address], "amounts": [amount]} -> JobEscrow.lockCollateral
-- tier   {"provider": address, "tier": int} -> StakeManager.setTier
-- slash  {"job_id", "provider": address, "amount", "reason": int, "evidence": bytes32}
-         -> StakeManager.slashCollateral, signed by the `slasher` account when one is given
-         (SLASHER_ROLE is a separate role), else by the orchestrator's key
-Other keys in a payload are ignored (callers keep context there, e.g. a task id).
+Rows are read through the one codec (`domain.chain_actions`); a row it refuses fails as
+`InvalidPayload`. A confirmed settle hands its job to `services.settlement.mark_settled`, the
+one owner of settling -> settled. Every chain call is `chain.outbox_tx`'s.
 """
 
 from __future__ import annotations
@@ -45,22 +38,33 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from eth_utils import is_address, to_checksum_address
-from hexbytes import HexBytes
 from prometheus_client import Counter
-from web3.contract import Contract
-from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception, Web3RPCError
-from web3.types import TxParams, TxReceipt
 
 from orchestrator.chain.errors import ChainError, ContractError, RevertError
-from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement, settle_batch_call
-from orchestrator.chain.tx import SignedTx, revert_data
+from orchestrator.chain.outbox_tx import (
+    TRANSIENT_ERRORS,
+    MinedReceipt,
+    OutboxChain,
+    Revert,
+    error_name,
+    named_job,
+)
+from orchestrator.chain.sdk import MeshAccount, MeshChain
+from orchestrator.chain.tx import SignedTx
 from orchestrator.config import Settings
 from orchestrator.db import outbox as outbox_db
 from orchestrator.db.outbox import OutboxEntry, OutboxStatus
+from orchestrator.domain.chain_actions import (
+    ChainAction,
+    CommitEpoch,
+    PayloadError,
+    SettleJob,
+    decode,
+)
 from orchestrator.domain.chain_views import EscrowStatus
+from orchestrator.services import settlement
 from orchestrator.telemetry.metrics import MeshMetrics
 
 if TYPE_CHECKING:
@@ -69,13 +73,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("orchestrator.outbox")
 
 LEASE_NAME = "outbox-sender"
-# Worth retrying: connection refused/reset, timeouts, a node refusing a request for now.
-TRANSIENT_ERRORS = (OSError, Web3Exception)
-Revert = ContractError | RevertError
-
-
-class PayloadError(ValueError):
-    """A queued payload that no transaction can be built from (a bug upstream, not the chain)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +147,7 @@ class OutboxSender:
     def __init__(self, chain: MeshChain, account: MeshAccount, metrics: MeshMetrics, *,
                  slasher: MeshAccount | None = None, config: SenderConfig | None = None,
                  hooks: FaultHooks | None = None) -> None:
-        self.chain = chain
-        self.account = account
-        self.slasher = slasher or account
+        self.tx = OutboxChain(chain, account, slasher)
         self.metrics = OutboxMetrics(metrics)
         self.config = config or SenderConfig()
         self.hooks = hooks or FaultHooks()
@@ -164,19 +159,15 @@ class OutboxSender:
         returns what to run after it commits (count, then broadcast what was signed)."""
         # The chain's pending count is the truth: everything signed earlier is either mined,
         # in the pool, or persisted and about to be resent before anything new is signed.
-        self._resync_nonces()
+        self.tx.resync_nonces()
         tally = _Tally()
         try:
             if self._resolve_in_flight(session, now, tally):
                 self._sign_pending(session, now, tally)
         except BaseException:
-            self._resync_nonces()
+            self.tx.resync_nonces()
             raise
         return partial(self._after_commit, tally)
-
-    def _resync_nonces(self) -> None:
-        self.account.sender.resync_nonce()
-        self.slasher.sender.resync_nonce()
 
     def _after_commit(self, tally: _Tally) -> None:
         for kind in tally.confirmed:
@@ -191,7 +182,7 @@ class OutboxSender:
         for _, signed in tally.signed:
             self.hooks.before_broadcast(signed)
             try:
-                self.account.sender.broadcast(signed.raw)
+                self.tx.broadcast(signed.raw)
             except TRANSIENT_ERRORS as exc:
                 # Persisted already: the next pass finds no receipt and sends the same bytes.
                 log.warning("broadcast of %s failed (%s); resent next pass", signed.tx_hash,
@@ -212,10 +203,10 @@ class OutboxSender:
             with session.begin_nested():
                 action(unit)
         except _WaitForChain:
-            self._resync_nonces()
+            self.tx.resync_nonces()
             return False
         except TRANSIENT_ERRORS as exc:
-            self._resync_nonces()
+            self.tx.resync_nonces()
             attempts = max(row.attempts for row in rows) + 1
             delay = min(self.config.backoff_base_s * 2 ** (attempts - 1),
                         self.config.backoff_max_s)
@@ -252,60 +243,42 @@ class OutboxSender:
                  latest_block: list[int], tally: _Tally) -> None:
         """One signed transaction: confirm, judge its revert, resend it, or re-sign its rows."""
         ids = [row.id for row in rows]
-        receipt = self._receipt(tx_hash)
+        receipt = self.tx.receipt(tx_hash)
         if receipt is None:
             raw = next((row.raw_tx for row in rows if row.raw_tx), None)
             if raw is None:
                 log.error("outbox rows %s: signed bytes of %s are missing", ids, tx_hash)
                 tally.blocked = True
                 return
-            try:
-                self.account.sender.broadcast(bytes(HexBytes(raw)))
+            if self.tx.rebroadcast(raw):
                 tally.unmined_ahead = True
                 return  # in the node's pool again (or still): its nonce is accounted for
-            except Web3RPCError as exc:
-                if "nonce too low" not in str(exc).lower():
-                    raise
-            receipt = self._receipt(tx_hash)
+            receipt = self.tx.receipt(tx_hash)
             if receipt is None:
                 outbox_db.return_to_pending(
                     session, action_ids=ids, now=now,
                     note=f"nonce {rows[0].nonce} was spent by another transaction; re-signed")
                 return
-        if receipt["status"] != 1:
-            self._mined_revert(session, now, rows, self._replay(tx_hash, receipt), tally)
+        if not receipt.succeeded:
+            self._mined_revert(session, now, rows, self.tx.mined_revert(tx_hash, receipt.block),
+                               tally)
             return
-        if self.config.confirmations:
-            if not latest_block:
-                latest_block.append(int(self.chain.w3.eth.block_number))
-            if latest_block[0] - int(receipt["blockNumber"]) < self.config.confirmations:
-                return  # mined; its nonce is spent, so new transactions may follow
+        if not self._deep_enough(receipt, latest_block):
+            return  # mined; its nonce is spent, so new transactions may follow
         self._confirm(session, now, rows, OutboxStatus.SENT, None, tally)
 
-    def _receipt(self, tx_hash: str) -> TxReceipt | None:
-        try:
-            return self.chain.w3.eth.get_transaction_receipt(HexBytes(tx_hash))
-        except TransactionNotFound:
-            return None
-
-    def _replay(self, tx_hash: str, receipt: TxReceipt) -> Revert:
-        """Why a mined transaction reverted: the same call on the state before its block."""
-        tx = self.chain.w3.eth.get_transaction(HexBytes(tx_hash))
-        request: TxParams = {"from": tx["from"], "to": tx["to"], "data": tx["input"],
-                             "value": tx["value"], "gas": tx["gas"]}
-        try:
-            self.chain.w3.eth.call(request, int(receipt["blockNumber"]) - 1)
-        except ContractLogicError as exc:
-            error = self.chain.decoder.decode(revert_data(exc))
-            if isinstance(error, ContractError | RevertError):
-                return error
-        return RevertError(f"{tx_hash} reverted when mined (out of gas or state changed)")
+    def _deep_enough(self, receipt: MinedReceipt, latest_block: list[int]) -> bool:
+        if not self.config.confirmations:
+            return True
+        if not latest_block:
+            latest_block.append(self.tx.latest_block())
+        return latest_block[0] - receipt.block >= self.config.confirmations
 
     def _mined_revert(self, session: Session, now: float, rows: list[OutboxEntry],
                       error: Revert, tally: _Tally) -> None:
         """Blame the job a batch's error names; the rest were never applied and are signed
         again after a fresh escrow check. An error naming no job fails the whole batch."""
-        culprit = rows[0] if len(rows) == 1 else self._named_job(rows, error)
+        culprit = rows[0] if len(rows) == 1 else self._named_row(rows, error)
         if culprit is None:
             for row in rows:
                 self._judge(session, now, row, OutboxStatus.SENT, error, tally)
@@ -317,12 +290,12 @@ class OutboxSender:
         self._judge(session, now, culprit, OutboxStatus.SENT, error, tally)
 
     @staticmethod
-    def _named_job(rows: list[OutboxEntry], error: Revert) -> OutboxEntry | None:
-        job_id = error.arguments.get("job_id") if isinstance(error, ContractError) else None
-        if not isinstance(job_id, bytes):
+    def _named_row(rows: list[OutboxEntry], error: Revert) -> OutboxEntry | None:
+        job_id = named_job(error)
+        if job_id is None:
             return None
-        # Every row here was signed, so its payload parsed: `_bytes32` cannot fail.
-        return next((row for row in rows if _bytes32(row.payload, "job_id") == job_id), None)
+        # Every row here was signed, so its payload decodes.
+        return next((row for row in rows if _settle(row).job_id == job_id), None)
 
     # ------------------------------------------------------------------ phase 2: sign
 
@@ -335,7 +308,7 @@ class OutboxSender:
                 return  # the oldest row is backing off: nothing may overtake it
             index += len(run)
             action: Callable[[_Tally], object]
-            if run[0].kind == "settle":
+            if run[0].kind == SettleJob.kind:
                 action = partial(self._sign_settles, session, now, run)
             else:
                 action = partial(self._sign_one, session, now, run[0])
@@ -349,110 +322,80 @@ class OutboxSender:
         for entry in entries[start:]:
             if entry.next_attempt_at is not None and entry.next_attempt_at > now:
                 break
-            if run and (entry.kind != "settle" or run[0].kind != "settle"
+            if run and (entry.kind != SettleJob.kind or run[0].kind != SettleJob.kind
                         or len(run) >= self.config.settle_batch_size):
                 break
             run.append(entry)
         return run
 
+    def _decoded(self, session: Session, now: float, entry: OutboxEntry,
+                 tally: _Tally) -> ChainAction | None:
+        """The row's action through the codec; a row it refuses fails, never to be sent."""
+        try:
+            return decode(entry.kind, entry.payload)
+        except PayloadError as exc:
+            self._fail(session, now, entry, OutboxStatus.PENDING, "InvalidPayload",
+                       f"invalid payload: {exc}", tally)
+            return None
+
     def _sign_settles(self, session: Session, now: float, run: list[OutboxEntry],
                       tally: _Tally) -> None:
-        parsed: list[tuple[OutboxEntry, Settlement]] = []
-        for entry in run:
-            try:
-                parsed.append((entry, parse_settlement(entry.payload)))
-            except PayloadError as exc:
-                self._fail(session, now, entry, OutboxStatus.PENDING, "InvalidPayload",
-                           f"invalid payload: {exc}", tally)
-        live: list[tuple[OutboxEntry, Settlement]] = []
+        live: list[tuple[OutboxEntry, SettleJob]] = []
         batched: set[bytes] = set()
-        for entry, settlement in parsed:
-            escrow = self.chain.escrowed_job(settlement.job_id)
-            status = escrow.status if escrow is not None else EscrowStatus.NONE
+        for entry in run:
+            action = self._decoded(session, now, entry, tally)
+            if not isinstance(action, SettleJob):
+                continue
+            status = self.tx.escrow_status(action.job_id)
             if status is EscrowStatus.SETTLED:
                 self._confirm(session, now, [entry], OutboxStatus.PENDING,
                               "already settled on chain", tally)
             elif status is not EscrowStatus.FUNDED:
                 self._fail(session, now, entry, OutboxStatus.PENDING, "EscrowNotFunded",
                            f"escrow job is {status.name}", tally)
-            elif settlement.job_id not in batched:  # a duplicate waits for the first to land
-                batched.add(settlement.job_id)
-                live.append((entry, settlement))
+            elif action.job_id not in batched:  # a duplicate waits for the first to land
+                batched.add(action.job_id)
+                live.append((entry, action))
         while live:
             try:
-                function, args = settle_batch_call([s for _, s in live])
-                signed = self.account.build_signed(self.chain.job_escrow, function, args)
+                signed = self.tx.sign_settlements([action for _, action in live])
             except (ContractError, RevertError) as error:
                 live = self._without_reverting(session, now, live, error, tally)
                 continue
-            self._persist(session, now, [entry for entry, _ in live], "settle", signed, tally)
+            self._persist(session, now, [entry for entry, _ in live], SettleJob.kind, signed,
+                          tally)
             return
 
     def _without_reverting(self, session: Session, now: float,
-                           live: list[tuple[OutboxEntry, Settlement]], batch_error: Revert,
-                           tally: _Tally) -> list[tuple[OutboxEntry, Settlement]]:
+                           live: list[tuple[OutboxEntry, SettleJob]], batch_error: Revert,
+                           tally: _Tally) -> list[tuple[OutboxEntry, SettleJob]]:
         """Judge the jobs that revert on their own; the others go on in the batch."""
         if tally.unmined_ahead:
             raise _WaitForChain
         if len(live) == 1:
             self._judge(session, now, live[0][0], OutboxStatus.PENDING, batch_error, tally)
             return []
-        errors = [(entry, self._simulate_settle(settlement)) for entry, settlement in live]
+        errors = [(entry, self.tx.simulate_settlement(action)) for entry, action in live]
         reverting = [(entry, error) for entry, error in errors if error is not None]
         if not reverting:  # only the batch as a whole fails (gas?): no row can be blamed
             reverting = [(entry, batch_error) for entry, _ in live]
         for entry, error in reverting:
             self._judge(session, now, entry, OutboxStatus.PENDING, error, tally)
         judged = {entry.id for entry, _ in reverting}
-        return [(entry, settlement) for entry, settlement in live if entry.id not in judged]
-
-    def _simulate_settle(self, settlement: Settlement) -> Revert | None:
-        try:
-            function, args = settle_batch_call([settlement])
-            self.chain.job_escrow.functions[function](args).call(
-                {"from": self.account.address})
-        except ContractLogicError as exc:
-            error = self.chain.decoder.decode(revert_data(exc))
-            return error if isinstance(error, ContractError | RevertError) else RevertError(
-                str(error))
-        return None
+        return [(entry, action) for entry, action in live if entry.id not in judged]
 
     def _sign_one(self, session: Session, now: float, entry: OutboxEntry, tally: _Tally) -> None:
-        try:
-            contract, function, args = self._call_for(entry)
-        except PayloadError as exc:
-            self._fail(session, now, entry, OutboxStatus.PENDING, "InvalidPayload",
-                       f"invalid payload: {exc}", tally)
+        action = self._decoded(session, now, entry, tally)
+        if action is None:
             return
-        signer = self.slasher if entry.kind == "slash" else self.account
         try:
-            signed = signer.build_signed(contract, function, *args)
+            signed = self.tx.sign(action)
         except (ContractError, RevertError) as error:
             if tally.unmined_ahead:
                 raise _WaitForChain from error
             self._judge(session, now, entry, OutboxStatus.PENDING, error, tally)
             return
         self._persist(session, now, [entry], entry.kind, signed, tally)
-
-    def _call_for(self, entry: OutboxEntry) -> tuple[Contract, str, tuple[Any, ...]]:
-        payload = entry.payload
-        if entry.kind == "commit":
-            epoch, root = parse_commit(payload)
-            return self.chain.stake_manager, "commitEpoch", (epoch, root)
-        if entry.kind == "lock":
-            providers = [_address(p, "providers") for p in _list(payload, "providers")]
-            amounts = [_uint(a, "amounts") for a in _list(payload, "amounts")]
-            return self.chain.job_escrow, "lockCollateral", (
-                _bytes32(payload, "job_id"), providers, amounts)
-        if entry.kind == "tier":
-            return self.chain.stake_manager, "setTier", (
-                _address(payload.get("provider"), "provider"), _uint(payload.get("tier"), "tier"))
-        if entry.kind == "slash":
-            return self.chain.stake_manager, "slashCollateral", (
-                _bytes32(payload, "job_id"), _address(payload.get("provider"), "provider"),
-                _uint(payload.get("amount"), "amount"), _uint(payload.get("reason"), "reason"),
-                _bytes32(payload, "evidence"))
-        raise PayloadError(f"unknown outbox kind {entry.kind!r}")
 
     def _persist(self, session: Session, now: float, rows: list[OutboxEntry], kind: str,
                  signed: SignedTx, tally: _Tally) -> None:
@@ -471,33 +414,34 @@ class OutboxSender:
         if note is not None:
             self._confirm(session, now, [entry], expected, note, tally)
         else:
-            name = error.name if isinstance(error, ContractError) else "Revert"
-            self._fail(session, now, entry, expected, name, str(error), tally)
+            self._fail(session, now, entry, expected, error_name(error), str(error), tally)
 
     def _already_done(self, entry: OutboxEntry, error: Revert) -> str | None:
         if not isinstance(error, ContractError):
             return None
-        if entry.kind == "settle" and error.name == "JobEscrowAlreadySettled":
-            escrow = self.chain.escrowed_job(_bytes32(entry.payload, "job_id"))
-            if escrow is not None and escrow.status is EscrowStatus.SETTLED:
-                return "already settled on chain"
-        if entry.kind == "commit" and error.name == "StakeManagerEpochAlreadyCommitted":
-            epoch, root = parse_commit(entry.payload)
-            if self.chain.epoch_root(epoch) == root:
-                return f"epoch {epoch} was already committed with this root"
+        action = decode(entry.kind, entry.payload)  # judged rows decoded before they were sent
+        if (isinstance(action, SettleJob) and error.name == "JobEscrowAlreadySettled"
+                and self.tx.escrow_status(action.job_id) is EscrowStatus.SETTLED):
+            return "already settled on chain"
+        if (isinstance(action, CommitEpoch) and error.name == "StakeManagerEpochAlreadyCommitted"
+                and self.tx.epoch_root(action.epoch) == action.root):
+            return f"epoch {action.epoch} was already committed with this root"
         return None
 
     def _confirm(self, session: Session, now: float, rows: list[OutboxEntry],
                  expected: OutboxStatus, note: str | None, tally: _Tally) -> None:
+        """The rows took effect. A settle is confirmed only on the chain's word, its mined
+        receipt (a settle batch settles every job in it or reverts) or an escrow read showing
+        the job Settled, and its job goes to `settlement.mark_settled` with that escrow."""
         outbox_db.record_confirmed(session, action_ids=[row.id for row in rows],
                                    expected=expected, now=now, note=note)
         for row in rows:
             tally.confirmed.append(row.kind)
-            if row.kind != "settle":
+            if row.kind != SettleJob.kind:
                 continue
-            lag = outbox_db.finish_settlement(
-                session, job_id="0x" + _bytes32(row.payload, "job_id").hex(), now=now,
-                reason=f"settlement confirmed on chain ({note or row.tx_hash})")
+            lag = settlement.mark_settled(
+                session, job_id="0x" + _settle(row).job_id.hex(), escrow=EscrowStatus.SETTLED,
+                now=now, reason=f"settlement confirmed on chain ({note or row.tx_hash})")
             if lag is not None:
                 tally.settlement_lags.append(lag)
 
@@ -507,6 +451,13 @@ class OutboxSender:
                                 note=note)
         tally.failed.append((entry.kind, error_name))
         log.error("outbox row %d (%s) failed: %s", entry.id, entry.kind, note)
+
+
+def _settle(row: OutboxEntry) -> SettleJob:
+    """A settle row that was already decoded once (signed or confirmed): it decodes again."""
+    action = decode(row.kind, row.payload)
+    assert isinstance(action, SettleJob)
+    return action
 
 
 def build_sender(settings: Settings, metrics: MeshMetrics) -> Callable[[Session, float], object]:
@@ -529,56 +480,3 @@ def build_sender(settings: Settings, metrics: MeshMetrics) -> Callable[[Session,
         return senders[0].work(session, now)
 
     return work
-
-
-# ---------------------------------------------------------------------- payloads
-
-
-def parse_settlement(payload: dict[str, Any]) -> Settlement:
-    providers = tuple(_address(p, "providers") for p in _list(payload, "providers"))
-    payouts = tuple(_uint(p, "payouts") for p in _list(payload, "payouts"))
-    if len(providers) != len(payouts):
-        raise PayloadError(f"{len(providers)} providers but {len(payouts)} payouts")
-    root = bytes(32) if payload.get("merkle_root") is None else _bytes32(payload, "merkle_root")
-    return Settlement(job_id=_bytes32(payload, "job_id"), providers=providers, payouts=payouts,
-                      result_root=root)
-
-
-def parse_commit(payload: dict[str, Any]) -> tuple[int, bytes]:
-    return _uint(payload.get("epoch"), "epoch"), _bytes32(payload, "root")
-
-
-def _list(payload: dict[str, Any], key: str) -> list[Any]:
-    value = payload.get(key)
-    if not isinstance(value, list):
-        raise PayloadError(f"{key} must be a list")
-    return value
-
-
-def _bytes32(payload: dict[str, Any], key: str) -> bytes:
-    value = payload.get(key)
-    try:
-        raw = bytes.fromhex(value.removeprefix("0x")) if isinstance(value, str) else b""
-    except ValueError:
-        raw = b""
-    if len(raw) != 32:
-        raise PayloadError(f"{key} must be 32 bytes as 0x-hex, got {value!r}")
-    return raw
-
-
-def _address(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not is_address(value):
-        raise PayloadError(f"{key} holds {value!r}, not an address")
-    return str(to_checksum_address(value))
-
-
-def _uint(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise PayloadError(f"{key} holds {value!r}, not an unsigned integer")
-    try:
-        number = int(value)
-    except ValueError:
-        raise PayloadError(f"{key} holds {value!r}, not an unsigned integer") from None
-    if not 0 <= number < 2**256:
-        raise PayloadError(f"{key} holds {value!r}, out of uint256 range")
-    return number

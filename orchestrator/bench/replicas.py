@@ -1,0 +1,176 @@
+"""PLS score sharing between replicas, through real processes: two `mesh orchestrator serve`
+processes on one fresh PostgreSQL database, nodes registered and reporting on each, and how
+long an observation one replica received takes to show in the other's scores.
+
+The signal is the thermal factor of `GET /v1/nodes/{id}/score`: it moves with every GPU
+sample of a distinct temperature and does not depend on when it is read, so the writer's own
+answer (right after its commit) is exactly what the reader must show once it applied the
+sample. Lag = from the writer's answer to the reader's first equal one (polled every 5 ms).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from eth_account import Account
+
+from agent.client import Wallet, expect
+from orchestrator.config import Settings
+from orchestrator.db.session import (
+    create_scratch_database,
+    drop_database,
+    make_engine,
+    upgrade_to_head,
+)
+from orchestrator.processes import OrchestratorProcess
+
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+POLL_S = 0.005
+
+
+@contextlib.contextmanager
+def scratch_database(base_url: str) -> Iterator[str]:
+    """A migrated, empty PostgreSQL database beside `base_url`'s, dropped afterwards."""
+    name = f"mesh_replicas_{uuid.uuid4().hex[:12]}"
+    url = create_scratch_database(base_url, name)
+    try:
+        engine = make_engine(url)
+        upgrade_to_head(engine)
+        engine.dispose()
+        yield url
+    finally:
+        drop_database(base_url, name)
+
+
+@contextlib.contextmanager
+def serve_replicas(url: str, scratch: Path, count: int = 2
+                   ) -> Iterator[list[OrchestratorProcess]]:
+    """`count` orchestrator processes on the database at `url`, one session secret between
+    them (a token from one is good at the other), periodic jobs on, no chain key."""
+    env = {"MESH_DATABASE_URL": url, "MESH_SESSION_SECRET": secrets.token_hex(32),
+           "MESH_PERIODIC_ENABLED": "true", "MESH_JSON_LOGS": "false"}
+    with contextlib.ExitStack() as stack:
+        processes = []
+        for index in range(count):
+            data_dir = scratch / f"replica-{index}"
+            data_dir.mkdir(parents=True, exist_ok=True)
+            processes.append(stack.enter_context(OrchestratorProcess(
+                {**env, "MESH_DATA_DIR": str(data_dir)}, scratch / f"replica-{index}.log",
+                serve_args=["--no-access-log", "--log-level", "warning"])))
+        yield processes
+
+
+class ReportingNode:
+    """A node registered and logged in at one replica, reporting there as an agent does."""
+
+    def __init__(self, base_url: str, node_id: str, *, region: str = "eu") -> None:
+        settings = Settings()
+        account = Account.create()
+        self.node_id = node_id
+        self.wallet = Wallet(base_url, bytes(account.key), account.address,
+                             chain_id=settings.chain_id,
+                             orchestrator_id=settings.orchestrator_id)
+        expect(self.wallet.send("POST", "/v1/nodes", {
+            "node_id": node_id, "gpu_model": "RTX4090", "vram_gb": 24,
+            "compute_capability": 8.9, "region": region, "price_per_gpu_hour": 100,
+            "slots": 1}))
+        token = expect(self.wallet.send("POST", "/v1/auth/login", {"node_id": node_id}))["token"]
+        self._auth = {"authorization": f"Bearer {token}"}
+
+    @property
+    def http(self) -> httpx.Client:
+        return self.wallet.http
+
+    def post(self, path: str, payload: Any = None) -> Any:
+        return expect(self.http.post(path, json=payload, headers=self._auth))
+
+    def gpu(self, temperatures: Sequence[float], *, throttled: bool = False) -> None:
+        now = time.time()
+        self.post(f"/v1/nodes/{self.node_id}/telemetry/gpu", {"samples": [
+            {"at": now - 0.01 * (len(temperatures) - i), "temperature_c": t,
+             "sm_clock_mhz": 1800.0 if throttled else 2500.0, "max_sm_clock_mhz": 2500.0,
+             "throttle_reasons": 0x20 if throttled else 0, "utilization_pct": 95.0,
+             "memory_used_mb": 8000.0, "memory_total_mb": 24000.0, "power_w": 300.0,
+             "power_limit_w": 450.0} for i, t in enumerate(temperatures)]})
+
+    def probe(self) -> None:
+        nonce = self.post(f"/v1/nodes/{self.node_id}/probe")["nonce"]
+        self.post(f"/v1/nodes/{self.node_id}/probe/echo", {"nonce": nonce})
+
+    def beat(self) -> None:
+        self.post(f"/v1/nodes/{self.node_id}/heartbeat")
+
+    def close(self) -> None:
+        self.wallet.close()
+
+
+def score(http: httpx.Client, node_id: str) -> dict[str, Any] | None:
+    """The node's score as this replica sees it; None while it does not know the node."""
+    response = http.get(f"/v1/nodes/{node_id}/score")
+    if response.status_code == 404:
+        return None
+    result: dict[str, Any] = expect(response)
+    return result
+
+
+def wait_for(http: httpx.Client, node_id: str, field: str, value: float,
+             timeout_s: float) -> float:
+    """Seconds until this replica's `field` of the node's score equals `value`."""
+    started = time.perf_counter()
+    while True:
+        seen = score(http, node_id)
+        if seen is not None and seen[field] == value:
+            return time.perf_counter() - started
+        if time.perf_counter() - started > timeout_s:
+            raise TimeoutError(f"{node_id}: {field} still {seen and seen[field]} after "
+                               f"{timeout_s:.0f} s, the other replica has {value}")
+        time.sleep(POLL_S)
+
+
+def propagation_lag(writer: ReportingNode, reader: httpx.Client, temperature: float,
+                    timeout_s: float = 30.0) -> float:
+    """One GPU sample sent to the writer's replica: seconds until the reader's score has it."""
+    before = score(writer.http, writer.node_id)
+    writer.gpu([temperature])
+    after = score(writer.http, writer.node_id)
+    if before is None or after is None or after["thermal"] == before["thermal"]:
+        raise ValueError(f"a sample at {temperature} C did not move {writer.node_id}'s "
+                         f"thermal factor at its own replica")
+    return wait_for(reader, writer.node_id, "thermal", after["thermal"], timeout_s)
+
+
+def run(postgres_url: str | None = None, samples: int = 40) -> dict[str, Any]:
+    base = postgres_url or os.environ.get("MESH_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
+    with tempfile.TemporaryDirectory() as scratch, scratch_database(base) as url, \
+            serve_replicas(url, Path(scratch)) as (first, second):
+        nodes = [ReportingNode(first.base_url, "lag-first"),
+                 ReportingNode(second.base_url, "lag-second")]
+        readers = [httpx.Client(base_url=second.base_url), httpx.Client(base_url=first.base_url)]
+        try:
+            for node, reader in zip(nodes, readers, strict=True):
+                wait_for(reader, node.node_id, "thermal", 1.0, timeout_s=30.0)
+            # each node's samples get warmer: every one moves its short-window mean
+            lags = [propagation_lag(nodes[i % 2], readers[i % 2], 82.0 + 0.01 * i)
+                    for i in range(samples)]
+        finally:
+            for node in nodes:
+                node.close()
+            for reader in readers:
+                reader.close()
+    ordered = sorted(lags)
+    return {"replicas": 2, "backend": "postgresql", "samples": samples,
+            "follow_interval_s": Settings().pls_follow_interval_s,
+            "lag_p50_ms": round(statistics.median(ordered) * 1000.0, 1),
+            "lag_p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000.0, 1),
+            "lag_max_ms": round(ordered[-1] * 1000.0, 1),
+            "lag_mean_ms": round(statistics.fmean(ordered) * 1000.0, 1)}

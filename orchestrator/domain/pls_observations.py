@@ -1,0 +1,159 @@
+"""What the PLS engine learns, as data: every input a replica receives (a registration, a
+session start or end, heartbeats, a probe, GPU samples, an upload, a checkpoint cost, a task
+outcome, a handshake verdict, a tier the leader decided) is one frozen `Observation`.
+
+The service writes each one to the shared observation log in the transaction that records
+it, and every replica applies the log in its order (`services.pls_log`), so two
+orchestrators on one database feed their engines the same inputs in the same order. One
+codec (`encode` / `decode`) turns an observation into a JSON-able (kind, body) pair and back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.domain.popw import PopwReason, PopwVerdict
+from orchestrator.domain.reliability import GpuSample
+from orchestrator.domain.types import Tier
+
+
+@dataclass(frozen=True, slots=True)
+class NodeKnown:
+    """A node registered or re-registered, or bound a new session key at login."""
+
+    node_id: str
+    provider: str
+    region: str  # also its network group
+    registered_at: float
+    tier: int
+    session_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStarted:
+    node_id: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnded:
+    node_id: str
+    at: float
+    abrupt: bool  # the node's own departure; a drain or a shared silence is censored
+
+
+@dataclass(frozen=True, slots=True)
+class Departed:
+    """The failure detector called these nodes DEAD in one sweep (not the draining ones)."""
+
+    node_ids: tuple[str, ...]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Abandoned:
+    """A running task's lease was revoked because its node died."""
+
+    node_id: str
+    task_id: int
+    collateral: int
+    raw_rs: float | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeats:
+    beats: tuple[tuple[str, float], ...]  # (node id, time), by node id
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    node_id: str
+    sent: float
+    rtt_ms: float | None  # None: not echoed within the probe timeout
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReport:
+    node_id: str
+    samples: tuple[GpuSample, ...]  # in time order
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    node_id: str
+    at: float
+    mbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointCost:
+    node_id: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    """A task outcome on a node; `raw_rs` and `collateral` are those of the collateral lock
+    of the attempt it ended (None / 0 when none was locked or it had already ended)."""
+
+    node_id: str
+    task_id: int
+    outcome: str  # a `TaskOutcome` value
+    raw_rs: float | None
+    collateral: int
+    at: float
+    evidence: str | None = None  # hex digest of a failed verification's stored evidence
+
+
+@dataclass(frozen=True, slots=True)
+class Handshake:
+    verdict: PopwVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class TierDecided:
+    """The leader's staking policy moved the node to `tier` (other replicas adopt it)."""
+
+    node_id: str
+    tier: int
+    at: float
+
+
+Observation = (NodeKnown | SessionStarted | SessionEnded | Departed | Abandoned | Heartbeats
+               | Probe | GpuReport | Upload | CheckpointCost | AttemptEnded | Handshake
+               | TierDecided)
+
+KINDS: dict[str, type[Any]] = {
+    "node": NodeKnown, "session_started": SessionStarted, "session_ended": SessionEnded,
+    "departed": Departed, "abandoned": Abandoned, "heartbeats": Heartbeats, "probe": Probe,
+    "gpu": GpuReport, "upload": Upload, "checkpoint_cost": CheckpointCost,
+    "attempt_ended": AttemptEnded, "handshake": Handshake, "tier": TierDecided}
+KIND_OF = {cls: kind for kind, cls in KINDS.items()}
+
+
+def encode(observation: Observation) -> tuple[str, dict[str, Any]]:
+    """(kind, JSON-able body)."""
+    return KIND_OF[type(observation)], dataclasses.asdict(observation)
+
+
+def decode(kind: str, body: dict[str, Any]) -> Observation:
+    """The observation `encode` gave (kind, body) for; ValueError for an unknown kind."""
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown PLS observation kind {kind!r}")
+    if cls is Departed:
+        return Departed(tuple(body["node_ids"]), body["at"])
+    if cls is Heartbeats:
+        return Heartbeats(tuple((node_id, at) for node_id, at in body["beats"]))
+    if cls is GpuReport:
+        return GpuReport(body["node_id"], tuple(GpuSample(**s) for s in body["samples"]))
+    if cls is Handshake:
+        verdict = body["verdict"]
+        return Handshake(PopwVerdict(verdict["node_id"], verdict["passed"], Tier(verdict["tier"]),
+                                     verdict["decided_at"], verdict["expires_at"],
+                                     tuple(PopwReason(r) for r in verdict["reasons"])))
+    observation: Observation = cls(**body)
+    return observation

@@ -1,0 +1,103 @@
+"""Settlement: a verified job's payouts queued in the outbox (exactly once), and the one move
+settling -> settled, made only when the escrow on chain shows the job Settled.
+
+`mark_settled` is the move's only owner. The outbox sender calls it when the chain proves a
+settle landed (its mined receipt, or an escrow read showing Settled); the periodic escrow
+sync calls it for every job still settling with the escrow it reads, which also catches a
+settlement someone else sent, and flags jobs the chain closed some other way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db import crud, outbox
+from orchestrator.db.models import Job
+from orchestrator.domain.chain_actions import SettleJob
+from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
+from orchestrator.domain.lifecycle import JobStatus, TaskStatus
+from orchestrator.telemetry.metrics import MeshMetrics
+
+log = logging.getLogger("orchestrator")
+
+
+def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
+    """Verified: pay providers by tasks delivered, via the chain outbox, exactly once; the
+    job moves completed -> settling. False when its settlement was already queued."""
+    crud.set_job_status(session, job=job, target=JobStatus.COMPLETED, now=now,
+                        reason="verification passed")
+    tasks = crud.job_tasks(session, job_id=job.id)
+    delivered: dict[str, int] = {}
+    for task in tasks:
+        crud.set_task_status(session, task=task, target=TaskStatus.VERIFIED, now=now,
+                             reason="job accepted")
+        node = crud.get_node(session, node_id=task.node_id) if task.node_id else None
+        if node is not None:
+            delivered[node.provider] = delivered.get(node.provider, 0) + 1
+    providers = sorted(delivered)
+    payouts = [job.amount * delivered[p] // len(tasks) for p in providers]
+    queued = outbox.queue_action(
+        session, idempotency_key=f"settle:{job.id}", now=now,
+        action=SettleJob(job_id=bytes.fromhex(job.id[2:]), providers=tuple(providers),
+                         payouts=tuple(payouts),
+                         merkle_root=None if job.merkle_root is None
+                         else bytes.fromhex(job.merkle_root[2:])))
+    crud.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
+                        reason="settlement queued")
+    return queued
+
+
+def mark_settled(session: Session, *, job_id: str, escrow: EscrowStatus, now: float,
+                 reason: str) -> float | None:
+    """settling -> settled when `escrow` (as the chain shows it) is Settled; returns the
+    seconds since the settlement was queued, or None when nothing moved (the escrow does not
+    show it settled, the job is not ours, or it already moved on)."""
+    if escrow is not EscrowStatus.SETTLED:
+        return None
+    job = crud.lock_job(session, job_id=job_id)
+    if job is None or job.status != JobStatus.SETTLING.value:
+        return None
+    lag = now - job.updated_at
+    crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now, reason=reason)
+    return lag
+
+
+@dataclass(frozen=True, slots=True)
+class SettlementSync:
+    settled: list[tuple[str, float]]  # (job id, seconds from settlement queued to seen on chain)
+    diverged: list[str]  # jobs the chain closed some other way (e.g. reclaimed)
+
+
+def sync_settlements(session: Session, *, read_escrow: Callable[[bytes], EscrowedJob | None],
+                     now: float) -> SettlementSync:
+    """Passive sync of settling jobs against the escrow: confirm settlements the chain shows,
+    and flag any job whose chain state disagrees with ours (execution/settlement divergence)."""
+    settled: list[tuple[str, float]] = []
+    diverged: list[str] = []
+    for job in crud.jobs_in_status(session, statuses=[JobStatus.SETTLING]):
+        escrowed = read_escrow(bytes.fromhex(job.id[2:]))
+        if escrowed is None or escrowed.status == EscrowStatus.FUNDED:
+            continue  # the settlement transaction has not landed yet
+        lag = mark_settled(session, job_id=job.id, escrow=escrowed.status, now=now,
+                           reason="settlement confirmed on chain")
+        if lag is not None:
+            settled.append((job.id, lag))
+        elif escrowed.status != EscrowStatus.SETTLED:
+            diverged.append(job.id)
+    return SettlementSync(settled=settled, diverged=diverged)
+
+
+def sync_escrow(session: Session, *, read_escrow: Callable[[bytes], EscrowedJob | None],
+                metrics: MeshMetrics, now: float) -> SettlementSync:
+    """`sync_settlements` with its metrics and logs (the leader's periodic job)."""
+    result = sync_settlements(session, read_escrow=read_escrow, now=now)
+    for _, lag in result.settled:
+        metrics.settlement_lag.observe(lag)
+    metrics.divergence.inc(len(result.diverged))
+    if result.diverged:
+        log.error("chain state diverges from ours for jobs %s", result.diverged)
+    return result

@@ -1,0 +1,161 @@
+"""POST /v1/nodes/{id}/progress: a node back from a DEAD verdict past the reconnect grace shows
+the chunks its process rendered through the silence, signed with its login's session key. New
+uploaded chunks withdraw the abandonment (no slash, the session counts as censored, exactly
+once, across a restart); a new process's key, or nothing new, leaves the slash standing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db import crud
+from orchestrator.db.models import Lease, ProgressWithdrawal, SlashRecord
+from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
+from orchestrator.domain.lifecycle import JobStatus
+from orchestrator.domain.types import TaskNeeds
+from tests.orchestrator.apiclient import VirtualClock
+from tests.services.pls_harness import TOKEN, Agent, FixedStake
+from tests.services.test_placement_gates import pls_of
+from tests.services.test_session_key_login import login
+from tests.services.test_slashing_service import (
+    beat_rounds,
+    decide_after_delay,
+    ended_sessions,
+    slash_actions,
+)
+
+FRAME = {"kind": "blender", "blend_sha256": "b" * 64, "frame": 1, "tile": 0, "tiles": 1,
+         "samples": 12, "chunk_samples": 4, "format": "png"}
+
+
+def upload(node: Agent, data: bytes) -> str:
+    sha = hashlib.sha256(data).hexdigest()
+    put = node.client.put(f"/v1/blobs/{sha}", content=data,
+                          headers={"authorization": f"Bearer {node.token}"})
+    assert put.status_code == 200, put.text
+    return sha
+
+
+def cut_holding_a_frame(agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+                        factory: sessionmaker[Session], clock: VirtualClock
+                        ) -> tuple[Agent, bytes, int, str, float]:
+    """gpu-cut logs in with a session key, renders chunk 0 of a frame (uploaded), and goes
+    silent until the detector calls it DEAD. Returns the node, its session key, the task,
+    the chunk known at the verdict, and the verdict's time."""
+    node, survivor = agent("gpu-cut", region="us"), agent("gpu-ok", region="eu")
+    key = os.urandom(32)
+    assert login(node, session_address(key)) == 200
+    stake.free[node.wallet.address] = 10 * TOKEN
+    with factory.begin() as session:
+        crud.create_job(session, job_id="0x" + "f1" * 32, customer="0x" + "c" * 40,
+                        spec={"kind": "blender"}, spec_hash="0x" + "0" * 64, amount=TOKEN,
+                        deadline=1e12, needs=TaskNeeds(value=TOKEN), task_payloads=[FRAME],
+                        now=clock(), status=JobStatus.FUNDED)
+    lease = node.post("/v1/nodes/gpu-cut/lease")
+    assert lease.status_code == 200, lease.text
+    task_id = int(lease.json()["task_id"])
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.0})
+    known = upload(node, b"chunk 0+4 of frame 1")
+    beat_rounds(client, clock, [node, survivor], 30)
+    assert beat_rounds(client, clock, [survivor], 15) == ["gpu-cut"]
+    with factory() as session:
+        revoked = session.scalars(select(Lease).where(Lease.task_id == task_id)).one()
+    assert revoked.released_at is not None and revoked.release_reason == "node dead"
+    clock.advance(pls_of(client).config.slashing.reconnect_grace_s + 60)
+    node.login()  # its token outlived
+    survivor.login()
+    beat_rounds(client, clock, [node, survivor], 2)  # back, past the reconnect grace
+    return node, key, task_id, known, revoked.released_at
+
+
+def show(node: Agent, key: bytes, task_id: int, chunks: list[tuple[str, float, int]],
+         now: float) -> tuple[int, dict[str, object]]:
+    marks = [ChunkMark(bytes.fromhex(sha), at) for sha, at, _ in chunks]
+    proof = sign_progress(key, node.node_id, str(task_id), marks, now)
+    response = node.post(f"/v1/nodes/{node.node_id}/progress", {
+        "task_id": task_id, "resumed_at": now, "signature": "0x" + proof.signature.hex(),
+        "chunks": [{"sha256": sha, "rendered_at": at, "offset": offset, "length": 4}
+                   for sha, at, offset in chunks]})
+    return response.status_code, response.json()
+
+
+def test_chunks_rendered_through_the_cut_withdraw_the_slash_once_and_for_good(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock,
+        make_app: Callable[..., TestClient]) -> None:
+    node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
+                                                              clock)
+    fresh = upload(node, b"chunk 4+4 of frame 1, rendered offline")
+
+    status, body = show(node, key, task_id, [(known, departed - 5, 0), (fresh, departed + 3, 4)],
+                        clock())
+
+    assert status == 200 and body == {"verdict": "withdrawn", "chunks_credited": 1}
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []
+    with factory() as session:
+        assert list(session.scalars(select(SlashRecord))) == []
+        (withdrawal,) = session.scalars(select(ProgressWithdrawal))
+    assert (withdrawal.task_id, withdrawal.node_id, withdrawal.chunks) == (task_id, "gpu-cut",
+                                                                         [fresh])
+    assert withdrawal.session_key == session_address(key) and withdrawal.departed_at == departed
+    assert ended_sessions(factory)["gpu-cut"] is False  # censored: not a departure
+    assert "mesh_slashes_withdrawn_total 1.0" in client.get("/metrics").text
+    node.login()  # the decision delay outlived the token
+    again = show(node, key, task_id, [(fresh, departed + 3, 4)], clock())
+    assert again == (200, {"verdict": "not_pending", "chunks_credited": 0})
+    restarted = pls_of(make_app()).engine.staking  # the withdrawal is replayed from the DB
+    restarted.task_abandoned("gpu-cut", str(task_id), TOKEN, clock(), b"\x01" * 32)
+    assert restarted.decide(clock() + 10**5, {}).slashes == ()  # settled: once per task
+
+
+def test_a_new_process_cannot_show_the_old_ones_progress(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    node, _, task_id, _, departed = cut_holding_a_frame(agent, client, stake, factory, clock)
+    restarted_key = os.urandom(32)
+    assert login(node, session_address(restarted_key)) == 200
+    fresh = upload(node, b"chunk 4+4 of frame 1, rendered offline")
+
+    status, body = show(node, restarted_key, task_id, [(fresh, departed + 3, 4)], clock())
+
+    assert status == 403 and body["error"]["code"] == "progress_wrong_session"  # type: ignore[index]
+    decide_after_delay(client, factory, clock)
+    (action,) = slash_actions(factory)
+    assert action.payload["provider"] == node.wallet.address
+    assert ended_sessions(factory)["gpu-cut"] is True
+
+
+def test_an_idle_node_has_nothing_new_to_show_and_is_slashed(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
+                                                              clock)
+    outside_plan = upload(node, b"samples 5..9: no chunk of this frame")
+
+    # the chunk it had before the cut, claimed as rendered after it; a chunk off the plan
+    status, body = show(node, key, task_id, [(known, departed + 3, 0),
+                                             (outside_plan, departed + 4, 5)], clock())
+
+    assert status == 409 and body["error"]["code"] == "progress_none"  # type: ignore[index]
+    decide_after_delay(client, factory, clock)
+    assert len(slash_actions(factory)) == 1
+
+
+def test_a_proof_for_a_task_the_node_did_not_lose_is_not_pending(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    node, key, task_id, _, departed = cut_holding_a_frame(agent, client, stake, factory, clock)
+    fresh = upload(node, b"chunk 4+4 of frame 1, rendered offline")
+
+    assert show(node, key, task_id + 1, [(fresh, departed + 3, 4)], clock()) == (
+        200, {"verdict": "not_pending", "chunks_credited": 0})
+    forged = node.post("/v1/nodes/gpu-cut/progress", {
+        "task_id": task_id, "resumed_at": clock(), "signature": "0x" + "00" * 65,
+        "chunks": [{"sha256": fresh, "rendered_at": departed + 3, "offset": 4, "length": 4}]})
+    assert forged.status_code == 403 and forged.json()["error"]["code"] == "progress_forged"
