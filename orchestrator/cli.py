@@ -108,9 +108,6 @@ def bench_churn(
     days: float = 7.0,
     jobs: int = 2_000,
     seed: int = 1,
-    population: Annotated[str, typer.Option(
-        help="Generated hosts (without --trace): seti, combos, homes, homes-short, churn-mix"
-    )] = "seti",
     plots: Annotated[Path | None, typer.Option(help="Folder for PNG plots")] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -119,7 +116,7 @@ def bench_churn(
 
     try:
         result = churn.run(trace=trace, profiles=profiles, nodes=nodes, days=days, jobs=jobs,
-                           seed=seed, plots=plots, population=population)
+                           seed=seed, plots=plots)
     except ValueError as error:  # bad trace/profile files or arguments: say what, no traceback
         typer.echo(f"mesh bench churn: {error}", err=True)
         raise typer.Exit(2) from None

@@ -323,36 +323,6 @@ def test_only_the_first_placement_of_an_exploring_ranking_is_marked_explored() -
     assert ranked[0].candidate.spec.node_id.startswith("new")
 
 
-def test_the_rs_floor_is_a_preference_when_every_candidate_is_below_it() -> None:
-    """A grid of short-lived hosts: nobody clears the floor for a long task, so it goes to the
-    cheapest risky node anyway; while one node clears it, only that one is ranked."""
-    shaky = {"a": (1800.0, 20, 60.0), "b": (1200.0, 20, 60.0)}
-    book = book_of(shaky)
-    a, b = spec("a", price=TOKEN // 10), spec("b", price=TOKEN // 10)
-    long_task = TaskNeeds(expected_duration_s=8 * HOUR, value=5 * TOKEN)
-    floored = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24), min_rs=0.9)
-    stake = {a.provider: 10**24, b.provider: 10**24}
-    ranked = floored.rank([Candidate(a, 1), Candidate(b, 1)], long_task, NOW, stake)
-    assert ranked and all(p.rs < 0.9 for p in ranked)  # placed anyway, risk priced
-    assert ranked[0].collateral > floored.collateral.required(long_task.value, 0.0,
-                                                              long_task.expected_duration_s)
-    mixed = book_of({**shaky, "steady": (3 * 86_400.0, 20, 86_400.0)})
-    steady = spec("steady", price=TOKEN // 5)
-    stake[steady.provider] = 10**24
-    floored = PlsPolicy(mixed, CollateralPolicy(floor=0, cap=10**24),
-                        min_rs=float(mixed.score("steady", NOW, 8 * HOUR)) - 1e-9)
-    ranked = floored.rank([Candidate(a, 1), Candidate(b, 1), Candidate(steady, 1)],
-                          long_task, NOW, stake)
-    assert [p.candidate.spec.node_id for p in ranked] == ["steady"]
-
-
-def test_lone_grace_is_apart_from_the_shared_silence_judgement() -> None:
-    hold = LeaseHold(lone_grace_s=300.0)
-    assert hold.hold_for([(1, 40), (1, 200)]) == 0.0  # a lone silence is still its own
-    with pytest.raises(ValueError):
-        LeaseHold(lone_grace_s=-1.0)
-
-
 # ----- the expected cost, by hand --------------------------------------------------------------
 # expected_cost = compute + P(fail) x (rework x compute + rescheduling + delay x value)
 #                 + latency share x value x hours past the critical path
