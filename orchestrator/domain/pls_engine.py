@@ -209,11 +209,13 @@ class PlsEngine:
         return verdict
 
     def verification_failed(self, node_id: str, task_id: str, collateral: int,
-                            raw_rs: float | None, at: float) -> None:
+                            raw_rs: float | None, at: float, *,
+                            evidence: bytes | None = None) -> None:
+        """`evidence`: the digest of the verification's evidence (else the telemetry's)."""
         self.book.record_task_outcome(node_id, TaskOutcome.FAILED_VERIFICATION)
         self.attempt_ended(raw_rs, False)
         self.staking.verification_failed(node_id, task_id, collateral, at,
-                                         self.digest(node_id, at))
+                                         evidence or self.digest(node_id, at))
 
     # ----- placement --------------------------------------------------------------------
     def rank(self, rows: NDArray[np.intp], prices: NDArray[np.float64],

@@ -105,6 +105,7 @@ class AttemptEnded:
     raw_rs: float | None
     collateral: int
     at: float
+    evidence: str | None = None  # hex digest of a failed verification's stored evidence
 
 
 @dataclass(frozen=True, slots=True)

@@ -167,10 +167,11 @@ class PlsIngest(PlsLog):
         self._observe(session, CheckpointCost(node_id, seconds))
 
     def task_outcome(self, session: Session, *, node_id: str, task_id: int,
-                     outcome: TaskOutcome, now: float) -> None:
+                     outcome: TaskOutcome, now: float, evidence: bytes | None = None) -> None:
         """A task's attempt on this node ended: its outcome counts toward the node's record
         and, with the raw RS it was placed at, teaches the recalibrator; a failed
-        verification goes to the staking policy with the collateral locked for the task."""
+        verification goes to the staking policy with the collateral locked for the task
+        (and `evidence`, the digest of the stored verification evidence, when known)."""
         store.add_outcome(session, node_id=node_id, task_id=task_id, outcome=outcome.value,
                           at=now)
         finished = outcome is TaskOutcome.COMPLETED
@@ -178,4 +179,5 @@ class PlsIngest(PlsLog):
                               finished=finished)
         self._observe(session, AttemptEnded(node_id, task_id, outcome.value,
                                             None if lock is None else lock.raw_rs,
-                                            0 if lock is None else lock.amount, now))
+                                            0 if lock is None else lock.amount, now,
+                                            None if evidence is None else evidence.hex()))

@@ -148,8 +148,9 @@ class PlsLog(PlsState):
         if outcome is TaskOutcome.COMPLETED:
             self.engine.completed(ended.node_id, ended.raw_rs)
         elif outcome is TaskOutcome.FAILED_VERIFICATION:
-            self.engine.verification_failed(ended.node_id, str(ended.task_id), ended.collateral,
-                                            ended.raw_rs, ended.at)
+            self.engine.verification_failed(
+                ended.node_id, str(ended.task_id), ended.collateral, ended.raw_rs, ended.at,
+                evidence=None if ended.evidence is None else bytes.fromhex(ended.evidence))
         else:
             self.engine.outcome(ended.node_id, outcome)
             self.engine.attempt_ended(ended.raw_rs, False)

@@ -1,4 +1,4 @@
-"""Operator endpoints (admin key): run a sweep now, accept a verified job, read the outbox."""
+"""Operator endpoints (admin key): run a sweep now, accept a job by override, read the outbox."""
 
 from __future__ import annotations
 
@@ -30,12 +30,13 @@ def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
 
 
 @router.post("/jobs/{job_id}/accept", response_model=JobOut,
-             summary="Accept a verified job: queue its settlement in the chain outbox")
+             summary="Operator override (logged): accept a job without waiting for its "
+                     "verification and queue its settlement (verified jobs settle on their own)")
 def accept(job_id: str, session: SessionDep, ctx: CtxDep) -> JobOut:
     job = crud.get_job(session, job_id=job_id.lower())
     if job is None:
         raise ApiError(404, "job_not_found", f"no job {job_id}")
-    work.accept_job(session, job=job, pls=ctx.pls, now=ctx.now())
+    ctx.verifier.accept_by_operator(session, job=job, operator="admin", now=ctx.now())
     session.commit()
     return job_out(session, job)
 

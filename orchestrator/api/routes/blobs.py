@@ -62,6 +62,7 @@ def blob_file(ctx: CtxDep, sha256: str) -> FileResponse:
 def download(sha256: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> FileResponse:
     readable = work.readable_blobs(session, node_id=claims.node_id, read=ctx.blobs.read,
                                    size_of=lambda sha: ctx.blobs.path_of(sha).stat().st_size)
+    readable |= ctx.verifier.readable_blobs(session, node_id=claims.node_id, now=ctx.now())
     if sha256 not in readable:
         raise ApiError(403, "blob_not_leased",
                        "a node reads only the inputs and checkpoints of tasks it holds")

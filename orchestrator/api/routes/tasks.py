@@ -8,6 +8,7 @@ from orchestrator.api.deps import CtxDep, NodeDep, SessionDep
 from orchestrator.api.schemas import CheckpointIn, CompleteIn, FailIn, ProgressIn, TaskOut
 from orchestrator.db.models import Task
 from orchestrator.services import work
+from orchestrator.services.verification import report_of
 
 router = APIRouter(tags=["tasks"])
 
@@ -44,11 +45,12 @@ def checkpoint(task_id: int, body: CheckpointIn, claims: NodeDep, session: Sessi
 
 
 @router.post("/tasks/{task_id}/complete", response_model=TaskOut,
-             summary="Finish the task with an uploaded result blob")
+             summary="Finish the task with an uploaded result blob (committed, then challenged)")
 def complete(task_id: int, body: CompleteIn, claims: NodeDep, session: SessionDep,
              ctx: CtxDep) -> TaskOut:
-    task = work.complete_task(session, task_id=task_id, node_id=claims.node_id,
-                              result_sha256=body.result_sha256, now=ctx.now())
+    task = ctx.verifier.complete_task(session, task_id=task_id, node_id=claims.node_id,
+                                      result_sha256=body.result_sha256,
+                                      report=report_of(body.render), now=ctx.now())
     session.commit()
     return task_out(task)
 
