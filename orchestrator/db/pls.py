@@ -213,10 +213,12 @@ def add_slash(session: Session, *, slash_id: bytes, node_id: str, provider: str,
     return True
 
 
-def task_slashed(session: Session, *, task_id: int, reason: int) -> bool:
-    """Whether a slash of this reason was already decided for the task (by any replica)."""
+def task_slashed(session: Session, *, task_id: int, node_id: str, reason: int) -> bool:
+    """Whether a slash of this reason was already decided for this node's work on the task
+    (by any replica). Another node failing the same task is another slash."""
     return session.scalars(select(SlashRecord.slash_id).where(
-        SlashRecord.task_id == task_id, SlashRecord.reason == reason)).first() is not None
+        SlashRecord.task_id == task_id, SlashRecord.node_id == node_id,
+        SlashRecord.reason == reason)).first() is not None
 
 
 def unassigned_low_score_slashes(session: Session, *, reason: int) -> list[SlashRecord]:

@@ -12,6 +12,8 @@ The provider nodes are scripted clients (see `actors.ScriptedNode`), not yet the
 
 from __future__ import annotations
 
+import hashlib
+import io
 import secrets
 import sys
 import tempfile
@@ -23,8 +25,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import numpy as np
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
+from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
@@ -102,8 +106,14 @@ def _wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = WAIT_
 
 
 def _frame_bytes(blend: str, frame: int, part: str) -> bytes:
-    """A small deterministic stand-in for a rendered frame (no Blender in the scripted node)."""
-    return f"scripted render of {blend} frame {frame}: {part}".encode()
+    """A small deterministic stand-in for a rendered frame (no Blender in the scripted node):
+    a 32x24 PNG whose pixels follow from the scene, frame and part, so the orchestrator's
+    verification can decode and commit it like a real frame."""
+    seed = hashlib.sha256(f"scripted render of {blend} frame {frame}: {part}".encode()).digest()
+    pixels = np.frombuffer(seed * 72, dtype=np.uint8)[:32 * 24 * 3].reshape(24, 32, 3)
+    out = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(out, format="PNG")
+    return out.getvalue()
 
 
 def _service_env(data_dir: Path, rpc_url: str, chain_id: int, admin_key: str) -> dict[str, str]:
@@ -297,7 +307,8 @@ class _Grid:
         log.step(f"job {verified['status']}: tasks {verified['tasks']}, merkle root "
                  f"{str(verified['merkle_root'])[:18]}…")
         accepted = expect(self.operator.post(f"/v1/admin/jobs/{job.hex_id}/accept"))
-        log.step(f"operator accepts the verified job: {accepted['status']}")
+        log.step(f"operator accepts the job (a logged override: the scripted nodes serve no "
+                 f"verification re-renders; real agents do): {accepted['status']}")
 
         def settled() -> str | None:
             status = str(expect(self.operator.get(f"/v1/jobs/{job.hex_id}"))["status"])

@@ -80,11 +80,12 @@ class PlsStaking(PlsLog):
         return DecideResult(actions.slashes, tuple(tiers))
 
     def _queue_slash(self, session: Session, decision: SlashDecision, now: float) -> None:
-        """Store the decision and queue its `slash` action, once per task and reason: the
-        ids of abandonment slashes carry their decision time, so a new leader whose policy
+        """Store the decision and queue its `slash` action, once per task, node and reason:
+        the ids of abandonment slashes carry their decision time, so a new leader whose policy
         heard of an abandonment its predecessor already decided must not slash it again."""
         task_id = None if decision.task_id is None else int(decision.task_id)
         if task_id is not None and store.task_slashed(session, task_id=task_id,
+                                                      node_id=decision.node_id,
                                                       reason=int(decision.reason)):
             return
         stored = store.add_slash(
