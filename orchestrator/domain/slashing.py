@@ -172,6 +172,7 @@ class StakingPolicy:
         self._active: set[str] = set()  # nodes `decide` must look at; the rest cannot change
         self._tier_before: dict[bytes, Tier] = {}  # slash_id -> tier the slash demoted from
         self._settled_tasks: set[str] = set()
+        self._failed_results: set[tuple[str, str]] = set()  # (task, node) slashed for a result
         self._credited_chunks: set[bytes] = set()  # chunks that already withdrew a slash
         self._immediate: list[SlashDecision] = []
         self._immediate_tiers: list[TierChange] = []
@@ -308,9 +309,12 @@ class StakingPolicy:
 
     def verification_failed(self, node_id: str, task_id: str, collateral: int, at: float,
                             evidence: bytes) -> None:
+        """Once per node and task: a task redone elsewhere and failed again is another
+        node's wrong result, slashed too."""
         node = self._node(node_id)
-        if task_id in self._settled_tasks:
+        if (task_id, node_id) in self._failed_results:
             return
+        self._failed_results.add((task_id, node_id))
         self._settled_tasks.add(task_id)
         self._pending.pop(task_id, None)
         decision = SlashDecision(

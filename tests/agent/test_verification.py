@@ -92,10 +92,18 @@ def test_lazyStaleAndTamperingNodes_areCaught_honestNodesOnBothKernelsNeverRejec
         assert "failed" not in by_node.get(agent.name, {}), by_node  # no false rejection
     evidence = failed_evidence(grid, frames)
     assert {e["node_id"] for e in evidence} == set(cheats)
-    digests = {row["evidence"][0]["digest"] for task_id in range(1, frames + 1)
-               for row in admin(grid, f"/tasks/{task_id}/verification") if row["evidence"]}
-    slashes = wait_for("the slashes in the outbox", lambda: (
-        found if len(found := grid.outbox("slash")) >= len(cheats) else None), timeout_s=60)
+    def evidence_digests() -> set[str]:
+        return {row["evidence"][0]["digest"] for task_id in range(1, frames + 1)
+                for row in admin(grid, f"/tasks/{task_id}/verification") if row["evidence"]}
+
+    def slashed_with_evidence() -> tuple[list[dict[str, Any]], set[str]] | None:
+        """Each failed result's slash (the staking decision queues them) is in the outbox."""
+        found, digests = grid.outbox("slash"), evidence_digests()
+        carried = {a["payload"]["evidence"] for a in found}
+        return (found, digests) if len(found) >= len(cheats) and carried == digests else None
+
+    slashes, digests = wait_for("a slash with its evidence for every failed result",
+                                slashed_with_evidence, timeout_s=120)
     assert {a["payload"]["evidence"] for a in slashes} == digests  # each carries its evidence
     assert {a["payload"]["provider"] for a in slashes} == {a.address for a in cheaters}
     outbox = admin(grid, "/outbox")

@@ -209,6 +209,16 @@ def test_failed_verification_slashes_and_demotes_at_once() -> None:
     assert decide_after_delay(policy, 60.0) == []  # nor slashed again as an abandonment
 
 
+def test_a_task_failed_on_two_nodes_slashes_each_node_once() -> None:
+    policy = policy_with(2)
+    policy.verification_failed("n0", "t1", 10**18, 50.0, EVIDENCE)
+    policy.verification_failed("n1", "t1", 10**18, 55.0, EVIDENCE)  # the redo cheated too
+    policy.verification_failed("n1", "t1", 10**18, 56.0, EVIDENCE)  # reported twice
+    slashes = policy.decide(60.0, BONDED).slashes
+    assert [(s.node_id, s.task_id, s.decided_at) for s in slashes] == [
+        ("n0", "t1", 50.0), ("n1", "t1", 55.0)]
+
+
 def verdict(node: str, tier: Tier, at: float, valid_s: float = 10 * 86_400.0) -> PopwVerdict:
     return PopwVerdict(node, True, tier, at, at + valid_s, ())
 
