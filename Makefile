@@ -5,9 +5,9 @@ export SOLCX_BINARY_PATH := $(CURDIR)/.solcx
 export MESH_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 # ape's foundry provider would otherwise start (or silently reuse) an anvil on port 8545.
 export APE_FOUNDRY_HOST ?= auto
-# The CI sample's pooled floor, under its measured 81 % (docs/mutation.md); raise it towards
-# `make mutate`'s 90 % per module as the scores rise.
-MUTATION_SAMPLE_THRESHOLD ?= 0.8
+# The CI sample's pooled floor, `make mutate`'s 90 %: the sample measured 88 of 89 killed
+# (98.9 %, docs/mutation.md).
+MUTATION_SAMPLE_THRESHOLD ?= 0.9
 
 .PHONY: setup compile test test-contracts test-invariants slither test-python lint demo fuzz mutate mutate-sample
 

@@ -19,6 +19,7 @@ back (`fail(drain)`), the orchestrator is told (`POST .../drain`), then the agen
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ import signal
 import tarfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,6 +66,7 @@ class AgentConfig:
     popw_class: str | None = None  # answer a PoPW handshake of this GPU class at start
     max_backoff_s: float = 30.0
     exit_when_idle_s: float | None = None  # leave after this long without work (bench, tests)
+    cpu_kernel: str | None = None  # "sse42": Cycles without its AVX2 kernel (a cross-kernel grid)
 
 
 class Draining(Exception):
@@ -293,6 +295,9 @@ class Agent:
         try:
             while not self.draining.is_set():
                 self.deliver_spooled()
+                if self.run_check():
+                    idle_since = time.monotonic()
+                    continue
                 lease = self.retry("pull a lease", lambda: self.request(
                     "POST", f"/v1/nodes/{self.config.node_id}/lease", ok=(200, 204)))
                 if lease.status_code == 204:
@@ -364,7 +369,7 @@ class Agent:
         busy machine) ready for the next lease; each task still gets its own process."""
         if self._spare is None and not self.draining.is_set():
             box = self.sandbox([blender.WORKER.parent])
-            blender.start_worker(box)
+            blender.start_worker(box, cpu_kernel=self.config.cpu_kernel)
             self._spare = box
 
     def take_warm(self) -> Sandbox:
@@ -454,7 +459,74 @@ class Agent:
                      "task, scene ready in %.2f s, %.2f s in the sandbox)", task_id,
                      len(rendered.rendered_chunks), rendered.import_s, rendered.ready_s,
                      run.seconds)
-            self.finish(lease, rendered.frame)
+            render = None if not rendered.env else {
+                **rendered.env, "chunks": [{"offset": c.offset, "length": c.length,
+                                            "sha256": c.sha256} for c in rendered.chunks]}
+            self.finish(lease, rendered.frame, render=render,
+                        parts=[(c.sha256, c.path) for c in rendered.chunks
+                               if c.sha256 not in uploaded])
+
+    def run_check(self) -> bool:
+        """Re-render a window of another provider's result when the orchestrator has one for
+        this node (`blender` checks), send the chunk and frame files; False: none waits."""
+        node = self.config.node_id
+        response = self.retry("pull a check", lambda: self.request(
+            "POST", f"/v1/nodes/{node}/checks/lease", ok=(200, 204)))
+        if response.status_code == 204:
+            return False
+        check = response.json()
+        check_id, payload = int(check["check_id"]), check["payload"]
+        if payload.get("kind") == "command":
+            self.command_check(check_id, payload)
+            return True
+        if payload.get("kind") != "blender":
+            log.warning("check %s: cannot re-run %r work; it lapses", check_id,
+                        payload.get("kind"))
+            return False
+        log.info("check %s (%s): frame %s window %s of task %s", check_id, check["role"],
+                 payload.get("frame"), check["window"], payload.get("tile"))
+        try:
+            blend = self.fetch(str(payload["blend_sha256"]), ".blend")
+            task = blender.FrameTask.from_payload(payload, blend, self.config.threads)
+            with self.take_warm() as box:
+                try:
+                    rendered = blender.render(task, box)
+                finally:
+                    self.warm()
+                if rendered.run.outcome is not Outcome.OK or rendered.frame is None:
+                    log.warning("check %s: render failed (%s); it lapses", check_id,
+                                rendered.run.reason)
+                    return True
+                for chunk in rendered.chunks:
+                    self.upload(chunk.path, chunk.sha256)
+                frame_sha = sha256_file(rendered.frame)
+                self.upload(rendered.frame, frame_sha)
+            verdict = self.call("check result", "POST", f"/v1/checks/{check_id}/result",
+                                json_body={
+                                    "chunks": [{"offset": c.offset, "length": c.length,
+                                                "sha256": c.sha256} for c in rendered.chunks],
+                                    "frame_sha256": frame_sha, "render": rendered.env or None,
+                                    "render_s": sum(c.seconds for c in rendered.chunks)})
+            log.info("check %s: %s", check_id, verdict["status"])
+        except (ApiCallError, blender.OutputInvalid, ValueError) as exc:
+            log.warning("check %s: %s", check_id, exc)
+        return True
+
+    def command_check(self, check_id: int, payload: dict[str, Any]) -> None:
+        """Re-run a command task and send its result's hash (the tar is reproducible)."""
+        try:
+            with self.run_command(payload) as (archive, problem):
+                if archive is None:
+                    log.warning("check %s: the command failed (%s); it lapses", check_id,
+                                problem)
+                    return
+                sha = sha256_file(archive)
+                self.upload(archive, sha)
+            verdict = self.call("check result", "POST", f"/v1/checks/{check_id}/result",
+                                json_body={"result_sha256": sha})
+            log.info("check %s: %s", check_id, verdict["status"])
+        except ApiCallError as exc:
+            log.warning("check %s: %s", check_id, exc)
 
     def resume_chunks(self, manifest_sha: str | None, task: blender.FrameTask
                       ) -> list[blender.Chunk]:
@@ -479,7 +551,15 @@ class Agent:
         """A generic subprocess: argv from the job, the input blob at $MESH_INPUT, its declared
         outputs under $MESH_OUT, packed into a reproducible tar as the result."""
         task_id = int(lease["task_id"])
-        payload = lease["payload"]
+        with self.run_command(lease["payload"]) as (archive, problem):
+            if archive is None:
+                self.give_back(task_id, "error", problem)
+                return
+            self.finish(lease, archive)
+
+    @contextlib.contextmanager
+    def run_command(self, payload: dict[str, Any]) -> Iterator[tuple[Path | None, str]]:
+        """(the result tar, "") or (None, why it failed), inside the task's sandbox."""
         inputs = []
         env = {"MESH_SHARD": str(payload.get("shard", 0)),
                "MESH_SHARDS": str(payload.get("shards", 1)), "MESH_PYTHON": task_python()}
@@ -492,11 +572,11 @@ class Agent:
             argv = [part.replace("{python}", task_python()) for part in payload["command"]]
             run = box.run(argv, env=env)
             if run.outcome is not Outcome.OK:
-                self.give_back(task_id, "error", run.reason)
+                yield None, run.reason
                 return
             missing = [name for name in payload["outputs"] if not (box.out / name).is_file()]
             if missing:
-                self.give_back(task_id, "error", f"declared outputs missing: {missing}")
+                yield None, f"declared outputs missing: {missing}"
                 return
             archive = box.root / "result.tar"
             with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -506,21 +586,28 @@ class Agent:
                     info.mode = 0o644
                     with (box.out / name).open("rb") as handle:
                         tar.addfile(info, handle)
-            self.finish(lease, archive)
+            yield archive, ""
 
     # ----- results ---------------------------------------------------------------------------
-    def finish(self, lease: dict[str, Any], result: Path) -> None:
+    def finish(self, lease: dict[str, Any], result: Path, *, render: dict[str, Any] | None = None,
+               parts: list[tuple[str, Path]] | None = None) -> None:
+        """Spool the result (with the chunk files not uploaded yet), then deliver it."""
         sha = sha256_file(result)
         pending = self.spool.keep(task_id=int(lease["task_id"]), lease_id=int(lease["lease_id"]),
-                                  sha256=sha, source=result)
+                                  sha256=sha, source=result, render=render, parts=parts or [])
         log.info("task %s: result %s kept in the spool", pending.task_id, sha[:12])
         self.deliver(pending)
 
     def deliver(self, pending: Pending) -> None:
         try:
+            for part in pending.parts:
+                self.upload(self.spool.root / part, part.split(".")[0])
             self.upload(self.spool.path(pending), pending.sha256)
+            body: dict[str, Any] = {"result_sha256": pending.sha256}
+            if pending.render is not None:
+                body["render"] = pending.render
             self.call("complete", "POST", f"/v1/tasks/{pending.task_id}/complete",
-                      json_body={"result_sha256": pending.sha256})
+                      json_body=body)
         except ApiCallError as exc:
             if exc.status not in (404, 409):
                 raise

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,8 @@ class Pending:
     lease_id: int
     sha256: str
     name: str  # the file under the spool dir
+    render: dict[str, Any] | None = None  # build, kernel and chunks, sent with `complete`
+    parts: list[str] = field(default_factory=list)  # files under the spool dir to upload first
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,18 +46,26 @@ class Spool:
     def _record(self, task_id: int) -> Path:
         return self.root / f"task-{task_id}.json"
 
-    def keep(self, *, task_id: int, lease_id: int, sha256: str, source: Path) -> Pending:
-        name = f"{sha256}{source.suffix}"
-        target = self.root / name
-        partial = self.root / f".{name}.partial"
-        shutil.copyfile(source, partial)
-        os.replace(partial, target)
-        pending = Pending(task_id=task_id, lease_id=lease_id, sha256=sha256, name=name)
+    def keep(self, *, task_id: int, lease_id: int, sha256: str, source: Path,
+             render: dict[str, Any] | None = None,
+             parts: Sequence[tuple[str, Path]] = ()) -> Pending:
+        """Keep the result (and `parts`: (sha256, file) of chunks not uploaded yet) until
+        `acknowledged`; every file is named by its sha256."""
+        name = self._copy(source, f"{sha256}{source.suffix}")
+        names = [self._copy(path, f"{sha}{path.suffix}") for sha, path in parts]
+        pending = Pending(task_id=task_id, lease_id=lease_id, sha256=sha256, name=name,
+                          render=render, parts=names)
         record = self._record(task_id)
         partial_record = record.with_suffix(".partial")
         partial_record.write_text(json.dumps(asdict(pending)))
         os.replace(partial_record, record)
         return pending
+
+    def _copy(self, source: Path, name: str) -> str:
+        partial = self.root / f".{name}.partial"
+        shutil.copyfile(source, partial)
+        os.replace(partial, self.root / name)
+        return name
 
     def pending(self) -> list[Pending]:
         found = []
@@ -68,8 +80,9 @@ class Spool:
 
     def acknowledged(self, pending: Pending) -> None:
         self._record(pending.task_id).unlink(missing_ok=True)
-        if not any(p.name == pending.name for p in self.pending()):
-            (self.root / pending.name).unlink(missing_ok=True)
+        still = {name for p in self.pending() for name in (p.name, *p.parts)}
+        for name in {pending.name, *pending.parts} - still:
+            (self.root / name).unlink(missing_ok=True)
 
     # ----- chunks rendered offline ----------------------------------------------------------
     @property

@@ -108,6 +108,9 @@ def bench_churn(
     days: float = 7.0,
     jobs: int = 2_000,
     seed: int = 1,
+    population: Annotated[str, typer.Option(
+        help="Generated hosts (without --trace): seti, combos, homes, homes-short, churn-mix"
+    )] = "seti",
     plots: Annotated[Path | None, typer.Option(help="Folder for PNG plots")] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -116,7 +119,7 @@ def bench_churn(
 
     try:
         result = churn.run(trace=trace, profiles=profiles, nodes=nodes, days=days, jobs=jobs,
-                           seed=seed, plots=plots)
+                           seed=seed, plots=plots, population=population)
     except ValueError as error:  # bad trace/profile files or arguments: say what, no traceback
         typer.echo(f"mesh bench churn: {error}", err=True)
         raise typer.Exit(2) from None
@@ -139,6 +142,36 @@ def bench_render(
 
     _emit(render.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
                      resolution=(width, height), agents=agents), as_json)
+
+
+@bench_app.command("verify")
+def bench_verify(
+    frames: int = 6,
+    samples: int = 32,
+    chunk_samples: int = 16,
+    width: int = 128,
+    height: int = 96,
+    tasks: Annotated[int, typer.Option(help="Tasks a provider delivers in one epoch.")] = 300,
+    trials: Annotated[int, typer.Option(help="Simulated epochs per policy and cheater.")] = 2000,
+    policy: Annotated[list[str] | None, typer.Option(
+        help="fixed-N%, adaptive-F% or adaptive; repeat for several (default: a set).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Sampling policies against cheaters over real renders of the sample scene: detection,
+    overhead (checker render s / useful render s), false rejections."""
+    from orchestrator.bench import verify
+    from orchestrator.domain.verification import SamplingPolicy
+
+    names = tuple(policy or verify.POLICIES)
+    try:
+        for name in names:
+            SamplingPolicy.parse(name)
+    except ValueError as error:
+        typer.echo(f"mesh bench verify: {error}", err=True)
+        raise typer.Exit(2) from None
+    _emit(verify.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
+                     resolution=(width, height), tasks=tasks, trials=trials, policies=names),
+          as_json)
 
 
 @orchestrator_app.command("serve")
@@ -188,6 +221,8 @@ def agent_run(
     popw_class: Annotated[str | None, typer.Option(help="Answer a PoPW handshake.")] = None,
     exit_when_idle_s: Annotated[float | None, typer.Option(
         help="Leave after this long without work.")] = None,
+    cpu_kernel: Annotated[str | None, typer.Option(
+        help="sse42: render without Cycles' AVX2 kernel (results say which kernel).")] = None,
     chain_id: ChainId = 31337,
     orchestrator_id: OrchestratorId = "depin-mesh-orchestrator",
 ) -> None:
@@ -210,7 +245,9 @@ def agent_run(
         limits=Limits(cpu_s=cpu_s, memory_bytes=memory_mb * mb, wall_s=wall_s,
                       output_bytes=output_mb * mb, file_bytes=output_mb * mb),
         heartbeat_s=heartbeat_s, poll_s=poll_s, popw_class=popw_class,
-        exit_when_idle_s=exit_when_idle_s)
+        exit_when_idle_s=exit_when_idle_s, cpu_kernel=cpu_kernel)
+    if cpu_kernel not in (None, "sse42"):
+        raise _fail("agent run", ValueError(f"--cpu-kernel {cpu_kernel}: only sse42 is known"))
     try:
         Agent(config, account).run()
     except (ApiCallError, OSError) as error:  # e.g. a registration the service refuses

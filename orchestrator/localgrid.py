@@ -100,10 +100,11 @@ class Grid:
         self.stop_service()
 
     def done(self, job_id: str) -> bool:
-        """Every task of the job has its result."""
+        """Every task of the job has its result (verified already, or not yet)."""
         results = self.results(job_id)
-        return bool(results["complete"]) and self.job(job_id)["tasks"] == {
-            "done": len(results["results"])}
+        tasks = self.job(job_id)["tasks"]
+        return bool(results["complete"]) and set(tasks) <= {"done", "verified"} and sum(
+            tasks.values()) == len(results["results"])
 
     def submit(self, blend: Path, **workload: Any) -> str:
         """Upload the .blend (signed) and submit a render job of it; returns the job id."""
@@ -148,8 +149,10 @@ class Grid:
     def wait_logged_in(self, agents: list[AgentProcess]) -> None:
         wait_for("the agents to log in", lambda: all("logged in" in a.log() for a in agents))
 
-    def agent(self, name: str, *extra: str, threads: int = 1) -> AgentProcess:
-        agent = AgentProcess(self, name, ["--threads", str(threads), *extra])
+    def agent(self, name: str, *extra: str, threads: int = 1,
+              launcher: list[str] | None = None) -> AgentProcess:
+        """`launcher` replaces `python -m orchestrator.cli` (e.g. a test agent that cheats)."""
+        agent = AgentProcess(self, name, ["--threads", str(threads), *extra], launcher=launcher)
         if self.chain.provider_stake(agent.address).bonded < STAKE:
             self.fund(agent)
         self.agents.append(agent)
@@ -166,8 +169,10 @@ class Grid:
 class AgentProcess:
     """`mesh agent run` with its own keystore and state dir; its log in a file."""
 
-    def __init__(self, grid: Grid, name: str, extra: list[str]) -> None:
+    def __init__(self, grid: Grid, name: str, extra: list[str],
+                 launcher: list[str] | None = None) -> None:
         self.grid = grid
+        self.launcher = launcher or [sys.executable, "-m", "orchestrator.cli"]
         self.name = name
         self.dir = grid.root / name
         self.dir.mkdir(exist_ok=True)
@@ -184,7 +189,7 @@ class AgentProcess:
     def start(self, orchestrator: str | None = None) -> AgentProcess:
         """Run the agent against the grid's service, or the `orchestrator` URL given (a proxy
         in front of it, say)."""
-        argv = [sys.executable, "-m", "orchestrator.cli", "agent", "run", "--orchestrator",
+        argv = [*self.launcher, "agent", "run", "--orchestrator",
                 orchestrator or self.grid.url, "--keystore", str(self.keystore), "--password-file",
                 str(self.password), "--node-id", self.name, "--state-dir",
                 str(self.dir / "state"), "--heartbeat-s", "0.5",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
 import time
@@ -14,17 +16,19 @@ from sqlalchemy.orm import Session
 from orchestrator.api.deps import AppContext, EscrowReader, escrow_provider
 from orchestrator.api.errors import install_error_handlers
 from orchestrator.api.limits import BodyLimit
-from orchestrator.api.routes import admin, blobs, health, jobs, nodes, pls, tasks
+from orchestrator.api.routes import admin, blobs, health, jobs, nodes, pls, tasks, verification
 from orchestrator.config import Settings, get_settings
 from orchestrator.db import crud
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.slashing import SlashingConfig
+from orchestrator.domain.verification import SamplingPolicy
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
 from orchestrator.services import settlement, work
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_state import StakeReader
+from orchestrator.services.verification import Verifier
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 from orchestrator.telemetry.logs import configure_logging
@@ -112,14 +116,22 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
                                     decision_delay_s=settings.pls_decision_delay_s)),
         stake_reader=(lambda: stake_reader) if stake_reader is not None
         else _chain_stake(settings), metrics=metrics)
+    blob_store = BlobStore(settings.data_dir / "blobs")
+    verification_secret = (settings.verification_secret.get_secret_value().encode()
+                           if settings.verification_secret
+                           else hmac.new(secret, b"verification", hashlib.sha256).digest())
     ctx = AppContext(
-        settings=settings, factory=factory, blobs=BlobStore(settings.data_dir / "blobs"),
+        settings=settings, factory=factory, blobs=blob_store,
         metrics=metrics,
         heartbeats=HeartbeatBuffer(factory, lease_ttl_s=settings.lease_ttl_s,
                                    flush_every_s=settings.heartbeat_flush_s,
                                    on_flush=pls_service.on_heartbeats),
         detector=PhiAccrualDetector(), session_secret=secret, escrow_reader=escrow_reader,
-        clock=clock, pls=pls_service)
+        clock=clock, pls=pls_service,
+        verifier=Verifier(blobs=blob_store, pls=pls_service, secret=verification_secret,
+                          policy=SamplingPolicy.parse(settings.verification_policy),
+                          windows=settings.verification_windows,
+                          epoch_s=settings.pls_epoch_s))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -144,7 +156,7 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
     app = FastAPI(title="DePIN Mesh orchestrator", version="0.1.0", lifespan=lifespan)
     app.state.ctx = ctx
     install_error_handlers(app)
-    for module in (nodes, pls, tasks, jobs, blobs, admin):
+    for module in (nodes, pls, tasks, jobs, blobs, admin, verification):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(health.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,

@@ -114,7 +114,11 @@ def thin_route_breaches(tree: ast.Module) -> Iterator[tuple[int, str]]:
 
 
 # (rule, file relative to ROOT): why it may stay for now.
-ALLOWED: dict[tuple[str, str], str] = {}
+ALLOWED: dict[tuple[str, str], str] = {
+    ("thin-routes", "orchestrator/api/routes/verification.py"):
+        "merged from issue-15 as it was: lease_check and check_result compose and commit in "
+        "the route; move each into one Verifier call that commits",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ import numpy as np
 from agent.client import sha256_file
 from agent.sandbox import Outcome, Run, Sandbox, task_python
 from agent.workloads import blender_worker
+from orchestrator.domain.verification import window_rows
 
 WORKER = Path(blender_worker.__file__).resolve()
 DEFAULT_SAMPLES = 64
@@ -73,13 +74,9 @@ def plan_chunks(samples: int, chunk_samples: int) -> list[tuple[int, int]]:
             for offset in range(0, samples, chunk_samples)]
 
 
-def tile_row_range(tile: int, tiles: int, height: int) -> tuple[int, int]:
-    """Rows [top, bottom) of a tile in the top-down frame: Blender places border edges at
-    int(float32(border) * float32(res)) (float64 maths misplaces some), bottom-up."""
-    low, high = blender_worker.tile_rows(tile, tiles, height)
-    y0 = int(np.float32(low) * np.float32(height))
-    y1 = int(np.float32(high) * np.float32(height))
-    return height - y1, height - y0
+tile_row_range = window_rows
+"""Rows [top, bottom) of a tile in the top-down frame (`domain.verification.window_rows`:
+Blender's border edges, the windows verification re-renders are tiles too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +95,7 @@ class Rendered:
     frame: Path | None
     ready_s: float  # open the .blend + scene set-up, once the task was given
     import_s: float  # `import bpy` in the sandboxed process (before the task, when warm)
+    env: dict[str, str]  # Blender build and CPU kernel (`blender_worker.render_env`)
 
     @property
     def rendered_chunks(self) -> list[Chunk]:
@@ -148,10 +146,14 @@ def image_size(path: Path) -> tuple[int, int]:
         raise OutputInvalid(f"{path.name} is not a readable PNG: {exc}") from None
 
 
-def start_worker(sandbox: Sandbox) -> None:
+def start_worker(sandbox: Sandbox, *, cpu_kernel: str | None = None) -> None:
     """Start the Blender worker in `sandbox` so that it imports bpy before its task arrives
-    (the sandbox must have `WORKER.parent` among its read-only paths)."""
-    sandbox.start([task_python(), str(WORKER), "-"], env={"PYTHONNOUSERSITE": "1"})
+    (the sandbox must have `WORKER.parent` among its read-only paths). `cpu_kernel="sse42"`
+    makes Cycles skip its AVX2 kernel."""
+    env = {"PYTHONNOUSERSITE": "1"}
+    if cpu_kernel == "sse42":
+        env["CYCLES_CPU_NO_AVX2"] = "1"
+    sandbox.start([task_python(), str(WORKER), "-"], env=env)
 
 
 def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
@@ -184,6 +186,7 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
     chunks = [Chunk(c.offset, c.length, c.path, c.sha256, 0.0) for c in done]  # not redone
     frame: list[Path] = []
     ready = [0.0, 0.0]
+    env: dict[str, str] = {}
     shape: list[tuple[int, ...]] = [exr_pixels(c.path).shape for c in done[:1]]
 
     def line(text: str) -> None:
@@ -193,6 +196,7 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
         path = Path(event.get("path", ""))
         if event["event"] == "ready":
             ready[:] = [float(event["seconds"]), float(event["import_s"])]
+            env.update({str(k): str(v) for k, v in dict(event.get("env") or {}).items()})
         elif event["event"] == "chunk":
             if path.parent != sandbox.out:
                 raise OutputInvalid(f"the worker named a file outside its output: {path}")
@@ -215,7 +219,8 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
         start_worker(sandbox)
     run = sandbox.run(on_line=line, stdin=json.dumps(spec))
     result = Rendered(run=run, chunks=sorted(chunks, key=lambda c: c.offset),
-                      frame=frame[0] if frame else None, ready_s=ready[0], import_s=ready[1])
+                      frame=frame[0] if frame else None, ready_s=ready[0], import_s=ready[1],
+                      env=env)
     if run.outcome is Outcome.OK:
         check_frame(result, task)
     return result

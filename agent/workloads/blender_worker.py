@@ -12,7 +12,9 @@ file it names). Job files never run Python: auto-exec stays off and
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,6 +29,21 @@ def tile_rows(tile: int, tiles: int, height: int) -> tuple[float, float]:
     """The border (min_y, max_y) of horizontal strip `tile` of `tiles`, tile 0 at the top
     (border y runs bottom-up)."""
     return 1.0 - (tile + 1) / tiles, 1.0 - tile / tiles
+
+
+def render_env() -> dict[str, str]:
+    """The Blender build and the Cycles CPU kernel this process renders with: pixels are
+    bit-identical only between equal pairs (TOOLCHAIN.md), so every result carries them."""
+    import bpy
+
+    build = bpy.app.build_hash
+    build = build.decode() if isinstance(build, bytes) else str(build)
+    flags = ""
+    with contextlib.suppress(OSError):
+        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), "")
+    avx2 = "avx2" in flags.split() and not os.environ.get("CYCLES_CPU_NO_AVX2")
+    return {"blender": f"{bpy.app.version_string} {build}", "kernel": "avx2" if avx2 else "sse42"}
 
 
 def emit(**fields: Any) -> None:
@@ -138,7 +155,8 @@ def main(source: str) -> None:
     out = Path(spec["out"])
     started = time.perf_counter()
     scene = configure(spec)
-    emit(event="ready", import_s=imported - began, seconds=time.perf_counter() - started)
+    emit(event="ready", import_s=imported - began, seconds=time.perf_counter() - started,
+         env=render_env())
     for frame in spec["frames"]:
         scene.frame_set(int(frame))
         chunks = [(Path(path), int(length)) for path, length in spec["done"]]

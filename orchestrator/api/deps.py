@@ -17,6 +17,7 @@ from orchestrator.db import crud
 from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.services.pls import PlsService
+from orchestrator.services.verification import Verifier
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
 from orchestrator.telemetry.metrics import MeshMetrics
@@ -40,6 +41,7 @@ class AppContext:
     escrow_reader: EscrowReader | None
     clock: Callable[[], float]  # wall time in service; tests may pass a virtual clock
     pls: PlsService  # the one reliability book, staking policy and PoPW state
+    verifier: Verifier  # commitments, re-checks and their verdicts
 
     def now(self) -> float:
         return self.clock()

@@ -16,11 +16,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from orchestrator.domain.lifecycle import (
     DomainError,
     Forbidden,
-    Invalid,
     NotFound,
     TooLarge,
     Unavailable,
     Unfunded,
+    Unprocessable,
 )
 
 log = logging.getLogger("orchestrator.api")
@@ -29,7 +29,7 @@ log = logging.getLogger("orchestrator.api")
 # is an instance of (a subclass before its base). Every other refusal (an invalid transition,
 # a conflict) is a 409.
 DOMAIN_ERROR_STATUS: tuple[tuple[type[DomainError], int], ...] = (
-    (NotFound, 404), (Forbidden, 403), (TooLarge, 413), (Invalid, 422), (Unfunded, 402),
+    (NotFound, 404), (Forbidden, 403), (TooLarge, 413), (Unprocessable, 422), (Unfunded, 402),
     (Unavailable, 503))
 CONFLICT = 409
 

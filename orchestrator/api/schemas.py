@@ -86,8 +86,24 @@ class BlenderWorkload(Strict):
         return self
 
 
+class RedundancyIn(Strict):
+    """k-of-n for non-deterministic commands: n runs on distinct providers, k must agree."""
+
+    k: int = Field(2, ge=1, le=9)
+    n: int = Field(3, ge=1, le=9)
+
+    @model_validator(mode="after")
+    def _majority(self) -> RedundancyIn:
+        if self.k > self.n or 2 * self.k <= self.n:
+            raise ValueError("k-of-n needs k <= n and a strict majority (2k > n)")
+        return self
+
+
 class CommandWorkload(Strict):
     kind: Literal["command"]
+    # False: runs may differ (e.g. seeded by time); verified by k-of-n agreement, not re-runs
+    deterministic: bool = True
+    redundancy: RedundancyIn = Field(default_factory=RedundancyIn)
     command: list[Annotated[str, Field(max_length=256)]] = Field(min_length=1, max_length=32)
     input_sha256: Sha256Hex | None = None
     count: int = Field(1, ge=1, le=MAX_TASKS_PER_JOB)  # independent shards, one task each
@@ -156,6 +172,23 @@ class CheckpointIn(Strict):
     cost_s: float | None = Field(None, gt=0, le=3600)  # measured time to write it (interval)
 
 
+class RenderEnvIn(Strict):
+    """What a render ran on: the checker is picked (and the comparison rule chosen) by it."""
+
+    blender: str = Field(min_length=1, max_length=128)  # version and build hash
+    kernel: str = Field(min_length=1, max_length=32)  # Cycles CPU kernel (avx2, sse42) or device
+
+
+class ChunkIn(Strict):
+    offset: int = Field(ge=0)
+    length: int = Field(ge=1)
+    sha256: Sha256Hex
+
+
+class RenderIn(RenderEnvIn):
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+
+
 MAX_SHOWN_CHUNKS = 1024
 
 
@@ -184,6 +217,7 @@ class ProgressShownOut(BaseModel):
 
 class CompleteIn(Strict):
     result_sha256: Sha256Hex
+    render: RenderIn | None = None  # render tasks: the build, kernel and chunk files
 
 
 class FailIn(Strict):
@@ -346,3 +380,46 @@ class ScoreProofOut(BaseModel):
 
 class VerificationFailedIn(Strict):
     node_id: Name
+
+
+class CheckLeaseOut(BaseModel):
+    check_id: int
+    role: str  # "check" or "tiebreak"
+    window: int
+    expires_at: float
+    payload: dict[str, Any]  # a task payload, restricted to the window
+
+
+class CheckResultIn(Strict):
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+    frame_sha256: Sha256Hex | None = None
+    result_sha256: Sha256Hex | None = None  # a non-render result
+    render: RenderEnvIn | None = None
+    render_s: float = Field(0.0, ge=0)
+
+
+class CheckOut(BaseModel):
+    check_id: int
+    status: str
+    comparison: dict[str, Any] | None
+
+
+class CommitmentOut(BaseModel):
+    commitment_id: int
+    task_id: int
+    node_id: str
+    status: str
+    detail: str
+    root: str
+    rate: float
+    windows: int
+    checks: list[CheckOut]
+    evidence: list[dict[str, Any]]  # {"digest", "evidence"} for a failed result
+
+
+class VerificationOut(BaseModel):
+    commitments: dict[str, int]  # by status
+    checks: dict[str, int]  # by status
+    overturned: int  # mismatches a tie-break decided for the node (a rejection avoided)
+    check_render_s: float
+    by_node: dict[str, dict[str, int]]  # node -> its results by verdict

@@ -418,3 +418,78 @@ class PlsLogCursor(Base):
     replica: Mapped[str] = mapped_column(String(64), primary_key=True)
     position: Mapped[int] = mapped_column(BigInteger)
     seen_at: Mapped[float] = mapped_column(Float)
+
+
+class VerificationCommitment(Base):
+    """What one task attempt's result commits to (Merkle root over its pixel-window leaves),
+    recorded before its challenge is drawn, and the verdict on it."""
+
+    __tablename__ = "verification_commitments"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    job_id: Mapped[str] = mapped_column(String(66), index=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str] = mapped_column(String(42), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    result_sha256: Mapped[str] = mapped_column(String(64))
+    root: Mapped[str] = mapped_column(String(66))
+    leaves: Mapped[list[Any]] = mapped_column(JSON)  # Leaf.as_json() each
+    windows: Mapped[int] = mapped_column(Integer)
+    env: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # RenderEnv
+    chunks: Mapped[list[Any]] = mapped_column(JSON)  # [{offset, length, sha256}] the node sent
+    policy: Mapped[str] = mapped_column(String(32))
+    rate: Mapped[float] = mapped_column(Float)  # per-window check probability it was drawn at
+    seed: Mapped[str] = mapped_column(String(66))  # HMAC(secret, root, task, attempt)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    decided_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class VerificationCheck(Base):
+    """One re-check: a window of a committed result re-rendered on another node."""
+
+    __tablename__ = "verification_checks"
+    __table_args__ = (Index("ix_verification_checks_status_id", "status", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    commitment_id: Mapped[int] = mapped_column(ForeignKey("verification_commitments.id"),
+                                               index=True)
+    window: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))  # "check" or "tiebreak"
+    recipe: Mapped[dict[str, Any]] = mapped_column(JSON)  # what the checker renders
+    status: Mapped[str] = mapped_column(String(16))
+    checker_node: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    checker_provider: Mapped[str | None] = mapped_column(String(42), nullable=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    comparison: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    render_s: Mapped[float] = mapped_column(Float, default=0.0)  # checker's render seconds
+    created_at: Mapped[float] = mapped_column(Float)
+    done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class VerificationEvidence(Base):
+    """Everything a dispute needs to reproduce a failed verification; `digest` (keccak of the
+    canonical JSON) is the evidence hash the slash carries on chain."""
+
+    __tablename__ = "verification_evidence"
+
+    digest: Mapped[str] = mapped_column(String(66), primary_key=True)
+    commitment_id: Mapped[int] = mapped_column(ForeignKey("verification_commitments.id"),
+                                               index=True)
+    node_id: Mapped[str] = mapped_column(String(64))
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class VerificationRecord(Base):
+    """A provider's pooled verification record (adaptive replication's streak)."""
+
+    __tablename__ = "verification_records"
+
+    provider: Mapped[str] = mapped_column(String(42), primary_key=True)
+    consecutive_valid: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -249,6 +249,94 @@ OUTBOX_TRANSITIONS: dict[OutboxStatus, frozenset[OutboxStatus]] = {
 del J, T, L, H, D, Q
 
 
+class VerificationStatus(StrEnum):
+    """Where one committed result (a task attempt's output) stands in verification."""
+
+    COMMITTED = "committed"
+    CHECKING = "checking"
+    DISPUTED = "disputed"
+    PASSED = "passed"
+    TRUSTED = "trusted"
+    FAILED = "failed"
+    OVERRIDDEN = "overridden"
+
+
+V = VerificationStatus
+
+VERIFICATION_TRANSITIONS: dict[VerificationStatus, frozenset[VerificationStatus]] = {
+    V.COMMITTED: frozenset({
+        # The challenge drew at least one window: re-check work is leased to another node.
+        V.CHECKING,
+        # The challenge drew no window: the provider's record vouches for it this time.
+        V.TRUSTED,
+        # An operator accepted the job by hand (logged override).
+        V.OVERRIDDEN,
+    }),
+    V.CHECKING: frozenset({
+        # Every re-rendered window matched the committed pixels.
+        V.PASSED,
+        # A window did not match: a third node breaks the tie before anyone is blamed.
+        V.DISPUTED,
+        # An operator accepted the job by hand (logged override).
+        V.OVERRIDDEN,
+    }),
+    V.DISPUTED: frozenset({
+        # The tie-breaker agreed with the node: the first checker was wrong, the result stands.
+        V.PASSED,
+        # The tie-breaker agreed with the checker: the result is wrong; slash and redo.
+        V.FAILED,
+        # An operator accepted the job by hand (logged override).
+        V.OVERRIDDEN,
+    }),
+    # Terminal: the verdict on this attempt is final (a redo is a new commitment).
+    V.PASSED: frozenset(),
+    V.TRUSTED: frozenset(),
+    V.FAILED: frozenset(),
+    V.OVERRIDDEN: frozenset(),
+}
+
+SETTLEABLE_VERIFICATION = frozenset({V.PASSED, V.TRUSTED, V.OVERRIDDEN})
+"""A task whose latest commitment is in one of these may be paid for."""
+
+
+class CheckStatus(StrEnum):
+    """One re-check: a window (or a whole command result) re-run on another node."""
+
+    OPEN = "open"
+    LEASED = "leased"
+    MATCHED = "matched"
+    MISMATCHED = "mismatched"
+    VOID = "void"
+
+
+C = CheckStatus
+
+CHECK_TRANSITIONS: dict[CheckStatus, frozenset[CheckStatus]] = {
+    C.OPEN: frozenset({
+        # A node other than the committer (and other than earlier checkers) pulled it.
+        C.LEASED,
+        # The commitment was decided without it (operator override, or a redo superseded it).
+        C.VOID,
+    }),
+    C.LEASED: frozenset({
+        # The checker's decoded pixels equal the committed ones (within the tolerance).
+        C.MATCHED,
+        # They differ.
+        C.MISMATCHED,
+        # The checker's lease lapsed or it gave the check back: offer it to another node.
+        C.OPEN,
+        # The commitment was decided without it.
+        C.VOID,
+    }),
+    # Terminal.
+    C.MATCHED: frozenset(),
+    C.MISMATCHED: frozenset(),
+    C.VOID: frozenset(),
+}
+
+del V, C
+
+
 class DomainError(Exception):
     """A request the domain rules refuse; `code` is the stable machine-readable name."""
 
@@ -259,6 +347,13 @@ class NotFound(DomainError):
     """A request names something (a task, a blob) that does not exist."""
 
     code = "not_found"
+
+
+class Unprocessable(DomainError):
+    """A well-formed request whose content the rules cannot use (a report that contradicts
+    its task's plan)."""
+
+    code = "unprocessable"
 
 
 class Refused(DomainError):
@@ -278,7 +373,7 @@ class Forbidden(Refused):
     """The thing exists but belongs to another principal (a node, a job, an escrow)."""
 
 
-class Invalid(Refused):
+class Invalid(Refused, Unprocessable):
     """A value the rules cannot take (a sample out of range, an answer that does not parse)."""
 
 
@@ -308,7 +403,7 @@ class InvalidTransition(DomainError):
 class StatusChange:
     """One accepted move, as the status history stores it."""
 
-    kind: str  # "job", "task" or "node"
+    kind: str  # "job", "task", "node", "verify" (a committed result) or "check"
     from_status: str
     to_status: str
     at: float  # seconds on the caller's clock
@@ -364,6 +459,20 @@ def lease_transition(current: LeaseState, target: LeaseState) -> None:
 def outbox_transition(current: OutboxStatus, target: OutboxStatus) -> None:
     """Check one outbox move against `OUTBOX_TRANSITIONS` (the row keeps its own times)."""
     check_move("outbox row", OUTBOX_TRANSITIONS, current, target)
+
+
+def verification_transition(current: VerificationStatus, target: VerificationStatus, *,
+                            at: float, reason: str) -> StatusChange:
+    """Check one verification move against `VERIFICATION_TRANSITIONS`."""
+    check_move("verification", VERIFICATION_TRANSITIONS, current, target)
+    return StatusChange("verify", current.value, target.value, at, reason)
+
+
+def check_transition(current: CheckStatus, target: CheckStatus, *, at: float,
+                     reason: str) -> StatusChange:
+    """Check one re-check move against `CHECK_TRANSITIONS`."""
+    check_move("check", CHECK_TRANSITIONS, current, target)
+    return StatusChange("check", current.value, target.value, at, reason)
 
 
 SCHEDULABLE_TASK_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RETRY})

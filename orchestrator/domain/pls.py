@@ -121,10 +121,18 @@ class LeaseHold:
     min_nodes: int = 2
     min_share: float = 0.02  # of the nodes registered in the group
     hold_s: float = 1800.0  # ISP outages last minutes (median ~5 min): most end inside this
+    # A lone silence keeps its lease this long before it is revoked (Kubernetes' default
+    # toleration of an unreachable node): most lone cuts last under a minute, and a node back
+    # within it renders on. The sweep applies it to every policy's leases; `hold_for` stays
+    # the shared-silence judgement (a lone silence is still the node's own departure, and a
+    # lapsed lone hold is an abandonment dated at the DEAD verdict).
+    lone_grace_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if self.window_s <= 0 or self.hold_s < 0 or self.min_nodes < 2 or self.min_share < 0:
-            raise ValueError("window_s > 0, hold_s >= 0, min_nodes >= 2, min_share >= 0")
+        if (self.window_s <= 0 or self.hold_s < 0 or self.min_nodes < 2 or self.min_share < 0
+                or self.lone_grace_s < 0):
+            raise ValueError("window_s > 0, hold_s >= 0, min_nodes >= 2, min_share >= 0, "
+                             "lone_grace_s >= 0")
 
     def for_node(self, staking: StakingPolicy, node_id: str, now: float) -> float:
         """Seconds to keep the leases of `node_id`, just called DEAD (its departure already
@@ -196,8 +204,9 @@ class PlsPolicy:
     def rank_rows(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
                   free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
                   wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
-        """Rank already-eligible rows: drops offline nodes, those under `min_rs` and those
-        whose free stake is short of the collateral; ties keep the caller's order.
+        """Rank already-eligible rows: drops offline nodes and those whose free stake is short
+        of the collateral, and those under `min_rs` while any candidate clears it; ties keep
+        the caller's order.
         `wall_durations_s`: how long the task would run on each row (its work over the
         node's verified speed), so a fast GPU is asked to survive a shorter time; default
         `needs.expected_duration_s` for all."""
@@ -210,16 +219,22 @@ class PlsPolicy:
         collateral = self.collateral.required_many(needs.value, p_fail,
                                                    needs.expected_duration_s)
         # raw RS 0: offline (recalibration may still map 0 above 0)
-        usable_mask = ((raw_rs > 0.0) & (rs > 0.0) & (rs >= self.min_rs)
-                       & (np.asarray(free_stake) >= collateral))
+        placeable = (raw_rs > 0.0) & (rs > 0.0) & (np.asarray(free_stake) >= collateral)
         passes, fails = self.book.verified_many(rows)
-        for allowed in self.probation.ladder(passes, fails,
-                                             needs.expected_duration_s > self.probation.max_task_s):
-            if (usable_mask & allowed).any():
-                usable_mask &= allowed
+        ladder = self.probation.ladder(passes, fails,
+                                       needs.expected_duration_s > self.probation.max_task_s)
+        usable_mask = np.zeros_like(placeable)
+        # The RS floor is a preference, not a wall: when no candidate clears it, the task goes
+        # to the cheapest risky one, its risk priced (collateral, Young's shorter interval),
+        # rather than wait for a steadier node that a grid of short-lived hosts may not have.
+        for floor in (rs >= self.min_rs, np.ones_like(placeable)):
+            for allowed in ladder:
+                if (placeable & floor & allowed).any():
+                    usable_mask = placeable & floor & allowed
+                    break
+            if usable_mask.any():
                 break
-        else:
-            usable_mask[:] = False  # a long task waits rather than go to a node caught cheating
+        # else: a long task waits rather than go to a node caught cheating
         usable = np.flatnonzero(usable_mask)
         wall = durations if np.ndim(durations) == 0 else np.asarray(durations)[usable]
         cost = self._expected_cost(np.asarray(prices, dtype=np.float64)[usable], p_fail[usable],

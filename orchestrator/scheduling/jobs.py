@@ -18,5 +18,8 @@ def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"kind": "command", "command": workload["command"],
                  "input_sha256": workload.get("input_sha256"), "shard": shard,
                  "outputs": workload.get("outputs", ["result"]),
-                 "shards": int(workload["count"])} for shard in range(int(workload["count"]))]
+                 "shards": int(workload["count"]),
+                 "deterministic": bool(workload.get("deterministic", True)),
+                 "redundancy": workload.get("redundancy") or {"k": 2, "n": 3}}
+                for shard in range(int(workload["count"]))]
     raise ValueError(f"unknown workload kind {workload['kind']!r}")

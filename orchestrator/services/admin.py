@@ -1,5 +1,5 @@
-"""What an operator asks for (admin key): a sweep now, a verified job accepted, a spot check's
-failure acted on, the chain outbox read. Each call is one transaction; it commits."""
+"""What an operator asks for (admin key): a sweep now, a job accepted by override, a spot
+check's failure acted on, the chain outbox read. Each call is one transaction; it commits."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.services import work
 from orchestrator.services.jobs import JobView, job_named, view
 from orchestrator.services.pls import PlsService
+from orchestrator.services.verification import Verifier
 from orchestrator.telemetry.metrics import MeshMetrics
 
 
@@ -25,10 +26,11 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
     return result
 
 
-def accept(session: Session, *, job_id: str, pls: PlsService, now: float) -> JobView:
-    """Accept a verified job: its settlement is queued (exactly once)."""
+def accept(session: Session, *, job_id: str, verifier: Verifier, now: float) -> JobView:
+    """The operator override (logged): accept the job without waiting for its verification;
+    its settlement is queued (exactly once)."""
     job = job_named(session, job_id=job_id)
-    work.accept_job(session, job=job, pls=pls, now=now)
+    verifier.accept_by_operator(session, job=job, operator="admin", now=now)
     session.commit()
     return view(session, job)
 

@@ -1,5 +1,5 @@
-"""Receiving an uploaded blob: size-limited, hash-checked, recorded; a node's large upload is
-timed as its uplink throughput for PLS."""
+"""Receiving an uploaded blob (size-limited, hash-checked, recorded; a node's large upload is
+timed as its uplink throughput for PLS) and who may download one."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from collections.abc import AsyncIterator, Callable
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud
-from orchestrator.domain.lifecycle import Invalid, TooLarge
+from orchestrator.domain.lifecycle import Forbidden, Invalid, TooLarge
+from orchestrator.services import work
 from orchestrator.services.pls import PlsService
+from orchestrator.services.verification import Verifier
 from orchestrator.storage.blobs import BlobError, BlobStore, BlobTooLarge
 from orchestrator.telemetry.metrics import MeshMetrics
 
@@ -41,3 +43,15 @@ async def receive(*, sha256: str, chunks: AsyncIterator[bytes], declared_bytes: 
             pls.record_upload(session, node_id=node_id, mbps=size * 8 / 1e6 / elapsed,
                               now=clock())
     return size
+
+
+def check_readable(session: Session, *, sha256: str, node_id: str, store: BlobStore,
+                   verifier: Verifier, now: float) -> None:
+    """Refuse (`Forbidden`) unless the node holds a lease that reads the blob: an input or
+    checkpoint of a task it runs, or an input of a re-check it leases."""
+    readable = work.readable_blobs(session, node_id=node_id, read=store.read,
+                                   size_of=lambda sha: store.path_of(sha).stat().st_size)
+    readable |= verifier.readable_blobs(session, node_id=node_id, now=now)
+    if sha256 not in readable:
+        raise Forbidden("blob_not_leased",
+                        "a node reads only the inputs and checkpoints of tasks it holds")

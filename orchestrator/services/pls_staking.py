@@ -16,6 +16,7 @@ from orchestrator.domain.pls_observations import TierDecided
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
+from orchestrator.services.pls_ingest import lapsed_lone_holds
 from orchestrator.services.pls_log import PlsLog
 from orchestrator.services.pls_state import StakeUnavailable
 
@@ -49,6 +50,9 @@ class PlsStaking(PlsLog):
         anyone proves it on chain with `slashForScore`. Leader-only (the policy's windows
         live in this engine): it first applies the whole log, and logs the tiers it sets so
         every replica gates placements on them."""
+        with self._lock:
+            lapsed = lapsed_lone_holds(session, self.engine, now)
+        self._observe(session, *lapsed)
         self.catch_up(session)
         with self._lock:
             readings = self.engine.readings(self._online(now), now)

@@ -4,11 +4,14 @@ the report means for the metrics."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import Task
 from orchestrator.services import work
 from orchestrator.services.pls import PlsService
+from orchestrator.services.verification import Verifier, report_of
 from orchestrator.telemetry.metrics import MeshMetrics
 
 
@@ -35,9 +38,12 @@ def checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str, pro
 
 
 def complete(session: Session, *, task_id: int, node_id: str, result_sha256: str,
-             now: float) -> Task:
-    task = work.complete_task(session, task_id=task_id, node_id=node_id,
-                              result_sha256=result_sha256, now=now)
+             render: Any, verifier: Verifier, now: float) -> Task:
+    """The task is done; its result is committed and challenged. `render`: the body's render
+    report (see `report_of`), or None."""
+    task = verifier.complete_task(session, task_id=task_id, node_id=node_id,
+                                  result_sha256=result_sha256, report=report_of(render),
+                                  now=now)
     session.commit()
     return task
 

@@ -425,7 +425,7 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
           metrics: MeshMetrics, now: float) -> SweepResult:
     """Expire lapsed leases, call silent nodes dead (keeping the leases of a shared silence),
     and tell PLS what happened."""
-    result = _reconcile(session, detector=detector, now=now, lease_holds=pls.lease_holds)
+    result = _reconcile(session, detector=detector, now=now, lease_holds=pls.sweep_holds)
     pls.after_sweep(session, facts=sweep_facts(result), now=now)
     metrics.node_failures.inc(len(result.dead_nodes))
     metrics.retries.labels("lapsed").inc(result.expired_leases)

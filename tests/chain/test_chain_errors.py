@@ -137,3 +137,71 @@ def test_snake_case_splits_after_lowercase_letters_and_digits_only() -> None:
     assert snake_case("epoch2Root") == "epoch2_root"
     assert snake_case("maxBPS") == "max_bps"  # a run of capitals stays one word
     assert snake_case("ID") == "id"
+
+
+def test_malformed_require_strings_and_panics_are_named_and_keep_their_data() -> None:
+    decoder = ErrorDecoder([ESCROW_ABI])
+    for data, reason in (
+            (keccak(text="Error(string)")[:4] + b"\x00" * 5,
+             "reverted with malformed Error(string)"),
+            (keccak(text="Panic(uint256)")[:4] + b"\x01", "malformed panic")):
+        error = decoder.decode(data)
+        assert isinstance(error, RevertError)
+        assert (error.reason, error.data) == (reason, data)
+    reason_data = _revert("Error(string)", ["string"], ["no"])
+    panic_data = _revert("Panic(uint256)", ["uint256"], [0x132])
+    reason = decoder.decode(reason_data)
+    assert isinstance(reason, RevertError) and reason.data == reason_data
+    panic = decoder.decode(panic_data)
+    assert isinstance(panic, RevertError)
+    assert (panic.reason, panic.data) == ("panic 0x132", panic_data)
+
+
+NESTED_ABI = [
+    {"type": "error", "name": "NoInputsKey"},  # an ABI may leave out an empty `inputs`
+    {"name": "Untyped", "inputs": []},  # no `type`: not an error entry
+    {"type": "error", "name": "BadPair", "inputs": [
+        {"name": "pair", "type": "tuple[2]", "components": [
+            {"name": "payee", "type": "tuple", "components": [
+                {"name": "wallet", "type": "address"}, {"name": "memo", "type": "string"}]},
+            {"name": "amount", "type": "uint256"}]}]},
+    {"type": "error", "name": "Why", "inputs": [{"name": "explanation", "type": "string"},
+                                                {"type": "bool"}]},
+]
+
+
+def test_fixed_arrays_of_nested_structs_decode_with_checksummed_addresses() -> None:
+    lower = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+    checksummed = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+    data = _revert("BadPair(((address,string),uint256)[2])", ["((address,string),uint256)[2]"],
+                   [[((lower, "a"), 1), ((lower, "b"), 2)]])
+    error = ErrorDecoder([NESTED_ABI]).decode(data)
+    assert isinstance(error, ContractError)
+    assert error.arguments == {"pair": (((checksummed, "a"), 1), ((checksummed, "b"), 2))}
+
+
+def test_entries_without_inputs_or_type_are_read_as_the_abi_means_them() -> None:
+    decoder = ErrorDecoder([NESTED_ABI])
+    assert decoder.known_errors() == {"NoInputsKey", "BadPair", "Why"}
+    bare = decoder.decode(keccak(text="NoInputsKey()")[:4])
+    assert isinstance(bare, ContractError) and bare.name == "NoInputsKey"
+    assert isinstance(decoder.decode(keccak(text="Untyped()")[:4]), RevertError)
+
+
+def test_a_parameter_without_a_name_is_named_by_its_position() -> None:
+    data = _revert("Why(string,bool)", ["string", "bool"], ["too late", True])
+    error = ErrorDecoder([NESTED_ABI]).decode(data)
+    assert isinstance(error, ContractError)
+    assert error.arguments == {"explanation": "too late", "arg1": True}
+    assert str(error) == "Why(explanation='too late', arg1=True)"
+
+
+def test_a_revert_without_data_keeps_empty_data() -> None:
+    bare = ErrorDecoder([ESCROW_ABI]).decode(b"")
+    assert isinstance(bare, RevertError) and bare.data == b""
+    assert RevertError("reverted").data == b""  # what the SDK raises when a node gives none
+
+
+def test_snake_case_keeps_a_leading_capital() -> None:
+    assert snake_case("Xpos") == "xpos"
+    assert snake_case("_X") == "x"

@@ -149,3 +149,127 @@ def test_platt_handles_scores_of_exactly_zero_and_one() -> None:
     platt = PlattCalibrator.fit(raw, observed)
     mapped = platt(np.array([0.0, 1.0]))
     assert np.all(np.isfinite(mapped)) and 0.0 < mapped[0] < mapped[1] < 1.0
+
+
+def test_brier_score_averages_the_squared_gaps() -> None:
+    assert brier_score([0.8, 0.3], [1, 0]) == pytest.approx((0.2**2 + 0.3**2) / 2)
+    assert brier_score(np.array([0.0, 1.0, 0.6]), np.array([0.0, 1.0, 1.0])) == pytest.approx(
+        0.16 / 3)
+
+
+@pytest.mark.parametrize(("predicted", "observed", "message"), [
+    ([0.5, 0.5], [1], r"predicted \(2,\) and observed \(1,\) must be equal 1-d shapes"),
+    ([[0.5], [0.5]], [[1], [0]],
+     r"predicted \(2, 1\) and observed \(2, 1\) must be equal 1-d shapes"),
+    ([], [], "calibration needs at least one outcome"),
+    ([-0.01], [1], r"predicted probabilities must lie in \[0, 1\]"),
+    ([1.01], [1], r"predicted probabilities must lie in \[0, 1\]"),
+    ([float("nan")], [1], r"predicted probabilities must lie in \[0, 1\]"),
+    ([0.5], [0.5], "observed outcomes must be 0 or 1"),
+    ([0.5, 0.5], [1, -1], "observed outcomes must be 0 or 1"),
+])
+def test_bad_inputs_are_refused_with_what_is_wrong(predicted: list[float], observed: list[int],
+                                                   message: str) -> None:
+    for measure in (brier_score, expected_calibration_error, reliability_diagram):
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            measure(predicted, observed)
+
+
+def test_probabilities_of_exactly_zero_and_one_are_accepted() -> None:
+    assert brier_score([0.0, 1.0], [0, 1]) == 0.0
+
+
+def test_ece_weights_each_bin_by_its_count() -> None:
+    predicted = [0.1, 0.1, 0.9, 0.9, 0.9, 0.9]
+    observed = [0, 1, 1, 1, 1, 0]
+    # Bin of 0.1: rate 1/2, gap 0.4, two outcomes; bin of 0.9: rate 3/4, gap 0.15, four.
+    assert expected_calibration_error(predicted, observed) == pytest.approx(
+        (2 * 0.4 + 4 * 0.15) / 6)
+    assert expected_calibration_error(predicted, observed, bins=2) == pytest.approx(
+        (2 * 0.4 + 4 * 0.15) / 6)
+    # One bin: mean prediction 3.8 / 6 against a rate of 4 / 6.
+    assert expected_calibration_error(predicted, observed, bins=1) == pytest.approx(0.2 / 6)
+
+
+def test_reliability_diagram_edges_and_means() -> None:
+    diagram = reliability_diagram([0.0, 0.2, 0.5, 0.7, 1.0], [0, 0, 1, 1, 1], bins=2)
+    assert diagram.lower.tolist() == [0.0, 0.5] and diagram.upper.tolist() == [0.5, 1.0]
+    # 0.5 sits on an edge and belongs to the upper bin; 1.0 to the last one.
+    assert diagram.count.tolist() == [2, 3]
+    assert diagram.mean_predicted.tolist() == pytest.approx([0.1, (0.5 + 0.7 + 1.0) / 3])
+    assert diagram.observed_rate.tolist() == pytest.approx([0.0, 1.0])
+    assert diagram.count.dtype == np.int64
+    single = reliability_diagram([0.3, 0.9], [1, 0], bins=1)
+    assert single.count.tolist() == [2] and single.mean_predicted.tolist() == pytest.approx(
+        [0.6])
+    with pytest.raises(ValueError, match=r"^bins must be >= 1$"):
+        reliability_diagram([0.5], [1], bins=0)
+
+
+def test_online_recalibrator_is_the_identity_until_its_first_fit() -> None:
+    online = OnlineRecalibrator(min_outcomes=2, refit_every=5, window=10)
+    raw = np.array([0.1, 0.6, 0.95])
+    online.observe(0.9, True)
+    assert online(raw) is raw and online.fitted is None
+    online.observe(0.1, False)
+    assert online.fitted is not None
+    mapped = online(raw)
+    assert mapped.tolist() == pytest.approx(online.fitted(raw).tolist())
+    assert mapped[0] < 0.5 < mapped[2]  # failed at 0.1, finished at 0.9
+
+
+def test_online_recalibrator_fits_on_the_latest_window_only() -> None:
+    """A window of 4 after 4 finished-at-low, failed-at-high outcomes and then 4 of the
+    opposite: the fit sees only the last four, so the map rises."""
+    online = OnlineRecalibrator(min_outcomes=4, refit_every=4, window=4)
+    for raw, finished in [(0.2, True), (0.8, False)] * 2 + [(0.2, False), (0.8, True)] * 2:
+        online.observe(raw, finished)
+    low, high = online(np.array([0.2, 0.8]))
+    assert low < 0.5 < high
+
+
+def test_ece_uses_ten_bins_by_default() -> None:
+    # 0.095 and 0.105 fall into two of ten bins (gaps 0.095 and 0.895), into one of eleven.
+    predicted, observed = [0.095, 0.105], [0, 1]
+    assert expected_calibration_error(predicted, observed) == pytest.approx(0.495)
+    assert expected_calibration_error(predicted, observed, bins=11) == pytest.approx(0.4)
+
+
+def test_online_recalibrator_defaults_refit_every_thousand_outcomes() -> None:
+    online = OnlineRecalibrator()
+    refits = fits_after_each(online, [(0.8 if i % 2 else 0.3, i % 2 == 1)
+                                      for i in range(1500)])
+    assert [i + 1 for i, refit in enumerate(refits) if refit] == [500, 1500]
+
+
+def test_online_recalibrator_defaults_to_a_window_of_twenty_thousand() -> None:
+    online = OnlineRecalibrator(min_outcomes=2, refit_every=19_999)
+    outcomes = [(0.9, True)] + [(0.2, False)] * 20_000
+    refits = fits_after_each(online, outcomes)
+    # Fitted on the 2nd; due again on the 20,001st, when the one success has just left the
+    # window of 20,000: nothing to fit on.
+    assert [i + 1 for i, refit in enumerate(refits) if refit] == [2]
+
+
+def test_online_recalibrator_takes_raw_scores_of_exactly_zero_and_one() -> None:
+    online = OnlineRecalibrator(min_outcomes=2, refit_every=1, window=10)
+    online.observe(0.0, False)
+    online.observe(1.0, True)
+    assert online.fitted is not None
+
+
+def test_online_recalibrator_bounds_message_is_whole() -> None:
+    with pytest.raises(ValueError,
+                       match=r"^need 0 < min_outcomes <= window and refit_every >= 1$"):
+        OnlineRecalibrator(min_outcomes=0)
+
+
+def test_a_bin_holding_one_outcome_counts_with_its_own_numbers() -> None:
+    predicted, observed = [0.05, 0.95, 0.95], [0, 1, 1]
+    diagram = reliability_diagram(predicted, observed)
+    assert diagram.count[0] == 1
+    assert diagram.mean_predicted[0] == pytest.approx(0.05)
+    assert diagram.observed_rate[0] == 0.0 and diagram.observed_rate[9] == 1.0
+    assert np.isnan(diagram.observed_rate[1]) and np.isnan(diagram.mean_predicted[1])
+    # Both bins are 0.05 off: one outcome in the first, two in the last.
+    assert expected_calibration_error(predicted, observed) == pytest.approx(0.05)

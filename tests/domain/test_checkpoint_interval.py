@@ -97,7 +97,7 @@ def test_daly_interval_by_hand(cost_s: float, mtbf_s: float, expected: float) ->
 def test_young_interval_by_hand_and_bad_inputs_are_refused() -> None:
     assert young_interval(8.0, 16.0) == pytest.approx(16.0, rel=1e-12)
     for formula in (young_interval, daly_interval):
-        with pytest.raises(ValueError, match="checkpoint cost must be > 0 seconds"):
+        with pytest.raises(ValueError, match=r"^checkpoint cost must be > 0 seconds$"):
             formula(0.0, 10.0)
-        with pytest.raises(ValueError, match="MTBF must be > 0 seconds"):
+        with pytest.raises(ValueError, match=r"^MTBF must be > 0 seconds$"):
             formula(1.0, 0.0)

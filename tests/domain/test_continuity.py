@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 
+import pytest
+
 from orchestrator.domain.continuity import ChunkMark, ProgressProof, session_address, sign_progress
 from orchestrator.domain.slashing import (
     ProgressVerdict,
@@ -165,3 +167,64 @@ def test_a_matured_abandonment_is_not_withdrawn() -> None:
     assert slashes_after_delay(policy) == [SlashReason.ABANDONMENT]
     proof = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT + 600),), BACK_AT)
     assert show(policy, proof) is ProgressVerdict.NOT_PENDING
+
+
+# ----- the signed manifest itself ------------------------------------------------------------
+KNOWN_KEY = (1).to_bytes(32, "big")  # the well-known key 0x...01 of every Ethereum tutorial
+KNOWN_ADDRESS = "0x7E5F4552091A69125d5DfCb7b8C2659029395Bdf"
+
+
+def test_a_session_key_is_named_by_its_checksummed_address() -> None:
+    assert session_address(KNOWN_KEY) == KNOWN_ADDRESS
+
+
+def test_a_signed_manifest_names_its_session_key_as_signer() -> None:
+    marks = (chunk("c0", 10.0), chunk("c1", 20.5))
+    proof = sign_progress(KNOWN_KEY, "n0", "t1", marks, 30.0)
+    assert (proof.node_id, proof.task_id, proof.chunks, proof.resumed_at) == (
+        "n0", "t1", marks, 30.0)
+    assert len(proof.signature) == 65
+    assert proof.signer() == KNOWN_ADDRESS
+
+
+def test_every_field_of_the_manifest_is_signed() -> None:
+    marks = (chunk("c0", 10.0), chunk("c1", 20.5))
+    signed = sign_progress(KNOWN_KEY, "n0", "t1", marks, 30.0)
+    changed = [
+        ProgressProof("n1", "t1", marks, 30.0, signed.signature),
+        ProgressProof("n0", "t2", marks, 30.0, signed.signature),
+        ProgressProof("n0", "t1", (marks[1], marks[0]), 30.0, signed.signature),
+        ProgressProof("n0", "t1", marks[:1], 30.0, signed.signature),
+        ProgressProof("n0", "t1", (marks[0], chunk("c9", 20.5)), 30.0, signed.signature),
+        ProgressProof("n0", "t1", (marks[0], chunk("c1", 21.5)), 30.0, signed.signature),
+        ProgressProof("n0", "t1", marks, 31.0, signed.signature),
+    ]
+    for proof in changed:
+        signer = proof.signer()
+        assert signer is not None and signer != KNOWN_ADDRESS, proof
+
+
+def test_times_are_signed_to_the_millisecond() -> None:
+    signed = sign_progress(KNOWN_KEY, "n0", "t1", (chunk("c0", 10.0),), 30.0)
+    # To the nearest millisecond: just under half a millisecond later is the same moment.
+    within = ProgressProof("n0", "t1", (chunk("c0", 10.0004996),), 30.0004996, signed.signature)
+    assert within.signer() == KNOWN_ADDRESS
+    later = ProgressProof("n0", "t1", (chunk("c0", 10.001),), 30.0, signed.signature)
+    assert later.signer() != KNOWN_ADDRESS
+    resumed_later = ProgressProof("n0", "t1", (chunk("c0", 10.0),), 30.001, signed.signature)
+    assert resumed_later.signer() != KNOWN_ADDRESS
+
+
+def test_a_chunk_hash_that_is_not_32_bytes_is_refused() -> None:
+    short = ChunkMark(b"\x01" * 31, 10.0)
+    with pytest.raises(ValueError, match=r"^a chunk hash is 32 bytes$"):
+        sign_progress(KNOWN_KEY, "n0", "t1", (short,), 30.0)
+    signed = sign_progress(KNOWN_KEY, "n0", "t1", (chunk("c0", 10.0),), 30.0)
+    assert ProgressProof("n0", "t1", (short,), 30.0, signed.signature).signer() is None
+
+
+def test_a_malformed_signature_has_no_signer() -> None:
+    marks = (chunk("c0", 10.0),)
+    signed = sign_progress(KNOWN_KEY, "n0", "t1", marks, 30.0)
+    assert ProgressProof("n0", "t1", marks, 30.0, signed.signature[:64]).signer() is None
+    assert ProgressProof("n0", "t1", marks, 30.0, b"\x00" * 65).signer() is None

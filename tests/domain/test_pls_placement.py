@@ -321,3 +321,165 @@ def test_only_the_first_placement_of_an_exploring_ranking_is_marked_explored() -
                       stake)
     assert [p.explored for p in ranked] == [True] + [False] * 9
     assert ranked[0].candidate.spec.node_id.startswith("new")
+
+
+def test_the_rs_floor_is_a_preference_when_every_candidate_is_below_it() -> None:
+    """A grid of short-lived hosts: nobody clears the floor for a long task, so it goes to the
+    cheapest risky node anyway; while one node clears it, only that one is ranked."""
+    shaky = {"a": (1800.0, 20, 60.0), "b": (1200.0, 20, 60.0)}
+    book = book_of(shaky)
+    a, b = spec("a", price=TOKEN // 10), spec("b", price=TOKEN // 10)
+    long_task = TaskNeeds(expected_duration_s=8 * HOUR, value=5 * TOKEN)
+    floored = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24), min_rs=0.9)
+    stake = {a.provider: 10**24, b.provider: 10**24}
+    ranked = floored.rank([Candidate(a, 1), Candidate(b, 1)], long_task, NOW, stake)
+    assert ranked and all(p.rs < 0.9 for p in ranked)  # placed anyway, risk priced
+    assert ranked[0].collateral > floored.collateral.required(long_task.value, 0.0,
+                                                              long_task.expected_duration_s)
+    mixed = book_of({**shaky, "steady": (3 * 86_400.0, 20, 86_400.0)})
+    steady = spec("steady", price=TOKEN // 5)
+    stake[steady.provider] = 10**24
+    floored = PlsPolicy(mixed, CollateralPolicy(floor=0, cap=10**24),
+                        min_rs=float(mixed.score("steady", NOW, 8 * HOUR)) - 1e-9)
+    ranked = floored.rank([Candidate(a, 1), Candidate(b, 1), Candidate(steady, 1)],
+                          long_task, NOW, stake)
+    assert [p.candidate.spec.node_id for p in ranked] == ["steady"]
+
+
+def test_lone_grace_is_apart_from_the_shared_silence_judgement() -> None:
+    hold = LeaseHold(lone_grace_s=300.0)
+    assert hold.hold_for([(1, 40), (1, 200)]) == 0.0  # a lone silence is still its own
+    with pytest.raises(ValueError):
+        LeaseHold(lone_grace_s=-1.0)
+
+
+# ----- the expected cost, by hand --------------------------------------------------------------
+# expected_cost = compute + P(fail) x (rework x compute + rescheduling + delay x value)
+#                 + latency share x value x hours past the critical path
+HAND_COST = CostModel(rework_fraction=0.5, rescheduling_cost=TOKEN // 10, delay_fraction=0.2,
+                      latency_share_per_hour=0.6, record_share=0.0)
+
+
+def hand_policy(book: ReliabilityBook = BOOK, **kwargs: object) -> PlsPolicy:
+    return PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24), HAND_COST,
+                     explore_share=0.0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_expected_cost_is_compute_plus_the_priced_risk_of_failure() -> None:
+    needs = TaskNeeds(expected_duration_s=1800.0, value=5 * TOKEN)
+    (placement,) = hand_policy().rank([Candidate(spec("stable", price=2 * TOKEN), 1)], needs,
+                                      NOW, RICH)
+    # compute: 2 tokens an hour for half an hour = 1; a failure costs 0.5 + 0.1 + 0.2 x 5.
+    assert placement.expected_cost == pytest.approx(
+        TOKEN * (1.0 + placement.p_fail * (0.5 + 0.1 + 1.0)), rel=1e-12)
+    assert 0.0 < placement.p_fail < 1.0
+
+
+def test_time_past_the_critical_path_is_priced_per_hour_of_value() -> None:
+    pls = hand_policy()
+    row = np.array([BOOK.index_of("stable")])
+    price = np.array([2.0 * TOKEN])
+    stake = np.array([1e24])
+    needs = TaskNeeds(expected_duration_s=1800.0, value=5 * TOKEN, critical_path_s=3600.0)
+    on_time = pls.rank_rows(row, price, stake, needs, NOW, wall_durations_s=np.array([3600.0]))
+    late = pls.rank_rows(row, price, stake, needs, NOW, wall_durations_s=np.array([7200.0]))
+    p_on_time, p_late = float(on_time.p_fail[0]), float(late.p_fail[0])
+    assert on_time.expected_cost[0] == pytest.approx(TOKEN * (1.0 + p_on_time * 1.6), rel=1e-12)
+    # One hour past the critical path: 0.6 of the value (5 tokens) more.
+    assert late.expected_cost[0] == pytest.approx(TOKEN * (1.0 + p_late * 1.6 + 0.6 * 5),
+                                                  rel=1e-12)
+    # Without a critical path the task's own duration is the slack.
+    own = TaskNeeds(expected_duration_s=1800.0, value=5 * TOKEN)
+    slow = pls.rank_rows(row, price, stake, own, NOW, wall_durations_s=np.array([3600.0]))
+    assert slow.expected_cost[0] == pytest.approx(
+        TOKEN * (1.0 + float(slow.p_fail[0]) * 1.6 + 0.6 * 5 * 0.5), rel=1e-12)
+
+
+def test_the_track_record_scales_the_cost_by_the_chance_a_fresh_session_ends_first() -> None:
+    book = BOOK
+    needs = TaskNeeds(expected_duration_s=HOUR, value=TOKEN)
+    row = np.array([book.index_of("flaky")])
+    price, stake = np.array([float(TOKEN)]), np.array([1e24])
+    plain = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
+                      CostModel(record_share=0.0, latency_share_per_hour=0.0), explore_share=0.0)
+    weighted = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
+                         CostModel(record_share=4.0, latency_share_per_hour=0.0),
+                         explore_share=0.0)
+    record = float(book.record_survival_many(row, NOW, HOUR)[0])
+    assert 0.0 < record < 1.0
+    base = float(plain.rank_rows(row, price, stake, needs, NOW).expected_cost[0])
+    assert weighted.rank_rows(row, price, stake, needs, NOW).expected_cost[0] == pytest.approx(
+        base * (1.0 + 4.0 * (1.0 - record)), rel=1e-12)
+
+
+def test_the_score_fn_is_minus_the_expected_cost() -> None:
+    needs = TaskNeeds(expected_duration_s=1800.0, value=5 * TOKEN)
+    stable = spec("stable", price=2 * TOKEN)
+    rs = BOOK.score("stable", NOW, 1800.0)
+    assert hand_policy().score_fn(NOW)(stable, needs) == pytest.approx(
+        -TOKEN * (1.0 + (1.0 - rs) * 1.6), rel=1e-12)
+
+
+def test_a_node_exactly_at_the_rs_floor_is_a_candidate() -> None:
+    """While another node clears the floor, the floor decides; a node exactly on it is in."""
+    needs = TaskNeeds(expected_duration_s=HOUR, value=TOKEN)
+    rs = BOOK.score("flaky", NOW, HOUR)
+    assert BOOK.score("stable", NOW, HOUR) > rs + 1e-9
+    at_floor = hand_policy(min_rs=rs).rank(PAIR, needs, NOW, RICH)
+    assert "flaky" in [p.candidate.spec.node_id for p in at_floor]
+    above = hand_policy(min_rs=rs + 1e-9).rank(PAIR, needs, NOW, RICH)
+    assert [p.candidate.spec.node_id for p in above] == ["stable"]
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_the_edges_of_the_shares_are_allowed(share: float) -> None:
+    PlsPolicy(BOOK, explore_share=share, min_rs=share)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"explore_share": -0.01}, r"explore_share must lie in \[0, 1\]"),
+    ({"explore_share": 1.01}, r"explore_share must lie in \[0, 1\]"),
+    ({"min_rs": -0.01}, r"min_rs must lie in \[0, 1\]"),
+    ({"min_rs": 1.01}, r"min_rs must lie in \[0, 1\]"),
+])
+def test_shares_outside_zero_to_one_are_refused(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PlsPolicy(BOOK, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_task_exactly_as_long_as_the_short_task_limit_still_explores() -> None:
+    book = exploring_book()
+    rows = np.arange(len(book))
+    prices = np.array([TOKEN // 100] * 5 + [TOKEN] * 5, dtype=np.float64)
+    stake = np.full(len(book), 1e24)
+    for duration, explores in ((600.0, True), (600.5, False)):
+        pls = policy(book, explore_share=1.0, seed=1)
+        needs = TaskNeeds(expected_duration_s=duration, value=TOKEN // 100)
+        assert pls.rank_rows(rows, prices, stake, needs, NOW).explored is explores
+
+
+def test_a_node_with_as_many_sessions_as_the_limit_is_no_newcomer() -> None:
+    """Newcomers are nodes with fewer than `new_node_sessions` sessions observed."""
+    histories = {f"vet{i}": (2 * 86_400.0, 10, 86_400.0) for i in range(3)}
+    histories |= {"three": (HOUR, 3, 600.0)}
+    book = book_of(histories)
+    rows = np.arange(len(book))
+    prices = np.array([TOKEN // 100] * 3 + [TOKEN], dtype=np.float64)
+    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN // 100)
+    assert book.sessions_observed("three") == 3
+    for limit, explores in ((3, False), (4, True)):
+        pls = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
+                        CostModel(latency_share_per_hour=0.0, record_share=0.0),
+                        explore_share=1.0, new_node_sessions=limit, seed=1)
+        ranked = pls.rank_rows(rows, prices, np.full(len(book), 1e24), needs, NOW)
+        assert ranked.explored is explores
+        assert bool(ranked.rows[0] == book.index_of("three")) is explores
+
+
+def test_a_single_candidate_is_never_marked_explored() -> None:
+    book = exploring_book(newcomers=1)
+    row = np.array([book.index_of("new0")])
+    ranked = policy(book, explore_share=1.0).rank_rows(
+        row, np.array([float(TOKEN)]), np.array([1e24]),
+        TaskNeeds(expected_duration_s=60.0, value=TOKEN // 100), NOW)
+    assert ranked.rows.tolist() == row.tolist() and ranked.explored is False

@@ -542,6 +542,31 @@ def test_a_single_probe_has_no_jitter_yet() -> None:
     assert book.components("n", 1.0, HOUR).stability == 1.0
 
 
+@pytest.mark.parametrize(("histories", "message"), [
+    ([([10.0, 20.0], [True])], "each history needs one abrupt flag per session"),
+    ([([10.0, 0.0], [True, True])], "session lengths must be positive"),
+    ([([10.0, 20.0], [False, False])], "fitting a prior needs at least one abrupt departure"),
+    ([([], [])], "fitting a prior needs at least one abrupt departure"),
+])
+def test_population_prior_refuses_bad_histories_saying_why(
+        histories: list[tuple[list[float], list[bool]]], message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        fit_population_prior(histories)
+
+
+def test_an_out_of_range_score_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"^RS 1.5 outside \[0, 1\]$"):
+        score_bps(1.5)
+
+
+def test_rs_is_the_product_of_its_factors_for_a_hot_gpu() -> None:
+    book = book_with([(HOUR, True)] * 5, uptime=HOUR)
+    for i in range(5):
+        book.record_gpu("n", gpu(1e8 - 600 + 60 * i, temperature_c=92.0))
+    parts = book.components("n", 1e8, HOUR)
+    assert 0.0 < parts.thermal < 1.0  # the heat costs something
+    assert parts.raw == pytest.approx(
+        parts.pooled * parts.pass_rate * parts.stability * parts.thermal, rel=1e-12)
 def test_a_departure_censored_later_scores_as_if_it_had_ended_censored() -> None:
     """A withdrawn abandonment (the process rendered through the cut): the abrupt end of that
     session leaves the node's record, as if the detector had never called it a departure."""

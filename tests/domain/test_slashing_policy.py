@@ -389,3 +389,62 @@ def test_a_score_of_exactly_promote_above_for_exactly_the_window_promotes() -> N
     _, changes, _ = feed_scores(policy, "n0", [CONFIG.promote_above] * 20)
     # Good from the reading at 0 h; the 12 h window is full at 12 h.
     assert [(c.new, c.at) for c in changes] == [(Tier.STANDARD, 12 * HOUR)]
+
+
+def test_an_abrupt_departure_is_slashed_at_the_damage_done_never_past_the_collateral() -> None:
+    policy = policy_with(10)
+    value = 10**18
+    damage = CONFIG.abandonment_damage(value, 0.25)  # a quarter redone, plus the base share
+    assert damage == value * (CONFIG.abandonment_base_bps + 2_500) // 10_000
+    policy.node_departed("n0", 100.0)
+    policy.task_abandoned("n0", "cheap", 10**18, 100.0, EVIDENCE, damage=damage)
+    policy.node_departed("n1", 100.0 + CONFIG.outage_window_s + 1)  # not one outage
+    policy.task_abandoned("n1", "dear", damage // 2, 100.0 + CONFIG.outage_window_s + 1,
+                          EVIDENCE, damage=damage)
+    slashes = policy.decide(10_000.0, BONDED).slashes
+    assert {(s.task_id, s.amount) for s in slashes} == {("cheap", damage), ("dear", damage // 2)}
+
+
+def test_an_announced_departure_is_never_slashed() -> None:
+    policy = policy_with(10)
+    policy.node_departed("n0", 100.0)
+    policy.task_abandoned("n0", "drained", 10**18, 100.0, EVIDENCE, announced=True)
+    policy.task_abandoned("n0", "drained", 10**18, 200.0, EVIDENCE)  # reported again: settled
+    assert decide_after_delay(policy, 200.0) == []
+
+
+def test_abandonment_damage_refuses_a_share_outside_zero_to_one() -> None:
+    with pytest.raises(ValueError, match="rework_share"):
+        CONFIG.abandonment_damage(10**18, 1.5)
+
+
+def test_high_tier_is_kept_while_the_node_is_away_and_judged_on_its_return() -> None:
+    policy = StakingPolicy(CONFIG)
+    policy.register("n0", provider(0), "eu", "AS1", now=0.0, tier=Tier.HIGH)
+    policy.handshake(verdict("n0", Tier.HIGH, 0.0, valid_s=2 * HOUR))
+    policy.node_departed("n0", HOUR)
+    assert policy.decide(5 * HOUR, BONDED).tier_changes == ()  # expired while away
+    policy.node_returned("n0", 6 * HOUR)
+    policy.handshake(verdict("n0", Tier.HIGH, 6 * HOUR))  # handshakes again on return
+    _, changes, _ = feed_scores(policy, "n0", [0.6] * 4, start=6 * HOUR)
+    assert changes == [] and policy.tier("n0") is Tier.HIGH
+    returned_stale = StakingPolicy(CONFIG)
+    returned_stale.register("n1", provider(1), "eu", "AS1", now=0.0, tier=Tier.HIGH)
+    returned_stale.handshake(verdict("n1", Tier.HIGH, 0.0, valid_s=2 * HOUR))
+    returned_stale.node_departed("n1", HOUR)
+    returned_stale.node_returned("n1", 6 * HOUR)  # back without a fresh handshake
+    _, changes, _ = feed_scores(returned_stale, "n1", [0.99] * 2, start=6 * HOUR)
+    assert [(c.old, c.new) for c in changes] == [(Tier.HIGH, Tier.STANDARD)]
+
+
+def test_an_outage_counts_the_share_of_the_nodes_that_were_online() -> None:
+    """50 nodes in one network, 40 of them long gone (a volunteer grid at 20 % uptime): the 4
+    online ones going silent together are an outage, though 4 is under 20 % of 50."""
+    policy = policy_with(50)
+    for i in range(10, 50):
+        policy.node_departed(f"n{i}", 600.0 * i)  # left one by one, minutes apart
+    start = 10 * HOUR
+    for i in range(4):
+        policy.node_departed(f"n{i}", start + 20.0 * i)
+        policy.task_abandoned(f"n{i}", f"t{i}", 10**18, start + 20.0 * i, EVIDENCE)
+    assert decide_after_delay(policy, start + 60.0) == []

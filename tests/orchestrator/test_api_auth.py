@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 from collections.abc import Callable
 
 import pytest
 from eth_account import Account
+from eth_utils import keccak
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -254,3 +258,92 @@ def test_session_tokens_verify_until_they_expire() -> None:
     with pytest.raises(ApiError) as caught:
         check_token(secret, f"{payload}.{mac[:-2]}", now=NOW)
     assert caught.value.code in {"token_invalid", "token_malformed"}
+
+
+# ---------------------------------------------------------------- the wire formats, by hand
+# A client in another language builds these from the EIP-712 and token rules alone; the
+# expectations below are built the same way, not with the module's own helpers.
+def _word(value: int) -> bytes:
+    return value.to_bytes(32, "big")
+
+
+def eip712_digest_by_hand(*, method: str, path: str, body: bytes, nonce: int, expiry: int,
+                          chain_id: int, orchestrator_id: str) -> bytes:
+    domain_type = keccak(text="EIP712Domain(string name,string version,uint256 chainId,"
+                              "bytes32 salt)")
+    domain = keccak(domain_type + keccak(text="DePIN Mesh") + keccak(text="1")
+                    + _word(chain_id) + keccak(text=orchestrator_id))
+    request_type = keccak(text="MeshRequest(string method,string path,bytes32 bodyHash,"
+                               "uint256 nonce,uint256 expiry)")
+    message = keccak(request_type + keccak(text=method) + keccak(text=path) + keccak(body)
+                     + _word(nonce) + _word(expiry))
+    return keccak(b"\x19\x01" + domain + message)
+
+
+def test_a_request_signed_by_the_eip712_rules_alone_verifies() -> None:
+    expiry = int(NOW) + 60
+    digest = eip712_digest_by_hand(method="POST", path="/v1/nodes", body=b"{}", nonce=7,
+                                   expiry=expiry, chain_id=CHAIN, orchestrator_id=ORCH)
+    signature = Account.unsafe_sign_hash(digest, KEY).signature
+    address = Account.from_key(KEY).address
+    headers = {"x-mesh-address": address, "x-mesh-signature": "0x" + bytes(signature).hex(),
+               "x-mesh-nonce": "7", "x-mesh-expiry": str(expiry), "x-mesh-chain-id": str(CHAIN)}
+    assert verify(headers) == SignedRequest(address, 7, expiry)
+    # sign_request makes the same signature (RFC 6979: deterministic), method upper-cased.
+    assert signed(nonce=7, expiry=expiry) == headers
+
+
+def test_every_refusal_is_a_401_with_a_message_that_says_what_is_wrong() -> None:
+    assert refused(signed(**{"x-mesh-expiry": "soon"})) == (
+        401, "signature_malformed",
+        "nonce, expiry, chain id or signature is not a number / hex")
+    assert refused(signed(**{"x-mesh-chain-id": "x"}))[1] == "signature_malformed"
+    assert refused(signed(**{"x-mesh-signature": "0x" + "00" * 65})) == (
+        401, "signature_invalid", "the signature does not verify")
+    assert refused(signed(), body=b"[]") == (
+        401, "signature_mismatch", "the signature is not from x-mesh-address")
+    other = "0x" + "43" * 32
+    foreign = sign_request(other, method="post", path="/v1/nodes", body=b"{}", nonce=7,
+                           expiry=int(NOW) + 60, chain_id=CHAIN, orchestrator_id=ORCH)
+    assert refused(signed(**{"x-mesh-signature": foreign["x-mesh-signature"]}))[1] == (
+        "signature_mismatch")
+    assert refused(signed(), max_age_s=59.4)[2] == "expiry may be at most 59s ahead"
+    empty = signed(**{"x-mesh-chain-id": ""})
+    assert refused(empty)[2] == "missing headers: x-mesh-chain-id"
+
+
+def test_a_signature_binds_the_route_and_the_method() -> None:
+    for path, method in (("/v1/nodes/other", "POST"), ("/v1/nodes", "PUT")):
+        with pytest.raises(ApiError) as caught:
+            verify_request(signed(), method=method, path=path, body=b"{}", now=NOW,
+                           chain_id=CHAIN, orchestrator_id=ORCH, max_age_s=300.0)
+        assert caught.value.code == "signature_mismatch"
+
+
+def test_a_session_token_is_base64url_json_and_its_hmac() -> None:
+    secret = b"k" * 32
+    claims = SessionClaims(address="0xabc", node_id="gpu-1", expires_at=NOW + 10)
+    token = issue_token(secret, claims)
+    payload_text, mac_text = token.split(".")
+    assert "=" not in token  # unpadded, so it travels in a header as it is
+
+    def unb64(text: str) -> bytes:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+    payload = unb64(payload_text)
+    assert payload == b'{"a":"0xabc","n":"gpu-1","e":1700000010.0}'
+    assert unb64(mac_text) == hmac.new(secret, payload, hashlib.sha256).digest()
+    # A token made by hand with the same rules is accepted, claims and all.
+    hand = b'{"a":"0xdef","n":"gpu-2","e":1700000100}'
+    hand_token = (base64.urlsafe_b64encode(hand).rstrip(b"=").decode() + "." + base64
+                  .urlsafe_b64encode(hmac.new(secret, hand, hashlib.sha256).digest())
+                  .rstrip(b"=").decode())
+    assert check_token(secret, hand_token, now=NOW) == SessionClaims("0xdef", "gpu-2",
+                                                                     NOW + 100)
+    with pytest.raises(ApiError) as caught:
+        check_token(secret, hand_token, now=NOW + 101)
+    assert (caught.value.status, caught.value.code) == (401, "token_expired")
+    with pytest.raises(ApiError) as caught:
+        check_token(b"other" * 8, hand_token, now=NOW)
+    assert (caught.value.status, caught.value.code, caught.value.message) == (
+        401, "token_invalid", "the session token does not verify")

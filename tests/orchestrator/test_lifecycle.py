@@ -16,6 +16,7 @@ from orchestrator.domain.lifecycle import (
     LeaseState,
     NodeDrain,
     OutboxStatus,
+    StatusChange,
     TaskStatus,
     job_transition,
     lease_transition,
@@ -135,6 +136,26 @@ def test_a_refused_move_says_what_and_from_where() -> None:
     error = caught.value
     assert (error.kind, error.current, error.target, error.code) == (
         "task", "verified", "running", "invalid_transition")
+    assert str(error).startswith("task cannot move from ")
+    assert "'verified'" in str(error) and "'running'" in str(error)
+
+
+def test_an_accepted_move_is_described_for_the_history() -> None:
+    assert task_transition(TaskStatus.RETRY, TaskStatus.RESERVED, at=12.5,
+                           reason="placed on n1") == StatusChange(
+        "task", "retry", "reserved", 12.5, "placed on n1")
+    assert job_transition(JobStatus.SUBMITTED, JobStatus.FUNDED, at=3.0,
+                          reason="escrow funded") == StatusChange(
+        "job", "submitted", "funded", 3.0, "escrow funded")
+
+
+def test_a_refused_job_move_names_the_job_and_both_statuses() -> None:
+    with pytest.raises(InvalidTransition) as caught:
+        job_transition(JobStatus.SETTLED, JobStatus.RUNNING, at=0.0, reason="r")
+    error = caught.value
+    assert (error.kind, error.current, error.target) == ("job", "settled", "running")
+    assert str(error).startswith("job cannot move from ")
+    assert str(error).index("'settled'") < str(error).index("'running'")
     assert "cannot move" in str(error)
 
 

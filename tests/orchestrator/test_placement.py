@@ -107,7 +107,7 @@ def test_a_finished_task_whose_lease_was_released_is_never_reserved_again(
     # is free again and no live lease names the task, so only the status guard can refuse it.
     stale = Reservation(placed.task_id, job_id, node_id, 0, from_status="pending")
     with factory() as session, pytest.raises(PlacementConflict,
-                                             match="a task was taken by another placement"):
+                                             match=r"^a task was taken by another placement$"):
         commit_reservations(session, reservations=[stale], now=2.0, ttl_s=60.0)
     with factory() as session:
         assert session.scalar(select(Task.status)) == "done"
@@ -268,3 +268,74 @@ def test_placer_takes_a_fresh_score_at_each_reload(
     (placed,) = Placer(factory, clock=lambda: 5.0, score_at=prefer_b).place_all().placed
     assert placed.node_id == "b-0"  # the default score would pick a-0 (tie, then by id)
     assert asked_at and set(asked_at) == {5.0}
+
+
+def test_a_committed_reservation_writes_the_lease_the_task_and_its_history(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    node_a, node_b = make_nodes(2, slots=2)
+    job_id = make_job(2)
+    with factory() as session:
+        first, second = crud.job_tasks(session, job_id=job_id)
+        first_id, second_id = first.id, second.id
+    with factory.begin() as session:  # the second task waits for a retry
+        task = session.get(Task, second_id)
+        assert task is not None
+        for status in (TaskStatus.RESERVED, TaskStatus.RETRY):
+            crud.set_task_status(session, task=task, target=status, now=1.0, reason="test")
+    reservations = [Reservation(second_id, job_id, node_b, 1, from_status="retry"),
+                    Reservation(first_id, job_id, node_a, 0, from_status="pending")]
+    with factory.begin() as session:
+        commit_reservations(session, reservations=[], now=5.0, ttl_s=60.0)  # nothing to do
+        assert session.scalar(select(func.count()).select_from(Lease)) == 0
+        commit_reservations(session, reservations=reservations, now=5.0, ttl_s=60.0)
+    with factory() as session:
+        leases = {(lease.task_id, lease.node_id, lease.slot, lease.state, lease.created_at,
+                   lease.expires_at, lease.released_at)
+                  for lease in session.scalars(select(Lease))}
+        assert leases == {(first_id, node_a, 0, "reserved", 5.0, 65.0, None),
+                          (second_id, node_b, 1, "reserved", 5.0, 65.0, None)}
+        tasks = {t.id: (t.status, t.node_id, t.attempts, t.updated_at)
+                 for t in session.scalars(select(Task))}
+        assert tasks == {first_id: ("reserved", node_a, 1, 5.0),
+                         second_id: ("reserved", node_b, 1, 5.0)}
+        history = crud.status_history(session, entity="task", entity_id=str(second_id))
+        assert [(h.from_status, h.to_status, h.at, h.reason) for h in history][-1] == (
+            "retry", "reserved", 5.0, f"reserved on {node_b} slot 1")
+        (only,) = crud.status_history(session, entity="task", entity_id=str(first_id))
+        assert (only.from_status, only.to_status, only.at, only.reason) == (
+            "pending", "reserved", 5.0, f"reserved on {node_a} slot 0")
+
+
+def test_without_a_cursor_every_waiting_task_is_listed_oldest_first(
+        factory: sessionmaker[Session], make_job: JobMaker) -> None:
+    first = make_job(2)
+    second = make_job(1)
+    with factory() as session:
+        ids = [t.id for t in crud.job_tasks(session, job_id=first)] + [
+            t.id for t in crud.job_tasks(session, job_id=second)]
+        assert [w.task_id for w in waiting_tasks(session, limit=10)] == sorted(ids)
+        assert [w.task_id for w in waiting_tasks(session, limit=10, lock=False)] == sorted(ids)
+
+
+def test_only_the_jobs_placed_in_a_batch_become_scheduled(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    make_nodes(1, slots=1)
+    placed_job = make_job(1)
+    waiting_job = make_job(1)  # no slot left for it
+    Placer(factory, clock=lambda: 3.0).place_all()
+    with factory() as session:
+        jobs = [crud.get_job(session, job_id=job_id) for job_id in (placed_job, waiting_job)]
+    assert [job.status if job else None for job in jobs] == ["scheduled", "funded"]
+
+
+def test_a_slot_taken_twice_in_one_batch_is_a_conflict_naming_the_database_error(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    (node_id,) = make_nodes(1, slots=1)
+    job_id = make_job(2)
+    with factory() as session:
+        first, second = (t.id for t in crud.job_tasks(session, job_id=job_id))
+    twice = [Reservation(first, job_id, node_id, 0, from_status="pending"),
+             Reservation(second, job_id, node_id, 0, from_status="pending")]
+    with factory() as session, pytest.raises(
+            PlacementConflict, match=r"UNIQUE constraint failed|duplicate key value"):
+        commit_reservations(session, reservations=twice, now=1.0, ttl_s=60.0)

@@ -1,4 +1,4 @@
-"""Operator endpoints (admin key): run a sweep now, accept a verified job, read the outbox."""
+"""Operator endpoints (admin key): run a sweep now, accept a job by override, read the outbox."""
 
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
 
 
 @router.post("/jobs/{job_id}/accept", response_model=JobOut,
-             summary="Accept a verified job: queue its settlement in the chain outbox")
+             summary="Operator override (logged): accept a job without waiting for its "
+                     "verification and queue its settlement (verified jobs settle on their own)")
 def accept(job_id: str, session: SessionDep, ctx: CtxDep) -> JobOut:
-    return job_out(admin.accept(session, job_id=job_id, pls=ctx.pls, now=ctx.now()))
+    return job_out(admin.accept(session, job_id=job_id, verifier=ctx.verifier, now=ctx.now()))
 
 
 @router.post("/tasks/{task_id}/verification-failed", response_model=TaskOut,

@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse
 from orchestrator.api.deps import CtxDep, NodeDep, SessionDep, UploaderDep
 from orchestrator.api.errors import ApiError
 from orchestrator.api.schemas import BlobOut
-from orchestrator.services import blobs, work
+from orchestrator.services import blobs
 
 router = APIRouter(tags=["blobs"])
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -45,9 +45,6 @@ def blob_file(ctx: CtxDep, sha256: str) -> FileResponse:
 @router.get("/blobs/{sha256}", response_class=FileResponse,
             summary="Download an input or checkpoint of a task this node holds a lease on")
 def download(sha256: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> FileResponse:
-    readable = work.readable_blobs(session, node_id=claims.node_id, read=ctx.blobs.read,
-                                   size_of=lambda sha: ctx.blobs.path_of(sha).stat().st_size)
-    if sha256 not in readable:
-        raise ApiError(403, "blob_not_leased",
-                       "a node reads only the inputs and checkpoints of tasks it holds")
+    blobs.check_readable(session, sha256=sha256, node_id=claims.node_id, store=ctx.blobs,
+                         verifier=ctx.verifier, now=ctx.now())
     return blob_file(ctx, sha256)

@@ -24,6 +24,7 @@ from orchestrator.db.models import Node
 from orchestrator.domain.slashing import ProgressVerdict
 from orchestrator.domain.types import NodeSpec
 from orchestrator.services import nodes
+from orchestrator.services.nodes import owned_node as owned_node  # routes/verification.py
 from orchestrator.services.pls_continuity import ShownChunk
 
 router = APIRouter(tags=["nodes"])

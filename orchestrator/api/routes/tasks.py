@@ -35,11 +35,12 @@ def checkpoint(task_id: int, body: CheckpointIn, claims: NodeDep, session: Sessi
 
 
 @router.post("/tasks/{task_id}/complete", response_model=TaskOut,
-             summary="Finish the task with an uploaded result blob")
+             summary="Finish the task with an uploaded result blob (committed, then challenged)")
 def complete(task_id: int, body: CompleteIn, claims: NodeDep, session: SessionDep,
              ctx: CtxDep) -> TaskOut:
     return task_out(tasks.complete(session, task_id=task_id, node_id=claims.node_id,
-                                   result_sha256=body.result_sha256, now=ctx.now()))
+                                   result_sha256=body.result_sha256, render=body.render,
+                                   verifier=ctx.verifier, now=ctx.now()))
 
 
 @router.post("/tasks/{task_id}/fail", response_model=TaskOut,

@@ -1,0 +1,335 @@
+"""The one PLS engine: what each observation changes, checked from the outside (registrations,
+the daily prior refit, the recalibrator's feed, slashes and their evidence, readings)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestrator.domain.checkpointing import CheckpointCost
+from orchestrator.domain.collateral import CollateralPolicy
+from orchestrator.domain.matching import Candidate
+from orchestrator.domain.pls import LeaseHold
+from orchestrator.domain.pls_engine import NO_EVIDENCE, PlsConfig, PlsEngine, Reading
+from orchestrator.domain.reliability import (
+    GpuSample,
+    ProbeSample,
+    ReliabilityBook,
+    TaskOutcome,
+    UploadSample,
+    telemetry_digest,
+)
+from orchestrator.domain.slashing import SlashingConfig
+from orchestrator.domain.types import NodeSpec, SlashReason, TaskNeeds, Tier
+
+TOKEN = 10**18
+HOUR = 3600.0
+DAY = 86_400.0
+
+
+def provider_of(node_id: str) -> str:
+    return "0x" + node_id.encode().hex().rjust(40, "0")
+
+
+def engine_with(*node_ids: str, config: PlsConfig | None = None, at: float = 0.0,
+                network: str | None = None) -> PlsEngine:
+    """Nodes registered at `at`, each in its own network unless `network` names a shared one."""
+    engine = PlsEngine(config)
+    for node_id in node_ids:
+        engine.register(node_id, provider_of(node_id), region="eu",
+                        network=network or f"AS-{node_id}", at=at, tier=Tier.STANDARD)
+    return engine
+
+
+def test_registering_is_idempotent_and_keeps_the_first_provider() -> None:
+    engine = engine_with("b", "a")
+    row = engine.register("a", provider_of("a"), region="eu", network="AS-a", at=5.0,
+                          tier=Tier.STANDARD)
+    assert engine.register("a", "0x" + "9" * 40, region="us", network="AS9", at=6.0,
+                           tier=Tier.HIGH) == row  # a second registration is no new node
+    assert engine.provider_of("a") == provider_of("a")
+    assert engine.staking.tier("a") is Tier.STANDARD
+    assert engine.node_ids() == ["a", "b"]
+    assert engine.knows("a") and not engine.knows("c")
+    with pytest.raises(KeyError):
+        engine.provider_of("c")
+
+
+def test_a_node_is_online_from_its_session_start_until_its_session_ends() -> None:
+    engine = engine_with("a")
+    assert not engine.online("a", 10.0)
+    engine.session_started("a", 10.0)
+    assert engine.online("a", 20.0)
+    engine.session_ended("a", 30.0, abrupt=False)
+    assert not engine.online("a", 40.0)
+
+
+def _flaky_history(engine: PlsEngine, node_id: str, start: float, count: int) -> float:
+    """`count` abrupt one-hour sessions from `start`; returns when the last one ended."""
+    at = start
+    for _ in range(count):
+        engine.session_started(node_id, at)
+        at += HOUR
+        engine.session_ended(node_id, at, abrupt=True)
+        at += 60.0
+    return at
+
+
+def test_the_prior_is_refitted_at_the_first_session_event_past_each_boundary() -> None:
+    engine = engine_with("a", config=PlsConfig(prior_refit_s=DAY))
+    end = _flaky_history(engine, "a", 1_000.0, 3)  # day 0: no boundary crossed yet
+    assert end < DAY and engine.prior_refits == 0
+    engine.session_started("a", DAY)  # exactly on the boundary: refit
+    assert engine.prior_refits == 1
+    engine.session_ended("a", 2 * DAY - 1.0, abrupt=True)  # day 1 still
+    assert engine.prior_refits == 1
+    engine.session_started("a", 4 * DAY + 10.0)  # days skipped: one refit, not three
+    assert engine.prior_refits == 2
+    engine.session_ended("a", 5 * DAY - 1.0, abrupt=True)
+    assert engine.prior_refits == 2
+    engine.session_started("a", 5 * DAY)
+    assert engine.prior_refits == 3
+
+
+def test_a_boundary_before_any_abrupt_departure_keeps_the_prior() -> None:
+    engine = engine_with("a", config=PlsConfig(prior_refit_s=DAY))
+    engine.session_started("a", 10.0)
+    engine.session_ended("a", DAY + 10.0, abrupt=False)  # a drain teaches no departure rate
+    prior = engine.book.prior
+    assert engine.prior_refits == 0 and engine.book.prior == prior
+    engine.session_started("a", 2 * DAY + 10.0)
+    assert engine.prior_refits == 0
+
+
+def test_the_first_event_of_a_day_arms_the_boundary_without_a_refit() -> None:
+    """An engine started mid-day refits at the next midnight, not at its first event."""
+    engine = engine_with("a", config=PlsConfig(prior_refit_s=DAY))
+    _flaky_history(engine, "a", 3 * DAY + 100.0, 3)
+    assert engine.prior_refits == 0
+    engine.session_started("a", 4 * DAY - 1.0)
+    assert engine.prior_refits == 0
+    engine.session_ended("a", 4 * DAY, abrupt=True)
+    assert engine.prior_refits == 1
+
+
+def test_a_lone_departure_is_revoked_now_a_shared_one_is_held() -> None:
+    hold = LeaseHold(window_s=30.0, min_nodes=2, min_share=0.0, hold_s=900.0)
+    engine = engine_with("a", "b", "c", config=PlsConfig(lease_hold=hold), network="AS1")
+    assert engine.departed(["a", "ghost"], 100.0) == {"a": 0.0}  # unknown nodes: no answer
+    assert engine.departed(["b"], 110.0) == {"b": 900.0}  # a's silence 10 s before
+    assert engine.departed(["c"], 200.0) == {"c": 0.0}  # 90 s later: a lone one again
+
+
+def test_a_batch_of_verdicts_counts_its_own_shared_silence() -> None:
+    hold = LeaseHold(window_s=30.0, min_nodes=2, min_share=0.0, hold_s=900.0)
+    engine = engine_with("a", "b", config=PlsConfig(lease_hold=hold), network="AS1")
+    assert engine.departed(["a", "b"], 100.0) == {"a": 900.0, "b": 900.0}
+
+
+def test_only_attempts_placed_at_a_known_score_teach_the_recalibrator() -> None:
+    engine = engine_with("a", config=PlsConfig(recalibrate_after=4, recalibrate_every=1))
+    for _ in range(10):
+        engine.attempt_ended(None, True)
+        engine.attempt_ended(None, False)
+    assert engine.recalibrator.fitted is None  # nothing was observed
+    engine.completed("a", 0.9)
+    engine.completed("a", 0.8)
+    engine.attempt_ended(0.3, False)
+    assert engine.recalibrator.fitted is None  # three outcomes, four needed
+    engine.attempt_ended(0.2, False)
+    assert engine.recalibrator.fitted is not None
+    low, high = engine.recalibrator(np.array([0.2, 0.9]))
+    assert low < 0.5 < high  # finished at high raw RS, failed at low
+
+
+def test_a_completed_attempt_counts_as_finished_for_the_recalibrator() -> None:
+    engine = engine_with("a", config=PlsConfig(recalibrate_after=2, recalibrate_every=1))
+    engine.completed("a", 0.9)
+    engine.completed("a", 0.8)
+    assert engine.recalibrator.fitted is None  # all finished: nothing to fit yet
+    row = np.array([engine.book.index_of("a")])
+    assert [v.tolist() for v in engine.book.verified_many(row)] == [[2.0], [0.0]]  # two passes
+    engine.abandoned("a", "t1", TOKEN, 0.1, at=10.0)  # an abandonment did not finish
+    assert engine.recalibrator.fitted is not None
+    assert engine.recalibrator(np.array([0.9]))[0] > engine.recalibrator(np.array([0.1]))[0]
+
+
+def test_an_abandonment_is_slashed_after_the_delay_with_the_telemetry_of_its_verdict() -> None:
+    engine = engine_with("a")
+    engine.session_started("a", 0.0)
+    engine.departed(["a"], 5_000.0)
+    evidence = engine.digest("a", 5_000.0)
+    engine.abandoned("a", "t1", 3 * TOKEN, 0.4, at=5_000.0)
+    delay = engine.config.slashing.decision_delay_s
+    assert engine.decide({}, {}, 5_000.0 + delay - 1).slashes == ()
+    (slash,) = engine.decide({}, {}, 5_000.0 + delay).slashes
+    assert (slash.reason, slash.node_id, slash.task_id, slash.amount, slash.evidence) == (
+        SlashReason.ABANDONMENT, "a", "t1", 3 * TOKEN, evidence)
+    assert len(evidence) == 32 and evidence != NO_EVIDENCE
+
+
+def test_a_failed_verification_is_slashed_at_once_and_recorded_against_the_node() -> None:
+    engine = engine_with("a", "b")
+    for node in ("a", "b"):
+        engine.session_started(node, 0.0)
+    engine.verification_failed("a", "t1", 2 * TOKEN, 0.7, at=100.0)
+    actions = engine.decide({}, {}, 101.0)
+    (slash,) = actions.slashes
+    assert (slash.reason, slash.task_id, slash.amount) == (
+        SlashReason.FAILED_VERIFICATION, "t1", 2 * TOKEN)
+    assert slash.evidence == engine.digest("a", 100.0)
+    assert engine.staking.tier("a") is Tier.BACKGROUND
+    # The book counts the failure: a's score falls below b's, whose history is the same.
+    assert engine.book.score("a", 200.0, HOUR) < engine.book.score("b", 200.0, HOUR)
+
+
+def test_outcomes_replayed_on_restart_reach_the_book_but_not_the_recalibrator() -> None:
+    engine = engine_with("a", "b", config=PlsConfig(recalibrate_after=1, recalibrate_every=1))
+    for node in ("a", "b"):
+        engine.session_started(node, 0.0)
+    before = engine.book.score("a", 10.0, HOUR)
+    engine.outcome("a", TaskOutcome.FAILED_VERIFICATION)
+    assert engine.book.score("a", 10.0, HOUR) < before
+    assert engine.book.score("b", 10.0, HOUR) == before
+    assert engine.recalibrator.fitted is None
+
+
+def test_collateral_is_the_policy_amount_for_the_task_value_risk_and_duration() -> None:
+    config = PlsConfig(collateral=CollateralPolicy(floor=0, cap=10**24))
+    engine = PlsEngine(config)
+    # 10 % base + 3 x 10 % risk = 40 % of the value; an instant task has no duration weight.
+    needs = TaskNeeds(expected_duration_s=0.0, value=10 * TOKEN)
+    assert engine.collateral(needs, 0.1) == 4 * TOKEN
+    # One hour: (1 + 0.25 * log2(2)) = 1.25 times as much.
+    hour = TaskNeeds(expected_duration_s=HOUR, value=10 * TOKEN)
+    assert engine.collateral(hour, 0.1) == 5 * TOKEN
+
+
+def test_checkpoint_interval_reads_the_mtbf_over_at_least_a_minute() -> None:
+    engine = engine_with("a", "b")
+    for node in ("a", "b"):
+        _flaky_history(engine, node, 0.0, 5)
+        engine.session_started(node, 6 * HOUR)
+    now = 7 * HOUR
+    assert engine.checkpoint_interval_s("a", now, 1.0) == engine.checkpoint_interval_s(
+        "a", now, 60.0)
+    assert engine.checkpoint_interval_s("a", now, 1.0) != engine.checkpoint_interval_s(
+        "a", now, 120.0)
+
+
+def test_a_node_whose_checkpoints_are_slow_checkpoints_less_often() -> None:
+    engine = engine_with("a", "b")
+    for node in ("a", "b"):
+        _flaky_history(engine, node, 0.0, 5)
+        engine.session_started(node, 6 * HOUR)
+    for _ in range(5):
+        engine.checkpoint_measured("a", 1.0)
+        engine.checkpoint_measured("b", 100.0)
+    now = 7 * HOUR
+    fast, slow = (engine.checkpoint_interval_s(n, now, HOUR) for n in ("a", "b"))
+    assert slow > fast > 0
+    # Young: the interval grows with the square root of the checkpoint cost.
+    cost_a, cost_b = CheckpointCost(), CheckpointCost()  # the same measurements, timed alike
+    for _ in range(5):
+        cost_a.observe(1.0)
+        cost_b.observe(100.0)
+    assert slow / fast == pytest.approx((cost_b.value / cost_a.value) ** 0.5, rel=1e-6)
+
+
+def test_readings_carry_a_digest_only_where_one_may_back_a_slash() -> None:
+    engine = engine_with("good", "bad", config=PlsConfig(slashing=SlashingConfig(
+        demote_below=0.5)))
+    engine.session_started("good", 0.0)
+    _flaky_history(engine, "bad", 0.0, 30)
+    engine.session_started("bad", 31 * HOUR)
+    now = 31 * HOUR + 60.0
+    full = engine.readings(["good", "bad"], now)
+    assert full["good"].rs >= 0.5 > full["bad"].rs
+    assert full["good"].digest == engine.digest("good", now)
+    assert full["bad"].digest == engine.digest("bad", now)
+    assert full["good"].digest != full["bad"].digest
+    lean = engine.readings(["good", "bad"], now, all_digests=False)
+    assert lean["good"].digest == NO_EVIDENCE and lean["good"].rs == full["good"].rs
+    assert lean["bad"].digest == full["bad"].digest
+    assert engine.readings([], now) == {}
+
+
+def test_a_reading_exactly_at_the_demotion_threshold_backs_no_slash() -> None:
+    engine = engine_with("a")
+    engine.session_started("a", 0.0)
+    rs = engine.readings(["a"], 60.0)["a"].rs
+    exact = PlsConfig(slashing=SlashingConfig(demote_below=rs, promote_above=max(rs, 0.7),
+                                              high_above=max(rs, 0.9)))
+    engine = engine_with("a", config=exact)
+    engine.session_started("a", 0.0)
+    assert engine.readings(["a"], 60.0, all_digests=False)["a"].digest == NO_EVIDENCE
+
+
+def test_sustained_low_readings_slash_a_share_of_the_bonded_stake() -> None:
+    config = PlsConfig(slashing=SlashingConfig(low_score_window_s=2 * HOUR,
+                                               min_low_observations=3))
+    engine = engine_with("a", config=config)
+    bonded = {provider_of("a"): 100 * TOKEN}
+    delay = config.slashing.decision_delay_s
+    evidence = b"\x07" * 32
+    slashes = []
+    for step in range(4):  # readings of 0.1 at 0, 1, 2 and 3 hours
+        at = step * HOUR
+        actions = engine.decide({"a": Reading(0.1, evidence)}, bonded, at + delay)
+        slashes += actions.slashes
+    (slash,) = slashes
+    assert slash.reason is SlashReason.LOW_SCORE
+    assert slash.amount == 10 * TOKEN  # 10 % of the bonded stake
+    assert slash.evidence == evidence
+
+
+def test_ranking_candidates_leaves_out_nodes_the_engine_does_not_know() -> None:
+    engine = engine_with("a", config=PlsConfig(min_rs=0.0))
+    engine.session_started("a", 0.0)
+    specs = [NodeSpec(n, provider_of(n), "rtx4090", 24, 8.9, "eu", TOKEN // 10, 1)
+             for n in ("a", "stranger")]
+    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN)
+    stake = {provider_of(n): 10**24 for n in ("a", "stranger")}
+    ranked = engine.rank_candidates([Candidate(s, 1) for s in specs], needs, 60.0, stake)
+    assert [p.candidate.spec.node_id for p in ranked] == ["a"]
+
+
+def test_telemetry_reaches_the_named_nodes_record() -> None:
+    """What the engine is told about a node shows in that node's summary exactly as in a
+    book told the same directly, and in no other node's."""
+    engine = engine_with("a", "b")
+    book = ReliabilityBook()
+    for node in ("a", "b"):
+        engine.session_started(node, 0.0)
+        book.session_started(node, 0.0)
+    hot = GpuSample(at=50.0, temperature_c=91.0, sm_clock_mhz=900.0, max_sm_clock_mhz=2500.0,
+                    throttle_reasons=0x40, utilization_pct=99.0, memory_used_mb=1000.0,
+                    memory_total_mb=24_000.0, power_w=300.0, power_limit_w=450.0)
+    for at, rtt in ((10.0, 30.0), (20.0, None), (30.0, 250.0)):
+        engine.probe("a", ProbeSample(at, rtt))
+        book.record_probe("a", ProbeSample(at, rtt))
+    engine.gpu("a", hot)
+    book.record_gpu("a", hot)
+    engine.upload("a", UploadSample(40.0, 3.5))
+    book.record_upload("a", UploadSample(40.0, 3.5))
+    for at in (5.0, 15.0, 95.0):
+        engine.heartbeat("a", at)
+        book.record_heartbeat("a", at)
+    now = 100.0
+    assert engine.book.summary("a", now) == book.summary("a", now)
+    assert engine.book.summary("a", now) != book.summary("b", now)
+    assert engine.book.summary("b", now) == book.summary("b", now)
+    assert engine.digest("a", now) == telemetry_digest(book.summary("a", now))
+    assert engine.digest("a", now) != engine.digest("b", now)
+
+
+def test_ranking_rows_takes_online_rows_best_first_with_the_wall_times_given() -> None:
+    engine = engine_with("a", "b", "c", config=PlsConfig(min_rs=0.0))
+    for node in ("a", "b"):
+        engine.session_started(node, 0.0)  # c never came online
+    rows = np.array([engine.book.index_of(n) for n in ("a", "b", "c")], dtype=np.intp)
+    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN)
+    ranked = engine.rank(rows, np.array([2.0 * TOKEN, 1.0 * TOKEN, 1.0]), np.full(3, 1e24),
+                         needs, 100.0, wall_durations_s=np.array([60.0, 60.0, 60.0]))
+    assert ranked.rows.tolist() == [rows[1], rows[0]]  # the cheaper of two equal nodes first
+    assert ranked.positions.tolist() == [1, 0]

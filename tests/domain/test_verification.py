@@ -1,0 +1,181 @@
+"""The pure verification rules: commitments and proofs, the challenge, the adaptive rate, the
+pixel comparison, k-of-n agreement, and the verification state tables."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+
+import numpy as np
+import pytest
+
+from orchestrator.domain.lifecycle import (
+    CHECK_TRANSITIONS,
+    VERIFICATION_TRANSITIONS,
+    CheckStatus,
+    InvalidTransition,
+    VerificationStatus,
+    check_transition,
+    verification_transition,
+)
+from orchestrator.domain.merkle import verify
+from orchestrator.domain.verification import (
+    CROSS_KERNEL,
+    EXACT,
+    Commitment,
+    Leaf,
+    LeafPart,
+    ProviderRecord,
+    Redundancy,
+    RenderEnv,
+    SamplingPolicy,
+    agreement,
+    catch_probability,
+    challenge_seed,
+    compare,
+    pixel_digest,
+    sampled_windows,
+    tolerance_for,
+    window_rows,
+    windows_for,
+    windows_needed,
+)
+
+ALLOWED_VERIFICATION_MOVES = {
+    ("committed", "checking"), ("committed", "trusted"), ("committed", "overridden"),
+    ("checking", "passed"), ("checking", "disputed"), ("checking", "overridden"),
+    ("disputed", "passed"), ("disputed", "failed"), ("disputed", "overridden"),
+}
+ALLOWED_CHECK_MOVES = {
+    ("open", "leased"), ("open", "void"),
+    ("leased", "matched"), ("leased", "mismatched"), ("leased", "open"), ("leased", "void"),
+}
+
+
+def leaves(count: int) -> list[Leaf]:
+    return [Leaf(LeafPart.CHUNK, i // 2, (i % 2) * 4, 4, hashlib.sha256(bytes([i])).digest())
+            for i in range(count)]
+
+
+@pytest.mark.parametrize(("current", "target"),
+                         list(itertools.product(VerificationStatus, VerificationStatus)))
+def test_verification_transition_accepts_exactly_the_allowed_moves(
+        current: VerificationStatus, target: VerificationStatus) -> None:
+    if (current.value, target.value) in ALLOWED_VERIFICATION_MOVES:
+        assert verification_transition(current, target, at=1.0, reason="t").kind == "verify"
+    else:
+        with pytest.raises(InvalidTransition):
+            verification_transition(current, target, at=1.0, reason="t")
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(CheckStatus, CheckStatus)))
+def test_check_transition_accepts_exactly_the_allowed_moves(current: CheckStatus,
+                                                            target: CheckStatus) -> None:
+    if (current.value, target.value) in ALLOWED_CHECK_MOVES:
+        check_transition(current, target, at=1.0, reason="t")
+    else:
+        with pytest.raises(InvalidTransition):
+            check_transition(current, target, at=1.0, reason="t")
+
+
+def test_every_verification_status_has_a_row() -> None:
+    assert set(VERIFICATION_TRANSITIONS) == set(VerificationStatus)
+    assert set(CHECK_TRANSITIONS) == set(CheckStatus)
+
+
+def test_commitment_proofs_verify_against_the_root_and_a_changed_leaf_does_not() -> None:
+    items = leaves(7)
+    commitment = Commitment.of(items)
+    for leaf in items:
+        assert verify(commitment.proof(leaf), commitment.root, leaf.hash)
+    forged = Leaf(items[3].part, items[3].window, items[3].offset, items[3].length, b"\0" * 32)
+    assert not verify(commitment.proof(items[3]), commitment.root, forged.hash)
+    assert Leaf.from_json(items[2].as_json()) == items[2]
+    assert commitment.windows == [0, 1, 2, 3]
+    with pytest.raises(ValueError):
+        Commitment.of([items[0], items[0]])
+
+
+def test_pixel_digest_sees_values_shape_and_dtype() -> None:
+    a = np.zeros((2, 3, 4), np.float32)
+    assert pixel_digest(a) == pixel_digest(a.copy())
+    b = a.copy()
+    b[1, 2, 0] = np.float32(1e-7)
+    assert pixel_digest(a) != pixel_digest(b)
+    assert pixel_digest(a) != pixel_digest(a.reshape(3, 2, 4))
+    assert pixel_digest(a) != pixel_digest(a.astype(np.float64))
+
+
+def test_challenge_is_fixed_by_secret_and_root_and_unpredictable_without_the_secret() -> None:
+    root = Commitment.of(leaves(4)).root
+    seed = challenge_seed(b"secret", root, 5, 1)
+    assert seed == challenge_seed(b"secret", root, 5, 1)  # a dispute reproduces it
+    assert seed != challenge_seed(b"other", root, 5, 1)
+    assert seed != challenge_seed(b"secret", Commitment.of(leaves(5)).root, 5, 1)
+    assert seed != challenge_seed(b"secret", root, 5, 2)  # a redo is drawn afresh
+    draws = [len(sampled_windows(challenge_seed(b"s", root, t, 0), range(8), 0.25))
+             for t in range(2000)]
+    assert abs(np.mean(draws) / 8 - 0.25) < 0.02  # each window an independent 25 % draw
+    assert sampled_windows(seed, range(8), 1.0) == list(range(8))
+
+
+def test_adaptive_rate_checks_everything_until_trusted_then_decays_to_the_floor() -> None:
+    policy = SamplingPolicy("adaptive", adaptive=True, floor=0.04, min_streak=10)
+    record = ProviderRecord()
+    assert policy.window_rate(record) == 1.0
+    for _ in range(10):
+        record = record.after(True)
+    assert policy.window_rate(record) == pytest.approx(0.1)  # 1/CV
+    for _ in range(90):
+        record = record.after(True)
+    assert policy.window_rate(record) == 0.04  # never below the floor
+    record = record.after(False)
+    assert (record.consecutive_valid, record.failures) == (0, 1)
+    assert policy.window_rate(record) == 1.0  # reset on failure
+    assert SamplingPolicy.parse("fixed-5%").window_rate(record) == pytest.approx(0.05)
+    assert SamplingPolicy.parse("adaptive-50%").floor == 0.5
+    with pytest.raises(ValueError, match="unknown sampling policy"):
+        SamplingPolicy.parse("sometimes")
+
+
+def test_pooled_catch_probability_and_the_windows_it_needs() -> None:
+    need = windows_needed(0.04, 0.10, 0.99)
+    assert catch_probability(0.04, 0.10, need) >= 0.99 > catch_probability(0.04, 0.10, need - 1)
+
+
+def test_comparison_exact_within_a_kernel_and_tolerant_across_kernels_only() -> None:
+    avx = RenderEnv("5.0.1 abc", "avx2")
+    assert tolerance_for(avx, RenderEnv("5.0.1 abc", "avx2")) is EXACT
+    assert tolerance_for(avx, RenderEnv("5.0.1 abc", "sse42")) is CROSS_KERNEL
+    assert tolerance_for(avx, RenderEnv("4.2.0 def", "avx2")) is None
+    honest = np.random.default_rng(1).random((6, 8, 4), dtype=np.float32)
+    lazy_in_the_sky = honest.copy()
+    lazy_in_the_sky[0, 0, 0] += np.float32(1e-7)
+    assert compare(honest, honest.copy(), EXACT).match
+    assert not compare(honest, lazy_in_the_sky, EXACT).match  # only an exact check sees it
+    assert compare(honest, lazy_in_the_sky, CROSS_KERNEL).match
+    noisy = honest + np.float32(0.03)
+    assert not compare(honest, noisy, CROSS_KERNEL).match
+    assert not compare(honest, honest[:3], EXACT).match
+    png = (honest * 255).astype(np.uint8)
+    assert compare(png, png.copy(), CROSS_KERNEL).match
+
+
+def test_window_rows_cut_a_frame_without_gaps_like_border_renders() -> None:
+    for height in (24, 25, 120, 7):
+        count = windows_for(height, 8)
+        rows = [window_rows(w, count, height) for w in range(count)]
+        assert rows[0][0] == 0 and rows[-1][1] == height
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(rows))
+        assert all(bottom - top >= 1 for top, bottom in rows)
+
+
+def test_k_of_n_accepts_the_majority_and_names_dissenters() -> None:
+    rule = Redundancy(k=2, n=3)
+    assert agreement({"a": "x"}, rule).accepted is None
+    verdict = agreement({"a": "x", "b": "y", "c": "x"}, rule)
+    assert (verdict.accepted, verdict.dissenters) == ("x", ("b",))
+    stuck = agreement({"a": "x", "b": "y", "c": "z"}, rule)
+    assert stuck.accepted is None and stuck.exhausted
+    with pytest.raises(ValueError):
+        Redundancy(k=1, n=2)  # no majority: two different answers would both win
