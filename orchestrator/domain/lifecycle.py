@@ -393,7 +393,7 @@ class InvalidTransition(DomainError):
     code = "invalid_transition"
 
     def __init__(self, kind: str, current: str, target: str) -> None:
-        super().__init__(f"{kind} cannot move from {current!r} to {target!r}")
+        super().__init__(f"{kind} cannot move from '{current}' to '{target}'")
         self.kind = kind
         self.current = current
         self.target = target

@@ -138,6 +138,7 @@ def test_a_refused_move_says_what_and_from_where() -> None:
         "task", "verified", "running", "invalid_transition")
     assert str(error).startswith("task cannot move from ")
     assert "'verified'" in str(error) and "'running'" in str(error)
+    assert "<" not in str(error)  # the states' values, not their enum reprs
 
 
 def test_an_accepted_move_is_described_for_the_history() -> None:
