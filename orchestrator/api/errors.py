@@ -13,14 +13,24 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from orchestrator.domain.lifecycle import DomainError, NotFound, Unprocessable
+from orchestrator.domain.lifecycle import (
+    DomainError,
+    Forbidden,
+    NotFound,
+    TooLarge,
+    Unavailable,
+    Unfunded,
+    Unprocessable,
+)
 
 log = logging.getLogger("orchestrator.api")
 
 # The one place a refusal of the layers below gets its HTTP status: the first entry the error
-# is an instance of. Every other refusal (an invalid transition, a conflict) is a 409.
+# is an instance of (a subclass before its base). Every other refusal (an invalid transition,
+# a conflict) is a 409.
 DOMAIN_ERROR_STATUS: tuple[tuple[type[DomainError], int], ...] = (
-    (NotFound, 404), (Unprocessable, 422))
+    (NotFound, 404), (Forbidden, 403), (TooLarge, 413), (Unprocessable, 422), (Unfunded, 402),
+    (Unavailable, 503))
 CONFLICT = 409
 
 

@@ -356,6 +356,39 @@ class Unprocessable(DomainError):
     code = "unprocessable"
 
 
+class Refused(DomainError):
+    """A refusal with its own stable code; its kind (the subclass) decides how the API answers.
+    A plain `Refused` is a conflict with the current state."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Missing(Refused, NotFound):
+    """The thing a request names (a node, a job, a probe) does not exist."""
+
+
+class Forbidden(Refused):
+    """The thing exists but belongs to another principal (a node, a job, an escrow)."""
+
+
+class Invalid(Refused, Unprocessable):
+    """A value the rules cannot take (a sample out of range, an answer that does not parse)."""
+
+
+class TooLarge(Invalid):
+    """A body over the configured size limit."""
+
+
+class Unfunded(Refused):
+    """The job's escrow on chain is missing, not funded, or empty."""
+
+
+class Unavailable(Refused):
+    """A part the request needs (the database) does not answer; retry later."""
+
+
 class InvalidTransition(DomainError):
     code = "invalid_transition"
 

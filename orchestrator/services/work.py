@@ -30,10 +30,10 @@ from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
     TASK_TRANSITIONS,
-    DomainError,
     JobStatus,
     LeaseState,
     NotFound,
+    Refused,
     TaskStatus,
 )
 from orchestrator.domain.matching import eligible
@@ -50,12 +50,8 @@ log = logging.getLogger("orchestrator")
 MAX_ATTEMPTS = 5  # placements per task before it fails for good
 
 
-class WorkError(DomainError):
+class WorkError(Refused):
     """A node's report the work rules refuse; `code` is the stable machine-readable name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class WorkNotFound(WorkError, NotFound):

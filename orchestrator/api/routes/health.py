@@ -6,18 +6,14 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from orchestrator.api.deps import CtxDep, SessionDep
-from orchestrator.api.errors import ApiError
-from orchestrator.db import crud
+from orchestrator.services.health import check_database
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", summary="The service and its database answer")
 def healthz(session: SessionDep) -> dict[str, str]:
-    try:
-        crud.ping(session)
-    except Exception:
-        raise ApiError(503, "database_unavailable", "the database does not answer") from None
+    check_database(session)
     return {"status": "ok"}
 
 

@@ -3,6 +3,8 @@ node shows after a network cut."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter, Response
 
 from orchestrator.api.auth import SessionClaims, issue_token
@@ -18,11 +20,11 @@ from orchestrator.api.schemas import (
     ProgressShownIn,
     ProgressShownOut,
 )
-from orchestrator.db import crud
 from orchestrator.db.models import Node
 from orchestrator.domain.slashing import ProgressVerdict
 from orchestrator.domain.types import NodeSpec
-from orchestrator.services import work
+from orchestrator.services import nodes
+from orchestrator.services.nodes import owned_node as owned_node  # routes/verification.py
 from orchestrator.services.pls_continuity import ShownChunk
 
 router = APIRouter(tags=["nodes"])
@@ -33,38 +35,21 @@ def node_out(node: Node) -> NodeOut:
                    draining=node.draining)
 
 
-def owned_node(session: SessionDep, *, node_id: str, address: str) -> Node:
-    node = crud.get_node(session, node_id=node_id)
-    if node is None:
-        raise ApiError(404, "node_not_found", f"no node {node_id}")
-    if node.provider != address:
-        raise ApiError(403, "node_not_owned", "this node belongs to another provider")
-    return node
-
-
 @router.post("/nodes", response_model=NodeOut, summary="Register or update a node (signed)")
 def register(body: NodeRegistration, signed: SignedDep, session: SessionDep,
              ctx: CtxDep) -> NodeOut:
-    existing = crud.get_node(session, node_id=body.node_id)
-    if existing is not None and existing.provider != signed.address:
-        raise ApiError(403, "node_not_owned", "this node id belongs to another provider")
-    node = crud.register_node(session, spec=NodeSpec(
+    return node_out(nodes.register(session, spec=NodeSpec(
         node_id=body.node_id, provider=signed.address, gpu_model=body.gpu_model,
         vram_gb=body.vram_gb, compute_capability=body.compute_capability, region=body.region,
-        price_per_gpu_hour=body.price_per_gpu_hour, slots=body.slots), now=ctx.now())
-    ctx.pls.node_registered(session, node=node, now=ctx.now())
-    crud.commit_or_conflict(session)
-    ctx.detector.heartbeat(node.id, ctx.now())
-    return node_out(node)
+        price_per_gpu_hour=body.price_per_gpu_hour, slots=body.slots), pls=ctx.pls,
+        detector=ctx.detector, now=ctx.now()))
 
 
 @router.post("/auth/login", response_model=LoginOut,
              summary="Trade a signature for a short-lived session token (for heartbeats)")
 def login(body: LoginRequest, signed: SignedDep, session: SessionDep, ctx: CtxDep) -> LoginOut:
-    node = owned_node(session, node_id=body.node_id, address=signed.address)
-    if body.session_key is not None:
-        ctx.pls.session_bound(session, node=node, session_key=body.session_key)
-        session.commit()
+    nodes.login(session, node_id=body.node_id, address=signed.address,
+                session_key=body.session_key, pls=ctx.pls)
     expires_at = ctx.now() + ctx.settings.session_ttl_s
     token = issue_token(ctx.session_secret, SessionClaims(signed.address, body.node_id,
                                                           expires_at))
@@ -82,12 +67,8 @@ async def heartbeat(node_id: str, claims: NodeDep, ctx: CtxDep) -> HeartbeatOut:
 @router.post("/nodes/{node_id}/drain", response_model=NodeOut,
              summary="Graceful drain: no new leases; running tasks checkpoint and move")
 def drain(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> NodeOut:
-    node = owned_node(session, node_id=node_id, address=claims.address)
-    released = work.drain_node(session, node=node, now=ctx.now())
-    session.commit()
-    ctx.detector.drain(node_id)
-    ctx.metrics.retries.labels("drain").inc(released)
-    return node_out(node)
+    return node_out(nodes.drain(session, node_id=node_id, address=claims.address,
+                                detector=ctx.detector, metrics=ctx.metrics, now=ctx.now()))
 
 
 PROGRESS_REFUSED = {
@@ -106,12 +87,10 @@ PROGRESS_REFUSED = {
              "(session token, signed with the login's session key)")
 def show_progress(node_id: str, body: ProgressShownIn, claims: NodeDep, session: SessionDep,
                   ctx: CtxDep) -> ProgressShownOut:
-    node = owned_node(session, node_id=node_id, address=claims.address)
-    outcome = ctx.pls.show_progress(
-        session, node=node, task_id=body.task_id,
+    outcome = nodes.show_progress(
+        session, node_id=node_id, address=claims.address, pls=ctx.pls, task_id=body.task_id,
         chunks=[ShownChunk(c.sha256, c.rendered_at, c.offset, c.length) for c in body.chunks],
         resumed_at=body.resumed_at, signature=bytes.fromhex(body.signature[2:]), now=ctx.now())
-    session.commit()
     refused = PROGRESS_REFUSED.get(outcome.verdict)
     if refused is not None:
         raise ApiError(*refused)
@@ -123,23 +102,10 @@ def show_progress(node_id: str, body: ProgressShownIn, claims: NodeDep, session:
              summary="Pull the next task lease for this node")
 def pull_lease(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
                ) -> LeaseOut | Response:
-    node = owned_node(session, node_id=node_id, address=claims.address)
-    now = ctx.now()
-    grant = work.pull_lease(session, node=node, pls=ctx.pls,
-                            pls_placement=ctx.settings.pls_placement,
-                            reservation_ttl_s=ctx.settings.reservation_ttl_s, now=now)
-    if grant is None:
-        session.commit()
+    pulled = nodes.pull_lease(session, node_id=node_id, address=claims.address, pls=ctx.pls,
+                              pls_placement=ctx.settings.pls_placement,
+                              reservation_ttl_s=ctx.settings.reservation_ttl_s,
+                              metrics=ctx.metrics, now=ctx.now())
+    if pulled is None:
         return Response(status_code=204)
-    lease, task = grant.lease, grant.task
-    out = LeaseOut(lease_id=lease.id, task_id=task.id, job_id=task.job_id, slot=lease.slot,
-                   expires_at=lease.expires_at, payload=task.payload,
-                   resume_from_sha256=task.checkpoint_sha256,
-                   resume_progress=task.checkpoint_progress,
-                   checkpoint_interval_s=grant.checkpoint_interval_s)
-    created_at = task.created_at
-    session.commit()
-    if grant.fresh:
-        ctx.metrics.placements.inc()
-        ctx.metrics.time_to_assignment.observe(max(now - created_at, 0.0))
-    return out
+    return LeaseOut(**asdict(pulled))

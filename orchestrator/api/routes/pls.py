@@ -3,8 +3,6 @@ probes, the PoPW handshake, and epoch score proofs anyone can take on chain."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Annotated
 
 from eth_utils import is_hex_address, to_checksum_address
@@ -20,7 +18,6 @@ from orchestrator.api.deps import (
     verify_signature,
 )
 from orchestrator.api.errors import ApiError
-from orchestrator.api.routes.nodes import owned_node
 from orchestrator.api.schemas import (
     NVML_EXTRAS,
     AcceptedOut,
@@ -36,10 +33,9 @@ from orchestrator.api.schemas import (
     ScoreProofOut,
     VerdictOut,
 )
-from orchestrator.db import crud
-from orchestrator.db import pls as store
-from orchestrator.domain.popw import PopwAnswer, PopwReason, PopwVerdict
+from orchestrator.domain.popw import PopwReason, PopwVerdict
 from orchestrator.domain.reliability import GpuSample
+from orchestrator.services import nodes
 
 router = APIRouter(tags=["pls"])
 
@@ -60,12 +56,9 @@ def nvml_extras(samples: list[GpuSampleIn]) -> list[dict[str, float]]:
              summary="Agent-reported GPU samples (session token), up to 120 per batch")
 def report_gpu(node_id: str, body: GpuSamplesIn, claims: NodeDep, session: SessionDep,
                ctx: CtxDep) -> AcceptedOut:
-    try:
-        ctx.pls.record_gpu(session, node_id=claims.node_id, samples=gpu_samples(body.samples),
-                           now=ctx.now(), extras=nvml_extras(body.samples))
-    except ValueError as exc:
-        raise ApiError(422, "sample_out_of_range", str(exc)) from None
-    session.commit()
+    nodes.record_gpu(session, node_id=claims.node_id, pls=ctx.pls,
+                     samples=gpu_samples(body.samples), extras=nvml_extras(body.samples),
+                     now=ctx.now())
     return AcceptedOut(accepted=len(body.samples))
 
 
@@ -73,8 +66,7 @@ def report_gpu(node_id: str, body: GpuSamplesIn, claims: NodeDep, session: Sessi
              summary="Start a ping-pong probe: echo the nonce back at once (RTT is timed here)")
 def start_probe(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> ProbeOut:
     now = ctx.now()
-    nonce = ctx.pls.issue_probe(session, node_id=claims.node_id, now=now)
-    session.commit()
+    nonce = nodes.issue_probe(session, node_id=claims.node_id, pls=ctx.pls, now=now)
     return ProbeOut(nonce="0x" + nonce.hex(), sent_at=now)
 
 
@@ -82,28 +74,16 @@ def start_probe(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep)
              summary="Echo a probe nonce; unanswered probes count as lost")
 def echo_probe(node_id: str, body: ProbeEchoIn, claims: NodeDep, session: SessionDep,
                ctx: CtxDep) -> ProbeEchoOut:
-    try:
-        rtt = ctx.pls.echo_probe(session, node_id=claims.node_id,
-                                 nonce=store.unhex(body.nonce), now=ctx.now())
-    except KeyError:
-        session.commit()  # probes found overdue meanwhile are recorded as lost
-        raise ApiError(404, "probe_unknown", "no such probe pending (expired or never sent)"
-                       ) from None
-    session.commit()
-    return ProbeEchoOut(rtt_ms=rtt)
+    return ProbeEchoOut(rtt_ms=nodes.echo_probe(session, node_id=claims.node_id, pls=ctx.pls,
+                                                nonce=body.nonce, now=ctx.now()))
 
 
 @router.post("/nodes/{node_id}/popw/challenge", response_model=ChallengeOut,
              summary="Ask for a PoPW challenge (signed by the node's provider)")
 def challenge(node_id: str, body: ChallengeIn, signed: SignedDep, session: SessionDep,
               ctx: CtxDep) -> ChallengeOut:
-    owned_node(session, node_id=node_id, address=signed.address)
-    try:
-        issued = ctx.pls.issue_challenge(session, node_id=node_id, gpu_class=body.gpu_class,
-                                         now=ctx.now())
-    except ValueError as exc:
-        raise ApiError(422, "popw_unknown_gpu_class", str(exc)) from None
-    session.commit()
+    issued = nodes.issue_challenge(session, node_id=node_id, address=signed.address,
+                                   pls=ctx.pls, gpu_class=body.gpu_class, now=ctx.now())
     return ChallengeOut(nonce="0x" + issued.nonce.hex(), gpu_class=issued.gpu_class,
                         size=issued.size, rounds=issued.rounds,
                         spot_checks=issued.spot_checks, ping_rounds=issued.ping_rounds,
@@ -137,18 +117,10 @@ def verdict_out(verdict: PopwVerdict) -> VerdictOut:
              summary="Answer a PoPW challenge (signed); a failure states its reason code")
 def answer(node_id: str, body: AnswerIn, signed: AnswerSignature, session: SessionDep,
            ctx: CtxDep) -> VerdictOut:
-    node = crud.get_node(session, node_id=node_id)
-    if node is None:
-        raise ApiError(404, "node_not_found", f"no node {node_id}")
-    try:
-        proof = PopwAnswer.from_bytes(base64.b64decode(body.answer, validate=True))
-    except (ValueError, binascii.Error) as exc:  # nothing judged: the challenge stays open
-        raise ApiError(422, "popw_malformed_answer", f"answer does not parse: {exc}") from None
-    verdict = ctx.pls.judge_answer(
-        session, node_id=node_id, nonce=store.unhex(body.nonce), answer=proof,
-        signature_valid=signed is not None and signed.address == node.provider,
+    verdict = nodes.judge_answer(
+        session, node_id=node_id, pls=ctx.pls, nonce=body.nonce, answer_b64=body.answer,
+        signer=None if signed is None else signed.address,
         gpu_under_load=gpu_samples(body.gpu_under_load), now=ctx.now())
-    session.commit()
     if not verdict.passed:
         reason = verdict.reasons[0]
         raise ApiError(REFUSAL_STATUS.get(reason, 422), f"popw_{reason.value}",
@@ -159,9 +131,7 @@ def answer(node_id: str, body: AnswerIn, signed: AnswerSignature, session: Sessi
 @router.get("/nodes/{node_id}/popw", response_model=VerdictOut,
             summary="The node's latest PoPW verdict")
 def latest_verdict(node_id: str, session: SessionDep) -> VerdictOut:
-    record = store.latest_verdict(session, node_id=node_id)
-    if record is None:
-        raise ApiError(404, "popw_none", f"node {node_id} has no handshake verdict")
+    record = nodes.latest_verdict(session, node_id=node_id)
     return VerdictOut(node_id=record.node_id, passed=record.passed, tier=record.tier,
                       decided_at=record.decided_at, expires_at=record.expires_at,
                       reasons=list(record.reasons))
@@ -172,15 +142,12 @@ def latest_verdict(node_id: str, session: SessionDep) -> VerdictOut:
 def node_score(node_id: str, session: SessionDep, ctx: CtxDep,
                duration_s: Annotated[float, Query(gt=0, le=7 * 86400)] = 3600.0
                ) -> NodeScoreOut:
-    node = crud.get_node(session, node_id=node_id)
-    now = ctx.now()
-    parts = ctx.pls.components(node_id, now, duration_s) if node is not None else None
-    if node is None or parts is None:
-        raise ApiError(404, "node_not_found", f"no node {node_id}")
+    score = nodes.node_score(session, node_id=node_id, pls=ctx.pls, duration_s=duration_s,
+                             now=ctx.now())
+    parts = score.parts
     return NodeScoreOut(node_id=node_id, duration_s=duration_s, rs=parts.calibrated,
                         survival=parts.pooled, pass_rate=parts.pass_rate,
-                        stability=parts.stability, thermal=parts.thermal,
-                        tier=int(ctx.pls.effective_spec(crud.node_spec(node), now).tier))
+                        stability=parts.stability, thermal=parts.thermal, tier=score.tier)
 
 
 @router.get("/nodes/{address}/score-proof", response_model=ScoreProofOut,

@@ -7,8 +7,7 @@ from fastapi import APIRouter
 from orchestrator.api.deps import CtxDep, NodeDep, SessionDep
 from orchestrator.api.schemas import CheckpointIn, CompleteIn, FailIn, ProgressIn, TaskOut
 from orchestrator.db.models import Task
-from orchestrator.services import work
-from orchestrator.services.verification import report_of
+from orchestrator.services import tasks
 
 router = APIRouter(tags=["tasks"])
 
@@ -21,46 +20,32 @@ def task_out(task: Task) -> TaskOut:
              summary="Report progress; the first report starts the task and renews its lease")
 def progress(task_id: int, body: ProgressIn, claims: NodeDep, session: SessionDep,
              ctx: CtxDep) -> TaskOut:
-    task, recovery = work.report_progress(session, task_id=task_id, node_id=claims.node_id,
-                                          progress=body.progress, now=ctx.now(),
-                                          lease_ttl_s=ctx.settings.lease_ttl_s)
-    session.commit()
-    if recovery is not None:
-        ctx.metrics.recovery_time.observe(recovery.seconds)
-        ctx.metrics.rework.observe(recovery.rework)
-    return task_out(task)
+    return task_out(tasks.progress(session, task_id=task_id, node_id=claims.node_id,
+                                   progress=body.progress, lease_ttl_s=ctx.settings.lease_ttl_s,
+                                   metrics=ctx.metrics, now=ctx.now()))
 
 
 @router.post("/tasks/{task_id}/checkpoints", response_model=TaskOut,
              summary="Record an uploaded checkpoint blob as the task's resume point")
 def checkpoint(task_id: int, body: CheckpointIn, claims: NodeDep, session: SessionDep,
                ctx: CtxDep) -> TaskOut:
-    task = work.add_checkpoint(session, task_id=task_id, node_id=claims.node_id,
-                               sha256=body.sha256, progress=body.progress, now=ctx.now())
-    if body.cost_s is not None:
-        ctx.pls.observe_checkpoint_cost(session, node_id=claims.node_id, seconds=body.cost_s,
-                                        now=ctx.now())
-    session.commit()
-    return task_out(task)
+    return task_out(tasks.checkpoint(session, task_id=task_id, node_id=claims.node_id,
+                                     sha256=body.sha256, progress=body.progress,
+                                     cost_s=body.cost_s, pls=ctx.pls, now=ctx.now()))
 
 
 @router.post("/tasks/{task_id}/complete", response_model=TaskOut,
              summary="Finish the task with an uploaded result blob (committed, then challenged)")
 def complete(task_id: int, body: CompleteIn, claims: NodeDep, session: SessionDep,
              ctx: CtxDep) -> TaskOut:
-    task = ctx.verifier.complete_task(session, task_id=task_id, node_id=claims.node_id,
-                                      result_sha256=body.result_sha256,
-                                      report=report_of(body.render), now=ctx.now())
-    session.commit()
-    return task_out(task)
+    return task_out(tasks.complete(session, task_id=task_id, node_id=claims.node_id,
+                                   result_sha256=body.result_sha256, render=body.render,
+                                   verifier=ctx.verifier, now=ctx.now()))
 
 
 @router.post("/tasks/{task_id}/fail", response_model=TaskOut,
              summary="Give the task back: failed start, drain, or a workload error")
 def fail(task_id: int, body: FailIn, claims: NodeDep, session: SessionDep,
          ctx: CtxDep) -> TaskOut:
-    task = work.fail_task(session, task_id=task_id, node_id=claims.node_id, reason=body.reason,
-                          now=ctx.now())
-    session.commit()
-    ctx.metrics.retries.labels(body.reason).inc()
-    return task_out(task)
+    return task_out(tasks.fail(session, task_id=task_id, node_id=claims.node_id,
+                               reason=body.reason, metrics=ctx.metrics, now=ctx.now()))

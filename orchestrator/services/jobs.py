@@ -1,0 +1,138 @@
+"""What a customer (or an operator) asks about jobs: submit one backed by an on-chain escrow,
+and read its status and results.
+
+Each function is one request's use case: it commits what it changes and returns a plain
+result; refusals are typed (`Missing`, `Forbidden`, `Unfunded`, `Refused`) and the API gives
+them their status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db import crud
+from orchestrator.db.models import Blob, Job, Task
+from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
+from orchestrator.domain.lifecycle import (
+    Forbidden,
+    JobStatus,
+    Missing,
+    Refused,
+    TaskStatus,
+    Unfunded,
+)
+from orchestrator.domain.types import TaskNeeds
+from orchestrator.scheduling.jobs import split_tasks
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    job_id: str
+    status: str
+    customer: str
+    amount: int
+    tasks: dict[str, int]  # task status -> how many
+    merkle_root: str | None
+
+
+def view(session: Session, job: Job) -> JobView:
+    return JobView(job_id=job.id, status=job.status, customer=job.customer, amount=job.amount,
+                   tasks=crud.task_counts(session, job_id=job.id), merkle_root=job.merkle_root)
+
+
+def job_named(session: Session, *, job_id: str) -> Job:
+    job = crud.get_job(session, job_id=job_id.lower())
+    if job is None:
+        raise Missing("job_not_found", f"no job {job_id}")
+    return job
+
+
+def status(session: Session, *, job_id: str) -> JobView:
+    return view(session, job_named(session, job_id=job_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A customer's signed job, as the API validated it."""
+
+    job_id: str
+    customer: str
+    spec: dict[str, Any]  # the spec as JSON, stored as sent
+    spec_hash: bytes  # the spec's canonical hash, which the escrow must name
+    deadline: float
+    needs: TaskNeeds  # per task; `value` is set here from the escrowed amount
+    idempotency_key: str
+    request_hash: str  # of the whole request: a reused key must name the same request
+
+
+def submit(session: Session, *, job: Submission,
+           read_escrow: Callable[[bytes], EscrowedJob | None], now: float) -> JobView:
+    """Create the job and its tasks once its funded escrow matches (customer, spec hash, a
+    non-zero amount); a retry with the same idempotency key gets the same job back. The chain
+    is read only when the job is new."""
+    seen = crud.find_idempotent_job(session, principal=job.customer, key=job.idempotency_key)
+    if seen is not None:
+        if seen.request_hash != job.request_hash:
+            raise Refused("idempotency_key_reused", "this key was used for another job")
+        return status(session, job_id=seen.job_id)
+    job_id = job.job_id.lower()
+    if crud.get_job(session, job_id=job_id) is not None:
+        raise Refused("job_exists", "a job with this id was already submitted")
+    escrowed = read_escrow(bytes.fromhex(job_id[2:]))
+    if escrowed is None or escrowed.status != EscrowStatus.FUNDED:
+        raise Unfunded("escrow_missing", "no funded escrow for this job id on chain")
+    if escrowed.customer != job.customer:
+        raise Forbidden("escrow_customer_mismatch", "the escrow belongs to another customer")
+    if escrowed.spec_hash != job.spec_hash:
+        raise Refused("spec_hash_mismatch", "the escrowed spec hash differs from this spec")
+    if escrowed.amount <= 0:
+        raise Unfunded("escrow_empty", "the escrow holds no funds")
+    payloads = split_tasks(job.spec["workload"])
+    needs = replace(job.needs, value=escrowed.amount // len(payloads))  # prices collateral
+    created = crud.create_job(session, job_id=job_id, customer=job.customer, spec=job.spec,
+                              spec_hash="0x" + job.spec_hash.hex(), amount=escrowed.amount,
+                              deadline=job.deadline, needs=needs, task_payloads=payloads,
+                              now=now)
+    crud.set_job_status(session, job=created, target=JobStatus.FUNDED, now=now,
+                        reason=f"escrow of {escrowed.amount} seen on chain")
+    crud.save_idempotency_key(session, principal=job.customer, key=job.idempotency_key,
+                              request_hash=job.request_hash, job_id=job_id, now=now)
+    crud.commit_or_conflict(session)
+    return view(session, created)
+
+
+def _customer_job(session: Session, *, job_id: str, customer: str) -> Job:
+    job = job_named(session, job_id=job_id)
+    if job.customer != customer:
+        raise Forbidden("job_not_owned", "this job belongs to another customer")
+    return job
+
+
+@dataclass(frozen=True, slots=True)
+class JobResults:
+    job_id: str
+    status: str
+    complete: bool  # every task done or verified
+    results: Sequence[tuple[Task, Blob]]  # each task's result so far
+
+
+def results(session: Session, *, job_id: str, customer: str) -> JobResults:
+    """The job's results so far, for its customer only."""
+    job = _customer_job(session, job_id=job_id, customer=customer)
+    found = crud.job_results(session, job_id=job.id)
+    tasks = crud.task_counts(session, job_id=job.id)
+    unfinished = sum(count for status, count in tasks.items()
+                     if status not in (TaskStatus.DONE.value, TaskStatus.VERIFIED.value))
+    return JobResults(job_id=job.id, status=job.status, complete=unfinished == 0,
+                      results=found)
+
+
+def check_result(session: Session, *, job_id: str, customer: str, sha256: str) -> None:
+    """Refuse unless `sha256` is a result of the customer's job."""
+    job = _customer_job(session, job_id=job_id, customer=customer)
+    if all(blob.sha256 != sha256 for _, blob in crud.job_results(session, job_id=job.id)):
+        raise Missing("result_not_found", "no result of this job has that sha256")

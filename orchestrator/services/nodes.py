@@ -1,0 +1,214 @@
+"""What a provider's node asks of the orchestrator: registration, login, drain, lease pulls,
+the proof of progress after a network cut, and PLS's telemetry, probes and handshake.
+
+Each function is one request's use case: it checks that the node belongs to the caller,
+composes `work` and PLS, commits, and returns a plain result; refusals are typed
+(`Missing`, `Forbidden`, `Invalid`, `WorkError`) and the API gives them their status.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from orchestrator.db import crud
+from orchestrator.db import pls as store
+from orchestrator.db.models import Node, PopwVerdictRecord
+from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing
+from orchestrator.domain.popw import Challenge, PopwAnswer, PopwVerdict
+from orchestrator.domain.reliability import GpuSample, RsComponents
+from orchestrator.domain.types import NodeSpec
+from orchestrator.services import work
+from orchestrator.services.pls import PlsService
+from orchestrator.services.pls_continuity import ProgressOutcome, ShownChunk
+from orchestrator.telemetry.metrics import MeshMetrics
+
+
+def owned_node(session: Session, *, node_id: str, address: str) -> Node:
+    """The node, if it exists and belongs to `address` (the signer or the session's owner)."""
+    node = crud.get_node(session, node_id=node_id)
+    if node is None:
+        raise Missing("node_not_found", f"no node {node_id}")
+    if node.provider != address:
+        raise Forbidden("node_not_owned", "this node belongs to another provider")
+    return node
+
+
+def register(session: Session, *, spec: NodeSpec, pls: PlsService,
+             detector: PhiAccrualDetector, now: float) -> Node:
+    """Register or update the node; registering counts as its first sign of life."""
+    existing = crud.get_node(session, node_id=spec.node_id)
+    if existing is not None and existing.provider != spec.provider:
+        raise Forbidden("node_not_owned", "this node id belongs to another provider")
+    node = crud.register_node(session, spec=spec, now=now)
+    pls.node_registered(session, node=node, now=now)
+    crud.commit_or_conflict(session)
+    detector.heartbeat(node.id, now)
+    return node
+
+
+def login(session: Session, *, node_id: str, address: str, session_key: str | None,
+          pls: PlsService) -> None:
+    """Check the signer owns the node and bind the login's session key (when one is sent):
+    only that key can later show progress made through a network cut."""
+    node = owned_node(session, node_id=node_id, address=address)
+    if session_key is not None:
+        pls.session_bound(session, node=node, session_key=session_key)
+        session.commit()
+
+
+def drain(session: Session, *, node_id: str, address: str, detector: PhiAccrualDetector,
+          metrics: MeshMetrics, now: float) -> Node:
+    """Graceful drain: no new leases, unstarted reservations go back at once."""
+    node = owned_node(session, node_id=node_id, address=address)
+    released = work.drain_node(session, node=node, now=now)
+    session.commit()
+    detector.drain(node_id)
+    metrics.retries.labels("drain").inc(released)
+    return node
+
+
+def show_progress(session: Session, *, node_id: str, address: str, pls: PlsService,
+                  task_id: int, chunks: Sequence[ShownChunk], resumed_at: float,
+                  signature: bytes, now: float) -> ProgressOutcome:
+    """Judge the chunks a node rendered through a network cut (the verdict is stored either
+    way; the caller refuses a failed one)."""
+    node = owned_node(session, node_id=node_id, address=address)
+    outcome = pls.show_progress(session, node=node, task_id=task_id, chunks=chunks,
+                                resumed_at=resumed_at, signature=signature, now=now)
+    session.commit()
+    return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class PulledLease:
+    """A lease handed to a node, with what it needs to run or resume the task."""
+
+    lease_id: int
+    task_id: int
+    job_id: str
+    slot: int
+    expires_at: float
+    payload: dict[str, Any]
+    resume_from_sha256: str | None
+    resume_progress: float
+    checkpoint_interval_s: float
+
+
+def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
+               pls_placement: bool, reservation_ttl_s: float, metrics: MeshMetrics,
+               now: float) -> PulledLease | None:
+    """The node's next lease, or None when there is no work for it right now."""
+    node = owned_node(session, node_id=node_id, address=address)
+    grant = work.pull_lease(session, node=node, pls=pls, pls_placement=pls_placement,
+                            reservation_ttl_s=reservation_ttl_s, now=now)
+    if grant is None:
+        session.commit()
+        return None
+    lease, task = grant.lease, grant.task
+    pulled = PulledLease(lease_id=lease.id, task_id=task.id, job_id=task.job_id,
+                         slot=lease.slot, expires_at=lease.expires_at, payload=task.payload,
+                         resume_from_sha256=task.checkpoint_sha256,
+                         resume_progress=task.checkpoint_progress,
+                         checkpoint_interval_s=grant.checkpoint_interval_s)
+    created_at = task.created_at
+    session.commit()
+    if grant.fresh:
+        metrics.placements.inc()
+        metrics.time_to_assignment.observe(max(now - created_at, 0.0))
+    return pulled
+
+
+# ---------------------------------------------------------------- PLS: telemetry and probes
+
+
+def record_gpu(session: Session, *, node_id: str, pls: PlsService,
+               samples: Sequence[GpuSample], extras: Sequence[Mapping[str, float]],
+               now: float) -> None:
+    try:
+        pls.record_gpu(session, node_id=node_id, samples=samples, now=now, extras=extras)
+    except ValueError as exc:
+        raise Invalid("sample_out_of_range", str(exc)) from None
+    session.commit()
+
+
+def issue_probe(session: Session, *, node_id: str, pls: PlsService, now: float) -> bytes:
+    """A fresh probe nonce; the round trip is timed from `now`."""
+    nonce = pls.issue_probe(session, node_id=node_id, now=now)
+    session.commit()
+    return nonce
+
+
+def echo_probe(session: Session, *, node_id: str, pls: PlsService, nonce: str,
+               now: float) -> float:
+    """The probe's round trip in ms. Probes found overdue meanwhile are recorded as lost,
+    whether or not this one is known."""
+    try:
+        rtt = pls.echo_probe(session, node_id=node_id, nonce=store.unhex(nonce), now=now)
+    except KeyError:
+        session.commit()
+        raise Missing("probe_unknown", "no such probe pending (expired or never sent)"
+                      ) from None
+    session.commit()
+    return rtt
+
+
+# ---------------------------------------------------------------- PLS: the PoPW handshake
+
+
+def issue_challenge(session: Session, *, node_id: str, address: str, pls: PlsService,
+                    gpu_class: str, now: float) -> Challenge:
+    owned_node(session, node_id=node_id, address=address)
+    try:
+        issued = pls.issue_challenge(session, node_id=node_id, gpu_class=gpu_class, now=now)
+    except ValueError as exc:
+        raise Invalid("popw_unknown_gpu_class", str(exc)) from None
+    session.commit()
+    return issued
+
+
+def judge_answer(session: Session, *, node_id: str, pls: PlsService, nonce: str,
+                 answer_b64: str, signer: str | None, gpu_under_load: Sequence[GpuSample],
+                 now: float) -> PopwVerdict:
+    """The handshake's verdict (stored, passed or not). `signer`: the address whose signature
+    over the answer verified, or None; only the node's provider's counts."""
+    node = crud.get_node(session, node_id=node_id)
+    if node is None:
+        raise Missing("node_not_found", f"no node {node_id}")
+    try:
+        proof = PopwAnswer.from_bytes(base64.b64decode(answer_b64, validate=True))
+    except (ValueError, binascii.Error) as exc:  # nothing judged: the challenge stays open
+        raise Invalid("popw_malformed_answer", f"answer does not parse: {exc}") from None
+    verdict = pls.judge_answer(session, node_id=node_id, nonce=store.unhex(nonce), answer=proof,
+                               signature_valid=signer is not None and signer == node.provider,
+                               gpu_under_load=gpu_under_load, now=now)
+    session.commit()
+    return verdict
+
+
+def latest_verdict(session: Session, *, node_id: str) -> PopwVerdictRecord:
+    record = store.latest_verdict(session, node_id=node_id)
+    if record is None:
+        raise Missing("popw_none", f"node {node_id} has no handshake verdict")
+    return record
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScore:
+    parts: RsComponents
+    tier: int  # the tier the node may take work at now
+
+
+def node_score(session: Session, *, node_id: str, pls: PlsService, duration_s: float,
+               now: float) -> NodeScore:
+    node = crud.get_node(session, node_id=node_id)
+    parts = pls.components(node_id, now, duration_s) if node is not None else None
+    if node is None or parts is None:
+        raise Missing("node_not_found", f"no node {node_id}")
+    return NodeScore(parts, int(pls.effective_spec(crud.node_spec(node), now).tier))
