@@ -113,18 +113,21 @@ class ErrorDecoder:
     def decode(self, data: bytes) -> ChainError:
         """The exception that revert `data` stands for (never raises for odd data)."""
         selector, payload = data[:4], data[4:]
+        # Lengths are checked here, not left to eth_abi: other libraries in the process
+        # (ape) change how leniently the shared codec decodes short data.
         if selector == _ERROR_STRING_SELECTOR:
             try:
+                if len(payload) < 64 or len(payload) % 32:
+                    raise DecodingError("not a whole ABI-encoded string")
                 (reason,) = abi_decode(["string"], payload)
                 return RevertError(f"reverted: {reason}", data)
             except DecodingError:
                 return RevertError("reverted with malformed Error(string)", data)
         if selector == _PANIC_SELECTOR:
-            try:
-                (code,) = abi_decode(["uint256"], payload)
-                return RevertError(f"panic 0x{code:02x}", data)
-            except DecodingError:
+            if len(payload) != 32:
                 return RevertError("malformed panic", data)
+            (code,) = abi_decode(["uint256"], payload)
+            return RevertError(f"panic 0x{code:02x}", data)
         spec = self._by_selector.get(selector)
         if spec is None:
             if not data:
