@@ -32,11 +32,11 @@ from orchestrator.db.models import Job, Node, Task, VerificationCheck, Verificat
 from orchestrator.domain.lifecycle import (
     SETTLEABLE_VERIFICATION,
     CheckStatus,
-    DomainError,
+    Invalid,
     JobStatus,
-    NotFound,
+    Missing,
+    Refused,
     TaskStatus,
-    Unprocessable,
     VerificationStatus,
 )
 from orchestrator.domain.reliability import TaskOutcome
@@ -68,19 +68,15 @@ log = logging.getLogger("orchestrator.verification")
 MAX_TIEBREAKS = 3  # per window; past that nobody is blamed and the task is redone
 
 
-class VerificationError(DomainError):
+class VerificationError(Refused):
     """A result, check or report the verification rules refuse."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
-
-class VerificationNotFound(VerificationError, NotFound):
+class VerificationNotFound(VerificationError, Missing):
     """The node, check or blob a report names does not exist."""
 
 
-class ReportInvalid(VerificationError, Unprocessable):
+class ReportInvalid(VerificationError, Invalid):
     """A result report that contradicts its task (chunks off the plan, wrong sizes)."""
 
 
