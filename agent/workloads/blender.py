@@ -25,6 +25,7 @@ import numpy as np
 from agent.client import sha256_file
 from agent.sandbox import Outcome, Run, Sandbox, task_python
 from agent.workloads import blender_worker
+from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.verification import window_rows
 
 WORKER = Path(blender_worker.__file__).resolve()
@@ -63,15 +64,6 @@ class FrameTask:
     @property
     def chunks(self) -> list[tuple[int, int]]:
         return plan_chunks(self.samples, self.chunk_samples)
-
-
-def plan_chunks(samples: int, chunk_samples: int) -> list[tuple[int, int]]:
-    """(offset, length) of each chunk; the last one takes the remainder (Cycles clamps an
-    offset + length past the total silently, so never ask for more)."""
-    if samples < 1 or chunk_samples < 1:
-        raise ValueError("samples and chunk_samples must be at least 1")
-    return [(offset, min(chunk_samples, samples - offset))
-            for offset in range(0, samples, chunk_samples)]
 
 
 tile_row_range = window_rows

@@ -18,11 +18,11 @@ import numpy as np
 from PIL import Image
 
 from agent.workloads import blender_worker
-from agent.workloads.blender import plan_chunks
 from orchestrator.chain.anvil import Anvil, dev_account
 from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
+from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.localgrid import Grid, wait_for
 
 CHUNK_LINE = re.compile(r"chunk (\d+)\+(\d+) rendered in ([0-9.]+) s")

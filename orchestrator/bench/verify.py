@@ -27,7 +27,8 @@ import numpy as np
 from PIL import Image
 
 from agent.workloads import blender_worker, cheaters
-from agent.workloads.blender import FrameTask, exr_pixels, plan_chunks
+from agent.workloads.blender import FrameTask, exr_pixels
+from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.verification import (
     CROSS_KERNEL,
     EXACT,

@@ -77,3 +77,12 @@ class CheckpointCost:
         self._value = seconds if self.observations == 0 else (
             self.alpha * seconds + (1.0 - self.alpha) * self._value)
         self.observations += 1
+
+
+def plan_chunks(samples: int, chunk_samples: int) -> list[tuple[int, int]]:
+    """(offset, length) of each chunk; the last one takes the remainder (Cycles clamps an
+    offset + length past the total silently, so never ask for more)."""
+    if samples < 1 or chunk_samples < 1:
+        raise ValueError("samples and chunk_samples must be at least 1")
+    return [(offset, min(chunk_samples, samples - offset))
+            for offset in range(0, samples, chunk_samples)]

@@ -19,10 +19,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from agent.workloads.blender import plan_chunks
 from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
+from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.continuity import ChunkMark, ProgressProof
 from orchestrator.domain.slashing import ProgressVerdict
 from orchestrator.services.pls_state import PlsState

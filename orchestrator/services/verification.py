@@ -24,11 +24,12 @@ from eth_utils import keccak
 from PIL import Image
 from sqlalchemy.orm import Session
 
-from agent.workloads.blender import OutputInvalid, exr_pixels, plan_chunks
+from agent.workloads.blender import OutputInvalid, exr_pixels
 from orchestrator.db import crud
 from orchestrator.db import pls as pls_store
 from orchestrator.db import verification as store
 from orchestrator.db.models import Job, Node, Task, VerificationCheck, VerificationCommitment
+from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.lifecycle import (
     SETTLEABLE_VERIFICATION,
     CheckStatus,
