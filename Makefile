@@ -9,7 +9,7 @@ export APE_FOUNDRY_HOST ?= auto
 # (98.9 %, docs/mutation.md).
 MUTATION_SAMPLE_THRESHOLD ?= 0.85
 
-.PHONY: setup compile test test-contracts test-invariants slither test-python lint demo fuzz mutate mutate-sample
+.PHONY: setup compile test test-contracts test-invariants slither test-python lint demo fuzz chaos scaleout mutate mutate-sample
 
 setup:
 	@tools/setup.sh
@@ -27,9 +27,10 @@ test-contracts:
 	ape test tests/contracts -p no:cacheprovider
 
 # The review's attacks and the contracts' rules as Foundry invariants: 20 runs x 500 steps
-# (10,000) over every external function with time travel (foundry.toml).
+# (10,000) over every external function with time travel (foundry.toml), on a fixed seed so a
+# run is repeatable; `make fuzz` draws a new one each time.
 test-invariants:
-	forge test $(FORGE_FLAGS)
+	forge test $(FORGE_FLAGS) --fuzz-seed 0x6d657368
 
 # Static analysis: forge's build info, then slither in its own venv (tools/setup.sh); fails on
 # any high or medium finding not triaged in contracts/slither-triage.md (slither.config.json).
@@ -55,11 +56,25 @@ lint:
 	mypy
 
 demo: setup compile
-	mesh demo
+	mesh up --demo
 
 # Long runs, kept out of `make test`: the contracts' invariant suite at 100 runs x 1,000 steps
 # (100,000), then every Python property (the API fuzz test included) on Hypothesis's random
 # "fuzz" profile with 20 times CI's examples (tests/conftest.py).
 fuzz: setup compile
 	FOUNDRY_PROFILE=fuzz forge test $(FORGE_FLAGS) --match-contract Invariants
-	MESH_HYPOTHESIS_PROFILE=fuzz pytest tests/domain tests/orchestrator/test_api_fuzz.py -m "not postgres" -p no:cacheprovider -p no:ape_test
+	MESH_HYPOTHESIS_PROFILE=fuzz pytest tests/domain tests/orchestrator/test_api_fuzz.py tests/orchestrator/test_api_schemathesis.py -m "not postgres" -p no:cacheprovider -p no:ape_test
+
+# The long fault run (the short one is tests/bench/test_chaos_bench.py): 200 orchestrator
+# SIGKILLs with agent kills, RPC outages and slowdowns, agent partitions and chain reorgs,
+# then the history checker; exits 1
+# on any violation. JSON report in .mesh/chaos.json.
+chaos: setup compile
+	mkdir -p .mesh && mesh bench chaos --seed 1 --kills 200 --jobs 40 --json > .mesh/chaos.json; \
+	status=$$?; cat .mesh/chaos.json; exit $$status
+
+# Two replicas on one PostgreSQL (MESH_TEST_POSTGRES_URL) under 10,000 placements, one killed
+# half-way (the short one is tests/bench/test_scaleout_bench.py); exits 1 on any violation.
+scaleout: setup compile
+	mkdir -p .mesh && mesh bench scaleout --nodes 40 --jobs 20 --tasks-per-job 500 --json \
+		> .mesh/scaleout.json; status=$$?; cat .mesh/scaleout.json; exit $$status

@@ -38,7 +38,7 @@ import httpx
 from eth_account.signers.local import LocalAccount
 
 from agent.client import ApiCallError, Wallet, expect, sha256_file
-from agent.sandbox import Limits, Outcome, Sandbox, isolation, task_python
+from agent.sandbox import Limits, Outcome, Sandbox, UnsafeOutput, isolation, task_python
 from agent.spool import OfflineChunk, Pending, Spool
 from agent.telemetry import GpuTelemetry, Sampler
 from agent.workloads import blender
@@ -338,8 +338,16 @@ class Agent:
         payload = lease["payload"]
         log.info("lease %s: task %s %s", lease["lease_id"], task_id,
                  json.dumps({k: payload.get(k) for k in ("kind", "frame", "tile", "shard")}))
-        self.call("start", "POST", f"/v1/tasks/{task_id}/progress",
-                  json_body={"progress": float(lease.get("resume_progress") or 0.0)})
+        try:
+            self.call("start", "POST", f"/v1/tasks/{task_id}/progress",
+                      json_body={"progress": float(lease.get("resume_progress") or 0.0)})
+        except ApiCallError as exc:
+            if exc.status not in (404, 409):
+                raise
+            # cut off between the lease and its start: the lease lapsed meanwhile
+            log.warning("task %s: the lease was gone before it started (%s); not run",
+                        task_id, exc.code)
+            return
         try:
             if payload["kind"] == "blender":
                 self.render(lease)
@@ -574,18 +582,22 @@ class Agent:
             if run.outcome is not Outcome.OK:
                 yield None, run.reason
                 return
-            missing = [name for name in payload["outputs"] if not (box.out / name).is_file()]
-            if missing:
+            archive = box.root / "result.tar"
+            try:
+                with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+                    for name in sorted(payload["outputs"]):
+                        with box.open_output(name) as handle:  # never a link out of the box
+                            info = tar.gettarinfo(fileobj=handle, arcname=name)
+                            info.mtime, info.uid, info.gid = 0, 0, 0
+                            info.uname, info.gname, info.mode = "", "", 0o644
+                            tar.addfile(info, handle)
+            except FileNotFoundError:
+                missing = [n for n in payload["outputs"] if not (box.out / n).exists()]
                 yield None, f"declared outputs missing: {missing}"
                 return
-            archive = box.root / "result.tar"
-            with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
-                for name in sorted(payload["outputs"]):
-                    info = tar.gettarinfo(str(box.out / name), arcname=name)
-                    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-                    info.mode = 0o644
-                    with (box.out / name).open("rb") as handle:
-                        tar.addfile(info, handle)
+            except UnsafeOutput as exc:
+                yield None, str(exc)
+                return
             yield archive, ""
 
     # ----- results ---------------------------------------------------------------------------

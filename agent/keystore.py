@@ -47,13 +47,16 @@ def load(path: Path, secret: str) -> LocalAccount:
     return account
 
 
-def create(path: Path, secret: str, private_key: bytes | None = None) -> str:
-    """Write a new keystore (mode 0600) and return its address."""
+def create(path: Path, secret: str, private_key: bytes | None = None, *,
+           scrypt_n: int | None = None) -> str:
+    """Write a new keystore (mode 0600) and return its address. `scrypt_n` lowers the key
+    derivation's work (eth-account's default 2**18 takes about a second and 256 MiB per open):
+    only for throwaway keys of a local chain, which many processes open at once."""
     account = Account.from_key(private_key) if private_key else Account.create()
     if path.exists():
         raise KeystoreError(f"{path} exists; refusing to overwrite a key")
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        json.dump(Account.encrypt(account.key, secret), handle)
+        json.dump(Account.encrypt(account.key, secret, iterations=scrypt_n), handle)
     return str(account.address)

@@ -18,6 +18,7 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO
 
 NOBODY = 65534
@@ -42,6 +43,12 @@ class Limits:
     processes: int = 256  # threads of the task's process tree (the watchdog counts them)
     wall_s: float = 3600.0
     tmp_bytes: int = 512 << 20  # the task's private /tmp (tmpfs) under bwrap
+    output_files: int = 10_000  # entries under the output dir (inodes on the agent's disk)
+
+
+class UnsafeOutput(ValueError):
+    """An output name that leaves the output dir, or a file that is not a plain file (a
+    symlink to the agent's keystore, a FIFO that would hang the reader, a device)."""
 
 
 class Outcome(StrEnum):
@@ -129,7 +136,7 @@ def _bwrap_argv(binary: str, *, read_only: Iterable[Path], writable: Iterable[Pa
     argv = [binary, "--unshare-all", "--unshare-user", "--uid", str(NOBODY), "--gid",
             str(NOBODY), "--cap-drop", "ALL", "--die-with-parent", "--new-session",
             "--clearenv", "--ro-bind", "/usr", "/usr", *_usr_links(),
-            "--dev", "/dev", "--proc", "/proc",
+            "--dev", "/dev", "--proc", "/proc", *_proc_hardening(),
             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # before any bind under /tmp
     for etc in ("/etc/ld.so.cache", "/etc/localtime"):
         if Path(etc).exists():
@@ -139,6 +146,26 @@ def _bwrap_argv(binary: str, *, read_only: Iterable[Path], writable: Iterable[Pa
     for path in writable:
         argv += ["--bind", str(path), str(path)]
     argv += ["--chdir", str(workdir)]
+    return argv
+
+
+# Parts of a fresh /proc that write to the host's kernel, not the task's namespaces. A root
+# agent's task is uid 0 to the kernel (user namespaces map it back), so root-owned 0644 files
+# there (kernel.core_pattern: a pipe run as root on the next crash; sysrq-trigger) would take
+# its writes: they are bound read-only, as container runtimes do.
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+               "/proc/latency_stats")  # kernel memory and other tasks' secrets: read as empty
+
+
+def _proc_hardening() -> list[str]:
+    argv: list[str] = []
+    for path in PROC_READ_ONLY:
+        if os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    for path in PROC_MASKED:
+        if os.path.exists(path):
+            argv += ["--ro-bind", "/dev/null", path]
     return argv
 
 
@@ -157,16 +184,17 @@ def _rlimits(limits: Limits, drop_to_nobody: bool) -> Callable[[], None]:
     return apply
 
 
-def _tree_bytes(root: Path) -> tuple[int, int]:
-    """(all files together, the largest one) under `root`."""
-    total = largest = 0
-    for dirpath, _, names in os.walk(root):
+def _tree_bytes(root: Path) -> tuple[int, int, int]:
+    """(all files together, the largest one, how many entries) under `root`."""
+    total = largest = entries = 0
+    for dirpath, dirs, names in os.walk(root):
+        entries += len(dirs) + len(names)
         for name in names:
             with contextlib.suppress(OSError):
                 size = os.lstat(os.path.join(dirpath, name)).st_size
                 total += size
                 largest = max(largest, size)
-    return total, largest
+    return total, largest, entries
 
 
 def _tree_threads(root: int) -> int:
@@ -199,7 +227,8 @@ class Sandbox:
                  parent_dir: Path | None = None) -> None:
         self.limits = limits
         self.read_only = [*runtime_paths(), *read_only]
-        self.root = Path(tempfile.mkdtemp(prefix="mesh-task-", dir=parent_dir))
+        # Absolute: bubblewrap binds only absolute paths, and the task runs in `out`.
+        self.root = Path(tempfile.mkdtemp(prefix="mesh-task-", dir=parent_dir)).resolve()
         self.out = self.root / "out"  # the task writes here (and in home); the agent reads it
         self.home = self.root / "home"
         self.given = self.root / "in"  # read-only inside: the task's spec and inputs
@@ -309,7 +338,9 @@ class Sandbox:
         tail = stderr.read()[-4000:]
         stderr.close()
         seconds = time.perf_counter() - began
-        written, largest = _tree_bytes(self.out)
+        written, largest, entries = _tree_bytes(self.out)
+        if entries > self.limits.output_files and self._breach is None:
+            self._breach = Outcome.OUTPUT
         run = Run(outcome=Outcome.OK, returncode=returncode, stderr_tail=tail, seconds=seconds,
                   output_bytes=written)
         run.outcome, run.detail = self._judge(returncode, tail, seconds, written, largest, cpu)
@@ -318,16 +349,55 @@ class Sandbox:
     def _watch(self, pid: int, began: float, finished: threading.Event) -> None:
         """The wall clock and the process count (threads included) of the task's whole tree,
         checked four times a second: RLIMIT_NPROC does not bind a root agent's sandbox (its
-        uid 65534 maps to root outside) and counts all of a user's processes otherwise."""
+        uid 65534 maps to root outside) and counts all of a user's processes otherwise. The
+        output dir, on the agent's own disk, is measured every second: RLIMIT_FSIZE bounds
+        one file, not how many a task writes, so a disk filler is stopped as it writes."""
+        ticks = 0
         while not finished.wait(0.25):
+            ticks += 1
             if time.perf_counter() - began >= self.limits.wall_s:
                 self._breach = Outcome.WALL
             elif _tree_threads(pid) > self.limits.processes:
                 self._breach = Outcome.PROCESSES
+            elif ticks % 4 == 0 and self._output_breached():
+                self._breach = Outcome.OUTPUT
             else:
                 continue
             self.cancel()
             return
+
+    def _output_breached(self) -> bool:
+        written, _, entries = _tree_bytes(self.out)
+        return written > self.limits.output_bytes or entries > self.limits.output_files
+
+    def output_path(self, name: str) -> Path:
+        """The task's output `name` as a path the agent may read: inside the output dir (no
+        absolute name, no `..`), every part a real directory or, last, a regular file, never
+        a symlink. Raises UnsafeOutput, or FileNotFoundError when it is missing."""
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or any(
+                part in ("..", ".") for part in parts):
+            raise UnsafeOutput(f"output {name!r} leaves the output directory")
+        path = self.out
+        for index, part in enumerate(parts):
+            path = path / part
+            mode = os.lstat(path).st_mode
+            last = index == len(parts) - 1
+            if stat.S_ISLNK(mode):
+                raise UnsafeOutput(f"output {name!r} is a symlink")
+            if (last and not stat.S_ISREG(mode)) or (not last and not stat.S_ISDIR(mode)):
+                raise UnsafeOutput(f"output {name!r} is not a regular file")
+        return path
+
+    def open_output(self, name: str) -> IO[bytes]:
+        """`output_path`, opened without following a symlink swapped in meanwhile (by a
+        process of the task that outlived it) and without blocking on a FIFO."""
+        path = self.output_path(name)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UnsafeOutput(f"output {name!r} is not a regular file")
+        return os.fdopen(fd, "rb")
 
     def _judge(self, returncode: int, tail: str, seconds: float, written: int, largest: int,
                cpu: float) -> tuple[Outcome, str]:
@@ -336,10 +406,11 @@ class Sandbox:
             return Outcome.WALL, f"ran past {limits.wall_s:.0f} s"
         if self._breach is Outcome.PROCESSES:
             return Outcome.PROCESSES, f"more than {limits.processes} processes or threads"
+        if self._breach is Outcome.OUTPUT or written > limits.output_bytes:
+            return Outcome.OUTPUT, (f"wrote {written} bytes (limits: {limits.output_bytes} "
+                                    f"bytes, {limits.output_files} files)")
         if self._cancel.is_set():
             return Outcome.CANCELLED, "stopped by the agent"
-        if written > limits.output_bytes:
-            return Outcome.OUTPUT, f"wrote {written} bytes, limit {limits.output_bytes}"
         # A file exactly at RLIMIT_FSIZE was cut there (Python and Blender go on and exit 0).
         if ("File too large" in tail or largest >= limits.file_bytes
                 or returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ)):

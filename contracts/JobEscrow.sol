@@ -7,6 +7,7 @@ import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
 import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
+import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 
 import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
@@ -69,6 +70,8 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     uint256 private constant _REFUND_SHIFT = 96;
     uint256 private constant _SETTLED_AT_SHIFT = 192; // the `time` field
     uint256 private constant _STATUS_SHIFT = 232;
+    // A proven assignment word: this flag | collateral (uint96), non-zero even for no collateral.
+    uint256 private constant _PROVEN = 1 << 255;
 
     IERC20 private immutable _token;
     IStakeManager private immutable _stakeManager;
@@ -77,6 +80,8 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     mapping(address account => uint256) private _frozen;
     mapping(bytes32 jobId => mapping(address provider => bool)) private _backers;
     mapping(bytes32 jobId => DisputeBook) private _disputeBooks;
+    mapping(bytes32 root => uint256 committedAt) private _assignmentRoots;
+    mapping(bytes32 jobId => mapping(address provider => uint256)) private _assignments; // _PROVEN | collateral
 
     uint64 private _gracePeriod;
     uint64 private _disputeWindow;
@@ -189,7 +194,29 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         _stakeManager.releaseCollateral(jobIds, providers);
     }
 
+    /// @inheritdoc IJobEscrow
+    function proveAssignment(bytes32 jobId, address provider, uint256 collateral, bytes32[] calldata proof)
+        external
+    {
+        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, collateral))));
+        // slither-disable-next-line incorrect-equality
+        if (_assignmentRoots[MerkleProof.processProofCalldata(proof, leaf)] == 0) {
+            revert JobEscrowInvalidAssignmentProof(jobId, provider, collateral);
+        }
+        if (_assignments[jobId][provider] != 0) return; // the first proven collateral stands
+        _assignments[jobId][provider] = _PROVEN | collateral.toUint96();
+        emit AssignmentProven(jobId, provider, collateral);
+    }
+
     // ------------------------------------------------------------------ orchestrator role
+
+    /// @inheritdoc IJobEscrow
+    function commitAssignments(bytes32 root) external onlyRole(ORCHESTRATOR_ROLE) whenNotPaused {
+        if (root == bytes32(0)) revert JobEscrowZeroAssignmentRoot();
+        if (_assignmentRoots[root] != 0) revert JobEscrowAssignmentsAlreadyCommitted(root);
+        _assignmentRoots[root] = block.timestamp;
+        emit AssignmentsCommitted(root);
+    }
 
     /// @inheritdoc IJobEscrow
     function lockCollateral(bytes32 jobId, address[] calldata providers, uint256[] calldata amounts)
@@ -417,7 +444,18 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
 
     /// @inheritdoc IJobEscrow
     function isBacker(bytes32 jobId, address provider) external view returns (bool) {
-        return _backers[jobId][provider];
+        return _backers[jobId][provider] || _assignments[jobId][provider] != 0;
+    }
+
+    /// @inheritdoc IJobEscrow
+    function assignmentOf(bytes32 jobId, address provider) external view returns (bool proven, uint256 collateral) {
+        uint256 word = _assignments[jobId][provider];
+        return (word != 0, uint96(word));
+    }
+
+    /// @inheritdoc IJobEscrow
+    function assignmentsCommittedAt(bytes32 root) external view returns (uint256) {
+        return _assignmentRoots[root];
     }
 
     /// @inheritdoc IJobEscrow

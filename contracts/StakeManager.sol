@@ -20,6 +20,12 @@ import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
 /// locks (from the last open lock backwards, each lowered by what it loses), so a lock never pays
 /// more than what is left of it. Locked collateral is only ever slashed per job, by
 /// {slashCollateral}, until the job's collateral slash window closes.
+/// Collateral has two forms. A job lock ({lockCollateral}) pins stake to one job. A standing
+/// reservation ({reserveCollateral}) pins stake to a provider until a time, and backs every job
+/// assigned to it in an assignment root committed on the escrow (`IJobEscrow.commitAssignments`):
+/// no storage per job, so the orchestrator's per-job cost is a share of one root. A reservation
+/// never shrinks or shortens while live, lapses by itself, and is slashable only for a proven
+/// assignment (`IJobEscrow.proveAssignment`) whose job's collateral slash window is open.
 /// Gas layout for settlement: a provider's locked collateral, pending payout and the payout's
 /// release time share one slot (`_ledgers`), so settling a job releases the collateral and credits
 /// the payout with one storage write per provider; claimable payouts sit beside `bonded`. An older
@@ -67,6 +73,8 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     // `_maturing` words use the same layout with locked = 0.
     uint256 private constant _PENDING_SHIFT = 96;
     uint256 private constant _RELEASE_AT_SHIFT = 200;
+    // A reservation word: amount (uint96) | until (uint40) << _UNTIL_SHIFT.
+    uint256 private constant _UNTIL_SHIFT = 96;
 
     IERC20 private immutable _token;
 
@@ -77,6 +85,8 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     // slither-disable-next-line uninitialized-state
     mapping(address provider => uint64[]) private _openLockIds;
     mapping(bytes32 jobId => mapping(address provider => uint256)) private _lockedFor;
+    mapping(address provider => uint256) private _reservations; // packed amount | until
+    mapping(bytes32 jobId => mapping(address provider => uint256)) private _assignmentSlashed;
     mapping(uint64 epoch => EpochRecord) private _epochs;
     mapping(address provider => mapping(uint64 epoch => bool)) private _scoreSlashed;
     mapping(address provider => Checkpoints.Trace208) private _stakeHistory; // bonded + unbonding
@@ -190,7 +200,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             if (amount == 0) revert StakeManagerZeroAmount(provider);
             uint256 ledger = _ledgers[provider];
             uint256 locked = uint96(ledger);
-            uint256 free = _providers[provider].bonded - locked;
+            uint256 free = _providers[provider].bonded - locked - _liveReserved(provider);
             if (amount > free) revert StakeManagerInsufficientFreeStake(provider, amount, free);
             _ledgers[provider] = (ledger - locked) | _fitLocked(locked + amount);
             _lockedFor[jobId][provider] += amount;
@@ -234,8 +244,10 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             // Hot path, in assembly: pair `i` is read straight from calldata (4 words: jobId,
             // provider, payout, resultRoot; `i` < length, and a dirty address reverts with
             // StakeManagerInvalidAddress), and each slot's address is hashed once, by Solidity's
-            // mapping layout, and read and written through it: `_lockedFor[jobId][provider]`
-            // (released: set to 0) and `_ledgers[provider]`.
+            // mapping layout, and read and written through it: `_ledgers[provider]`, then, only
+            // when the provider has any job lock at all (the ledger's locked field is their sum),
+            // `_lockedFor[jobId][provider]` (released: set to 0). A provider working from its
+            // standing reservation costs no lock slot.
             assembly ("memory-safe") {
                 let pair := add(pairs.offset, shl(7, i))
                 jobId := calldataload(pair)
@@ -246,16 +258,19 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
                     revert(0x00, 0x24)
                 }
                 payout := calldataload(add(pair, 0x40))
-                mstore(0x00, jobId)
-                mstore(0x20, _lockedFor.slot)
-                mstore(0x20, keccak256(0x00, 0x40))
                 mstore(0x00, provider)
-                let lockSlot := keccak256(0x00, 0x40)
-                released := sload(lockSlot)
-                if released { sstore(lockSlot, 0) }
                 mstore(0x20, _ledgers.slot)
                 ledgerSlot := keccak256(0x00, 0x40)
                 ledger := sload(ledgerSlot)
+                if and(ledger, 0xffffffffffffffffffffffff) {
+                    mstore(0x00, jobId)
+                    mstore(0x20, _lockedFor.slot)
+                    mstore(0x20, keccak256(0x00, 0x40))
+                    mstore(0x00, provider)
+                    let lockSlot := keccak256(0x00, 0x40)
+                    released := sload(lockSlot)
+                    if released { sstore(lockSlot, 0) }
+                }
             }
             if (payout != 0) {
                 uint256 pending = uint104(ledger >> _PENDING_SHIFT);
@@ -341,6 +356,31 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         emit EpochCommitted(epoch, scoreRoot);
     }
 
+    /// @inheritdoc IStakeManager
+    function reserveCollateral(address[] calldata providers, uint256[] calldata amounts, uint64 until)
+        external
+        onlyRole(ORCHESTRATOR_ROLE)
+    {
+        if (providers.length != amounts.length) revert StakeManagerLengthMismatch(providers.length, amounts.length);
+        _checkRange(until, block.timestamp + 1, block.timestamp + MAX_PERIOD);
+        uint256 untilBits = uint256(until) << _UNTIL_SHIFT;
+        for (uint256 i; i < providers.length; ++i) {
+            address provider = providers[i];
+            uint256 amount = amounts[i];
+            uint256 word = _reservations[provider];
+            uint256 reservedUntil = word >> _UNTIL_SHIFT;
+            uint256 reserved = reservedUntil > block.timestamp ? uint96(word) : 0;
+            if (reserved != 0) {
+                if (amount < reserved) revert StakeManagerReservationLowered(provider, amount, reserved);
+                if (until < reservedUntil) revert StakeManagerReservationShortened(provider, until, reservedUntil);
+            }
+            uint256 free = _providers[provider].bonded - uint96(_ledgers[provider]); // less its job locks
+            if (amount > free) revert StakeManagerInsufficientFreeStake(provider, amount, free);
+            _reservations[provider] = uint256(amount.toUint96()) | untilBits;
+            emit CollateralReserved(provider, amount, until);
+        }
+    }
+
     // ------------------------------------------------------------------ slashing
 
     /// @inheritdoc IStakeManager
@@ -366,13 +406,29 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         address escrow = _jobEscrow;
         if (escrow == address(0)) revert StakeManagerEscrowNotSet(jobId);
         uint256 locked = _lockedFor[jobId][provider];
-        if (locked == 0) revert StakeManagerNothingToSlash(provider);
+        // slither-disable-next-line uninitialized-local
+        uint256 left; // of a proven assignment, when there is no job lock
+        if (locked == 0) {
+            (bool proven, uint256 collateral) = IJobEscrow(escrow).assignmentOf(jobId, provider);
+            if (proven) left = collateral - _assignmentSlashed[jobId][provider];
+            if (left == 0) revert StakeManagerNothingToSlash(provider);
+        }
         // Views on the escrow set by the admin: the job's slash window and the customer it protects.
         uint256 closedAt = IJobEscrow(escrow).collateralReleasableAt(jobId);
         if (block.timestamp >= closedAt) revert StakeManagerCollateralSlashWindowClosed(jobId, closedAt);
-        uint256 taken = Math.min(amount, locked);
-        _lockedFor[jobId][provider] = locked - taken;
-        _ledgers[provider] -= taken; // the locked field holds at least this job's lock
+        uint256 taken;
+        if (locked != 0) {
+            taken = Math.min(amount, locked);
+            _lockedFor[jobId][provider] = locked - taken;
+            _ledgers[provider] -= taken; // the locked field holds at least this job's lock
+        } else {
+            // An assignment is backed by the reservation while it is live: at most what is left of both.
+            taken = Math.min(Math.min(amount, left), _liveReserved(provider));
+            // slither-disable-next-line incorrect-equality
+            if (taken == 0) revert StakeManagerNothingToSlash(provider);
+            _assignmentSlashed[jobId][provider] += taken;
+            _reservations[provider] -= taken; // the amount field holds at least `taken`
+        }
         _providers[provider].bonded -= uint128(taken);
         address customer = IJobEscrow(escrow).jobOf(jobId).customer;
         slashId = _recordSlash(provider, jobId, reason, evidence, customer, taken, address(0), 0);
@@ -540,6 +596,16 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     /// @inheritdoc IStakeManager
     function lockedFor(bytes32 jobId, address provider) external view returns (uint256) {
         return _lockedFor[jobId][provider];
+    }
+
+    /// @inheritdoc IStakeManager
+    function reservationOf(address provider) external view returns (uint256 amount, uint256 until) {
+        return (_liveReserved(provider), _reservations[provider] >> _UNTIL_SHIFT);
+    }
+
+    /// @inheritdoc IStakeManager
+    function assignmentSlashed(bytes32 jobId, address provider) external view returns (uint256) {
+        return _assignmentSlashed[jobId][provider];
     }
 
     /// @inheritdoc IStakeManager
@@ -761,8 +827,15 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         );
     }
 
+    /// @dev Stake that may not leave: the job locks plus the live reservation.
     function _lockedOf(address provider) private view returns (uint256) {
-        return uint96(_ledgers[provider]);
+        return uint96(_ledgers[provider]) + _liveReserved(provider);
+    }
+
+    /// @dev `provider`'s reservation while it is live; a lapsed one locks nothing.
+    function _liveReserved(address provider) private view returns (uint256) {
+        uint256 word = _reservations[provider];
+        return word >> _UNTIL_SHIFT > block.timestamp ? uint96(word) : 0;
     }
 
     /// @dev `locked` as the ledger's low field; reverts if it does not fit.

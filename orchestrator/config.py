@@ -40,6 +40,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(65_536, description="Largest JSON body accepted (else 413).")
     max_popw_answer_bytes: int = Field(
         262_144, description="Largest PoPW answer body (it carries Merkle openings).")
+    node_stake: int = Field(
+        10**18, ge=0, description="Bonded stake (token units) a provider needs per registered "
+        "node before another node counts: registering a new node needs this times its nodes "
+        "plus one. Applies with pls_placement on (there is no stake without the chain).")
+    registrations_per_hour: int = Field(
+        60, ge=1, description="Node registrations (new or updated) one wallet may sign per "
+        "hour and replica; more are 429 with Retry-After.")
     max_blob_bytes: int = Field(
         256 * 1024 * 1024, description="Largest checkpoint/result upload accepted (else 413).")
     heartbeat_flush_s: float = Field(
@@ -47,6 +54,12 @@ class Settings(BaseSettings):
     periodic_enabled: bool = Field(
         True, description="Run periodic sweeps (lease expiry, failure detection) in this process.")
     sweep_interval_s: float = Field(1.0, description="Period of the failure/lease sweep.")
+    nonce_gc_interval_s: float = Field(
+        60.0, gt=0, description="Period of the job forgetting expired request nonces (leader "
+        "only; a replica taking it over waits three periods).")
+    pls_log_prune_interval_s: float = Field(
+        30.0, gt=0, description="Period of the job deleting PLS observation log rows every "
+        "replica has applied (leader only; a replica taking it over waits three periods).")
     json_logs: bool = Field(True, description="Structured JSON log lines from the service.")
     pls_placement: bool = Field(
         True, description="Gate leases on PLS: RS floor, PoPW tier for high priority, free "
@@ -71,15 +84,48 @@ class Settings(BaseSettings):
     pls_decision_delay_s: float = Field(
         2400.0, gt=0, description="An abandonment matures into a slash this long after the "
         "DEAD verdict (at least the reconnect grace and the outage window).")
+    pls_lone_grace_s: float = Field(
+        300.0, ge=0, description="A node called DEAD whose peers are not silent too keeps its "
+        "leases this long after the verdict, then they are revoked: most lone cuts last under a "
+        "minute and a node back in time renders on, and a restarted agent (a new process for "
+        "the same node) takes its held tasks back from their last checkpoint. A lapsed hold is "
+        "an abandonment dated at the DEAD verdict, which a proof of progress can still "
+        "withdraw. 0 revokes at the verdict; the churn simulator measures the default.")
     pls_stake_ttl_s: float = Field(
         15.0, ge=0, description="How long a provider's free stake read from chain is reused.")
+    pls_reservation_s: float = Field(
+        7 * 24 * 3600.0, gt=0, description="A provider's standing collateral reservation "
+        "lasts this long from a raise (extended when half is gone); a provider leaving the "
+        "grid can unbond once it lapses.")
     outbox_interval_s: float = Field(
         1.0, description="Period of the chain outbox sender (needs orchestrator_key).")
     outbox_confirmations: int = Field(
         0, description="Blocks mined on top of a transaction before its outbox row counts "
         "as confirmed (0 on anvil; more where blocks can reorg).")
+    chain_reorg_margin: int = Field(
+        12, ge=0, description="Blocks below the head before an indexed contract event counts "
+        "as final (handlers run on it once); newer events are provisional and are rolled back "
+        "and re-read if their block is replaced. Where the chain offers the finality tag "
+        "below and it is stricter, it decides.")
+    chain_finality_tag: str = Field(
+        "finalized", pattern="^(finalized|safe|none)$", description="Block tag the indexer "
+        "takes as final where the chain offers it and it lies below head - margin: "
+        "`finalized`, `safe`, or `none` (the margin alone).")
+    chain_index_interval_s: float = Field(
+        2.0, gt=0, description="Period of the chain event indexer (leader only).")
+    chain_index_max_chunk: int = Field(
+        2_000, ge=1, description="Most blocks one eth_getLogs asks for; the indexer shrinks "
+        "the range when the node refuses it as too large or times out, and grows it back.")
     outbox_settle_batch: int = Field(
         50, description="Most jobs settled by one settleBatch transaction.")
+    outbox_replace_after_s: float = Field(
+        60.0, gt=0, description="A sent transaction not mined this long after it was signed "
+        "is replaced at its nonce with both EIP-1559 fees raised by at least 12.5 %.")
+    outbox_priority_fee_gwei: float = Field(
+        1.0, ge=0, description="Priority fee (tip) a new outbox transaction offers, in gwei.")
+    outbox_max_fee_gwei: float = Field(
+        500.0, gt=0, description="Cap on maxFeePerGas, in gwei: no first offer or fee bump "
+        "goes above it (a transaction stuck at the cap waits for the base fee to fall).")
     verification_policy: str = Field(
         "adaptive", description="How often a result's pixel windows are re-rendered on another "
         "node: `adaptive` (BOINC-style, max(floor, 1/CV) per window), `adaptive-F%` or "
@@ -101,6 +147,19 @@ class Settings(BaseSettings):
     slasher_key: SecretStr | None = Field(
         None, description="Hex private key holding SLASHER_ROLE, for `slash` outbox actions; "
         "unset: they are signed with orchestrator_key.")
+
+    orchestrator_url: str = Field(
+        "http://127.0.0.1:8400", description="Where `mesh` commands reach the orchestrator "
+        "(the `mesh orchestrator serve` address).")
+    wallet_dir: Path = Field(
+        Path("~/.mesh/wallets"), description="Where `mesh wallet` keeps eth-account keystores "
+        "(one `<name>.json` each, mode 0600).")
+
+    @property
+    def stake_per_new_node(self) -> int:
+        """What registering a node asks of its provider's stake, per node (0: nothing, when
+        placement does not use the chain)."""
+        return self.node_stake if self.pls_placement else 0
 
     @property
     def sqlalchemy_url(self) -> str:

@@ -8,15 +8,16 @@ key, and a slash goes there with the slasher's."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,13 +27,17 @@ from eth_utils import keccak, to_checksum_address
 from agent import keystore
 from agent.client import Wallet, expect
 from orchestrator.api.schemas import JobSpec
-from orchestrator.chain.anvil import dev_account, set_balance
+from orchestrator.chain.anvil import Anvil, dev_account, set_balance
+from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
-from orchestrator.processes import OrchestratorProcess, stop_process
+from orchestrator.chain.tx import Receipt, connect
+from orchestrator.processes import OrchestratorProcess, kill_tree, stop_process
 
 ORCHESTRATOR_ID = "depin-mesh-local-grid"
 ADMIN_KEY = "test-admin"
 STAKE = 1_000 * 10**18  # each agent's provider bonds this (collateral is a share of a task)
+PAYMENT = 10**18  # what the customer escrows for a job
+LOCAL_SCRYPT_N = 2**12  # keystores of a throwaway chain: opened by every agent at once
 T = TypeVar("T")
 
 
@@ -54,6 +59,7 @@ class Grid:
     def __init__(self, chain: MeshChain, root: Path, *, rpc_url: str) -> None:
         self.chain = chain
         self.root = root
+        self.rpc_url = rpc_url
         self.data_dir = root / "orchestrator"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         chain.deployment.save(self.data_dir)
@@ -69,16 +75,22 @@ class Grid:
         self.port: int | None = None
         self.customer: Wallet | None = None
         self.agents: list[AgentProcess] = []
+        self.escrows: dict[str, Receipt] = {}  # job id -> the customer's createJob receipt
 
     def start(self, **env: str) -> Grid:
         self.service = OrchestratorProcess({**self.env, **env}, self.data_dir / "service.log",
                                            port=self.port)
         self.service.__enter__()
         self.port = self.service.port
-        self.customer = Wallet(self.url, bytes(dev_account(4).key), dev_account(4).address,
-                               chain_id=self.chain.deployment.chain_id,
-                               orchestrator_id=ORCHESTRATOR_ID)
+        self.customer = self.wallet(4)
         return self
+
+    def wallet(self, dev_index: int) -> Wallet:
+        """A signing client of the service for dev account `dev_index` (4 the customer, 3 the
+        arbiter); the caller closes it."""
+        account = dev_account(dev_index)
+        return Wallet(self.url, bytes(account.key), account.address,
+                      chain_id=self.chain.deployment.chain_id, orchestrator_id=ORCHESTRATOR_ID)
 
     def stop_service(self, *, kill: bool = False) -> None:
         if self.service is not None:
@@ -125,7 +137,8 @@ class Grid:
         spec = {"workload": workload, "deadline": deadline}
         spec_hash = JobSpec.model_validate(spec).canonical_hash()
         job_id = keccak(text=f"agent test job {secrets.token_hex(8)}")
-        self.chain.account(dev_account(4)).create_job(job_id, 10**18, deadline, spec_hash)
+        self.escrows["0x" + job_id.hex()] = self.chain.account(dev_account(4)).create_job(
+            job_id, PAYMENT, deadline, spec_hash)
         expect(self.customer.send("POST", "/v1/jobs", {"job_id": "0x" + job_id.hex(),
                                                       "spec": spec},
                                   headers={"idempotency-key": secrets.token_hex(8)}))
@@ -159,11 +172,32 @@ class Grid:
         return agent
 
     def fund(self, agent: AgentProcess) -> None:
-        """Gas money, tokens and a bond for the agent's provider, as its operator would."""
-        provider = self.chain.account(keystore.load(agent.keystore, agent.password.read_text()))
+        """Gas money and tokens for the agent's provider (a faucet's job), then its bond
+        through `mesh provider stake` with its own keystore, as its operator would."""
+        from orchestrator.commands import provider
+
         set_balance(self.chain.w3, agent.address, 10**20)
         self.chain.account(dev_account(0)).mint(agent.address, STAKE)
-        provider.stake(STAKE)
+        with contextlib.redirect_stdout(io.StringIO()):  # its one-line report
+            provider.stake(str(STAKE // 10**18), str(agent.keystore),
+                           password_file=agent.password, rpc_url=self.rpc_url,
+                           data_dir=self.data_dir, as_json=True)
+
+
+@contextlib.contextmanager
+def local_grid(root: Path, **service_env: str) -> Iterator[Grid]:
+    """anvil on a free loopback port with the contracts deployed (dev accounts: 0 admin,
+    1 orchestrator, 2 slasher, 3 arbiter, 4 customer), the orchestrator started on SQLite
+    under `root`; everything stopped on the way out."""
+    with Anvil() as anvil:
+        w3 = connect(anvil.rpc_url)
+        deployment = deploy_local(w3, dev_account(0).key, orchestrator=dev_account(1).address,
+                                  slasher=dev_account(2).address, arbiter=dev_account(3).address)
+        grid = Grid(MeshChain(w3, deployment), root, rpc_url=anvil.rpc_url)
+        try:
+            yield grid.start(**service_env)
+        finally:
+            grid.close()
 
 
 class AgentProcess:
@@ -180,7 +214,8 @@ class AgentProcess:
         self.password = self.dir / "password"
         if not self.keystore.exists():
             self.password.write_text(secrets.token_hex(8))
-            keystore.create(self.keystore, self.password.read_text())
+            keystore.create(self.keystore, self.password.read_text(),
+                            scrypt_n=LOCAL_SCRYPT_N)
         self.address = to_checksum_address(json.loads(self.keystore.read_text())["address"])
         self.extra = extra
         self.log_path = self.dir / "agent.log"
@@ -204,9 +239,9 @@ class AgentProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def kill(self) -> None:
-        """SIGKILL: no drain, no goodbye."""
+        """SIGKILL, its sandboxed renders with it: no drain, no goodbye."""
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
+            kill_tree(self.process.pid)
             self.process.wait()
 
     def terminate(self, timeout_s: float = 60) -> int:

@@ -4,8 +4,11 @@ serve` on a free port, configured only through MESH_* variables, its log kept in
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +36,54 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (children first), from /proc: a sandboxed task runs in a
+    session of its own, so killing its agent's process group would miss it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and everything below it (a machine gone at once, its renders with it)."""
+    for target in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+
+
+def adopt_orphans() -> None:
+    """Make this process the child subreaper (Linux): a grandchild whose parent dies (an agent
+    killed mid-frame leaves its Blender worker) is re-parented here, so `reap_descendants`
+    still finds it instead of it rendering on under init."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def reap_descendants() -> None:
+    """Kill and reap every process still below this one (the end of `mesh up`, Ctrl-C too)."""
+    for target in descendants(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    with contextlib.suppress(ChildProcessError):
+        while time.monotonic() < deadline:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                time.sleep(0.05)
 
 
 class ServiceError(RuntimeError):
@@ -105,6 +156,12 @@ class OrchestratorProcess:
         if process is not None:
             process.kill()
             process.wait()
+
+    def again(self) -> OrchestratorProcess:
+        """A new process of this one's settings at its port (a replica back after a crash),
+        not started yet."""
+        return OrchestratorProcess(self._env, self._log_path, self._startup_timeout_s,
+                                   self._serve_args, port=self.port)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:

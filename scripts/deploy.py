@@ -16,6 +16,7 @@ from ape.cli import ConnectedProviderCommand, account_option
 from orchestrator.chain.deploy import DeployParams
 from orchestrator.chain.deployment import Deployment
 from orchestrator.config import get_settings
+from scripts._mesh import decoded_errors
 
 
 def _grant(contract: Any, role_getter: str, account: str, admin: Any) -> None:
@@ -28,6 +29,7 @@ def _grant(contract: Any, role_getter: str, account: str, admin: Any) -> None:
 @click.option("--slasher", required=True, help="Address that may slash stake.")
 @click.option("--arbiter", required=True, help="Address that rules disputes.")
 @click.option("--treasury", help="Receiver of slash proceeds (default: the admin).")
+@decoded_errors
 def cli(account: Any, orchestrator: str, slasher: str, arbiter: str,
         treasury: str | None) -> None:
     params = DeployParams()

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from ape.cli import ConnectedProviderCommand, account_option
 
-from scripts._mesh import bytes32_option, contract, ensure_allowance
+from scripts._mesh import bytes32_option, contract, decoded_errors, ensure_allowance
 
 
 @click.command(cls=ConnectedProviderCommand)
@@ -17,6 +17,7 @@ from scripts._mesh import bytes32_option, contract, ensure_allowance
 @click.option("--amount", type=int, help="Settlement disputes: pending payout to freeze.")
 @click.option("--slash-id", type=int, help="Slash to dispute (the slashed provider only).")
 @bytes32_option("--evidence", "Hash of the evidence (hex).")
+@decoded_errors
 def cli(account: Any, job_id: bytes | None, respondent: str | None, amount: int | None,
         slash_id: int | None, evidence: bytes | None) -> None:
     if (job_id is None) == (slash_id is None):

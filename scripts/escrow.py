@@ -12,7 +12,7 @@ import click
 from ape import chain
 from ape.cli import ConnectedProviderCommand, account_option
 
-from scripts._mesh import bytes32_option, contract, ensure_allowance
+from scripts._mesh import bytes32_option, contract, decoded_errors, ensure_allowance
 
 
 @click.command(cls=ConnectedProviderCommand)
@@ -24,6 +24,7 @@ from scripts._mesh import bytes32_option, contract, ensure_allowance
 @bytes32_option("--spec-hash", "keccak of the canonical job spec (hex).")
 @click.option("--reclaim", is_flag=True, help="Take back the escrow of an unsettled, late job.")
 @click.option("--claim-refund", is_flag=True, help="Collect a settled job's unused escrow.")
+@decoded_errors
 def cli(account: Any, job_id: bytes | None, amount: int | None, deadline_in: int,
         spec_hash: bytes | None, reclaim: bool, claim_refund: bool) -> None:
     if job_id is None:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 from ape.cli import ConnectedProviderCommand, account_option
 
-from scripts._mesh import bytes32_option, contract
+from scripts._mesh import bytes32_option, contract, decoded_errors
 
 
 @click.command(cls=ConnectedProviderCommand)
@@ -19,6 +19,7 @@ from scripts._mesh import bytes32_option, contract
 @bytes32_option("--evidence", "Hash of the ruling's reasoning (hex).")
 @click.option("--default", "apply_default", is_flag=True,
               help="Apply the default ruling after the ruling deadline (anyone).")
+@decoded_errors
 def cli(account: Any, dispute_id: int, grant: bool | None, slash_amount: int,
         evidence: bytes | None, apply_default: bool) -> None:
     disputes = contract("Disputes")

@@ -7,12 +7,13 @@ from typing import Any
 import click
 from ape.cli import ConnectedProviderCommand, account_option
 
-from scripts._mesh import contract, ensure_allowance
+from scripts._mesh import contract, decoded_errors, ensure_allowance
 
 
 @click.command(cls=ConnectedProviderCommand)
 @account_option()
 @click.option("--amount", type=int, required=True, help="Token units to bond.")
+@decoded_errors
 def cli(account: Any, amount: int) -> None:
     stake_manager = contract("StakeManager")
     ensure_allowance(account, stake_manager.address, amount)

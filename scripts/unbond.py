@@ -7,7 +7,7 @@ from typing import Any
 import click
 from ape.cli import ConnectedProviderCommand, account_option
 
-from scripts._mesh import contract
+from scripts._mesh import contract, decoded_errors
 
 
 @click.command(cls=ConnectedProviderCommand)
@@ -15,6 +15,7 @@ from scripts._mesh import contract
 @click.option("--amount", type=int, help="Token units of free stake to start unbonding.")
 @click.option("--withdraw", "withdraw_lock", type=int, help="Lock id to withdraw after the period.")
 @click.option("--cancel", "cancel_lock", type=int, help="Lock id to return to bonded stake.")
+@decoded_errors
 def cli(account: Any, amount: int | None, withdraw_lock: int | None,
         cancel_lock: int | None) -> None:
     chosen = [value for value in (amount, withdraw_lock, cancel_lock) if value is not None]

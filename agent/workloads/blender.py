@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from agent.client import sha256_file
-from agent.sandbox import Outcome, Run, Sandbox, task_python
+from agent.sandbox import Outcome, Run, Sandbox, UnsafeOutput, task_python
 from agent.workloads import blender_worker
 from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.verification import window_rows
@@ -112,6 +112,26 @@ def exr_pixels(path: Path) -> np.ndarray:
     return pixels.astype(np.float32, copy=False)
 
 
+def is_exr(path: Path) -> bool:
+    """By the file's magic number, whatever its name (blobs are named by their hash)."""
+    with path.open("rb") as handle:
+        return handle.read(4) == b"\x76\x2f\x31\x01"
+
+
+def image_pixels(path: Path) -> np.ndarray:
+    """A stored result or chunk as pixels, whatever its name: RGBA float32 for an EXR, RGBA
+    uint8 for a PNG; OutputInvalid for anything else."""
+    if is_exr(path):
+        return exr_pixels(path)
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGBA"))
+    except Exception as exc:
+        raise OutputInvalid(f"{path.name} is neither EXR nor PNG: {exc}") from None
+
+
 def write_exr(path: Path, pixels: np.ndarray) -> Path:
     """RGBA float32 as a ZIP-compressed EXR with nothing else in its header: Blender's own files
     carry render times, so the same pixels would hash differently on every node."""
@@ -136,6 +156,16 @@ def image_size(path: Path) -> tuple[int, int]:
             return image.size
     except Exception as exc:
         raise OutputInvalid(f"{path.name} is not a readable PNG: {exc}") from None
+
+
+def worker_output(sandbox: Sandbox, path: Path) -> Path:
+    """A file the worker named: a regular file directly in its output dir, or OutputInvalid."""
+    if path.parent != sandbox.out:
+        raise OutputInvalid(f"the worker named a file outside its output: {path}")
+    try:
+        return sandbox.output_path(path.name)
+    except (UnsafeOutput, OSError) as exc:
+        raise OutputInvalid(f"the worker's {path.name}: {exc}") from None
 
 
 def start_worker(sandbox: Sandbox, *, cpu_kernel: str | None = None) -> None:
@@ -190,8 +220,7 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
             ready[:] = [float(event["seconds"]), float(event["import_s"])]
             env.update({str(k): str(v) for k, v in dict(event.get("env") or {}).items()})
         elif event["event"] == "chunk":
-            if path.parent != sandbox.out:
-                raise OutputInvalid(f"the worker named a file outside its output: {path}")
+            path = worker_output(sandbox, path)
             pixels = exr_pixels(path)  # decoded here: a truncated file fails now, not later
             if shape and pixels.shape != shape[0]:
                 raise OutputInvalid(f"{path.name} is {pixels.shape}, the others {shape[0]}")
@@ -203,9 +232,7 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
             if on_chunk is not None:
                 on_chunk(chunk)
         elif event["event"] == "frame":
-            if path.parent != sandbox.out:
-                raise OutputInvalid(f"the worker named a file outside its output: {path}")
-            frame.append(path)
+            frame.append(worker_output(sandbox, path))
 
     if not sandbox.started:
         start_worker(sandbox)

@@ -1,7 +1,8 @@
 """Dishonest providers, for the verification tests and `mesh bench verify`: each model wraps the
 real renderer (`blender.render`) and changes what it renders or delivers, as a provider who
-wants to be paid for less work would. `mesh agent run` never uses them; the test agent
-(`tests/agent/cheater_agent.py`) installs one in place of `blender.render`.
+wants to be paid for less work would. `mesh agent run` never uses them; `python -m
+agent.workloads.cheaters CHEAT agent run ...` is the real agent with one installed in place of
+`blender.render` (the verification tests' cheaters, the demo's lazy node).
 
 * `lazy`: fewer samples than asked (a quarter of every chunk), relabelled as the full plan:
   the most profitable cheat, and the hardest to see (flat regions differ by 1e-7).
@@ -13,6 +14,7 @@ wants to be paid for less work would. `mesh agent run` never uses them; the test
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +25,7 @@ from PIL import Image
 
 from agent.client import sha256_file
 from agent.sandbox import Sandbox
+from agent.workloads import blender
 from agent.workloads.blender import Chunk, FrameTask, Rendered, exr_pixels, write_exr
 from orchestrator.domain.verification import window_rows, windows_for
 
@@ -137,3 +140,16 @@ def tamper_frame(path: Path, task: FrameTask, share: float) -> None:
     with Image.open(path) as image:
         pixels = np.asarray(image.convert("RGBA"))
     Image.fromarray(tamper_rows(pixels, task, share)).save(path)
+
+
+def main(argv: list[str]) -> None:
+    """`CHEAT agent run ...`: install the cheat, then run the `mesh` command line as usual."""
+    from orchestrator.cli import app
+
+    model = CheatModel.parse(argv[0])
+    blender.render = cheating(model, blender.render)
+    app(argv[1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

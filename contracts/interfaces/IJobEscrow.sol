@@ -111,6 +111,12 @@ interface IJobEscrow {
     error JobEscrowZeroAddress(string parameter);
     /// @notice The StakeManager uses token `stakeToken`, not this escrow's `token`.
     error JobEscrowTokenMismatch(address token, address stakeToken);
+    /// @notice Assignment root `root` was committed before.
+    error JobEscrowAssignmentsAlreadyCommitted(bytes32 root);
+    /// @notice An assignment root of zero commits nothing.
+    error JobEscrowZeroAssignmentRoot();
+    /// @notice No committed assignment root holds (`jobId`, `provider`, `collateral`) with this proof.
+    error JobEscrowInvalidAssignmentProof(bytes32 jobId, address provider, uint256 collateral);
 
     // ------------------------------------------------------------------ events
 
@@ -145,6 +151,11 @@ interface IJobEscrow {
     event GracePeriodSet(uint256 grace);
     /// @notice The settlement dispute window is now `window` seconds.
     event DisputeWindowSet(uint256 window);
+    /// @notice The orchestrator committed `root`, a Merkle root of (job, provider, collateral)
+    /// assignments backed by the providers' standing reservations.
+    event AssignmentsCommitted(bytes32 indexed root);
+    /// @notice `provider`'s assignment to `jobId` with `collateral` was proven on chain.
+    event AssignmentProven(bytes32 indexed jobId, address indexed provider, uint256 collateral);
 
     // ------------------------------------------------------------------ customer
 
@@ -172,12 +183,30 @@ interface IJobEscrow {
     /// (whether or not the customer reclaimed, so a provider always has a way out). Anyone may call.
     function releaseCollateral(bytes32 jobId, address[] calldata providers) external;
 
+    /// @notice Proves that `provider` backs `jobId` with `collateral` under a committed assignment
+    /// root: from then on the provider is a backer of the job (disputes may name it) and its
+    /// reservation is slashable for the job up to `collateral` (`IStakeManager.slashCollateral`)
+    /// while the job's collateral slash window is open. Anyone may call; proving again is a no-op
+    /// (the first proven collateral stands).
+    /// @param proof Sibling hashes from the leaf to a root committed by {commitAssignments}.
+    function proveAssignment(bytes32 jobId, address provider, uint256 collateral, bytes32[] calldata proof)
+        external;
+
     // ------------------------------------------------------------------ orchestrator role
 
     /// @notice Locks providers' stake as collateral for funded job `jobId` on the StakeManager; the
     /// providers become the job's backers (the payees a customer may dispute).
     /// @dev ORCHESTRATOR_ROLE only; not while paused; not after deadline + grace.
     function lockCollateral(bytes32 jobId, address[] calldata providers, uint256[] calldata amounts) external;
+
+    /// @notice Commits `root`, the Merkle root (sorted pairs, double-hashed leaves
+    /// `keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, collateral))))`) of a batch of
+    /// assignments: each says `provider` backs job `jobId` with `collateral` of its standing
+    /// reservation (`IStakeManager.reserveCollateral`).
+    /// @dev ORCHESTRATOR_ROLE only, not while paused. One storage word per batch and none per job:
+    /// the orchestrator's cheap path for collateral. An assignment counts once proven
+    /// ({proveAssignment}); the orchestrator keeps each batch's leaves to build the proofs.
+    function commitAssignments(bytes32 root) external;
 
     /// @notice Settles job `jobId` exactly once: pays providers (pending, pull), releases their
     /// collateral, and credits the rest of the escrow to the customer. All-or-nothing.
@@ -254,8 +283,13 @@ interface IJobEscrow {
     /// @notice From when collateral still locked for job `jobId` may be released (and no longer
     /// slashed); zero for an unknown job.
     function collateralReleasableAt(bytes32 jobId) external view returns (uint256);
-    /// @notice Whether `provider` locked collateral for job `jobId` (a payee disputes may name).
+    /// @notice Whether `provider` backs job `jobId`: it locked collateral for it, or its assignment
+    /// to it was proven (`IStakeManager.proveAssignment`); a payee disputes may name.
     function isBacker(bytes32 jobId, address provider) external view returns (bool);
+    /// @notice Whether `provider`'s assignment to `jobId` was proven, and with what collateral.
+    function assignmentOf(bytes32 jobId, address provider) external view returns (bool proven, uint256 collateral);
+    /// @notice When assignment root `root` was committed (zero: never).
+    function assignmentsCommittedAt(bytes32 root) external view returns (uint256);
     /// @notice What disputes about job `jobId` froze so far from providers' pending payouts
     /// (`fromPayees`, all-time) and what they may freeze at most (`payeeCap`: what it paid them).
     function disputedOf(bytes32 jobId) external view returns (uint256 fromPayees, uint256 payeeCap);

@@ -41,7 +41,7 @@ interface IStakeManager {
     /// @notice What a client needs to know of one provider's stake.
     struct StakeInfo {
         uint256 bonded; // stake that backs work, including `locked`
-        uint256 locked; // part of `bonded` locked as collateral for unsettled jobs
+        uint256 locked; // part of `bonded` locked: job locks plus the live reservation
         uint256 unbonding; // requested for withdrawal, still slashable until withdrawn
         Tier tier; // current tier
     }
@@ -139,6 +139,10 @@ interface IStakeManager {
     error StakeManagerInvalidAddress(uint256 word);
     /// @notice The JobEscrow `escrow` does not use this StakeManager's token and this StakeManager.
     error StakeManagerEscrowMismatch(address escrow);
+    /// @notice A live reservation of `provider` may only grow: `amount` is under its `reserved`.
+    error StakeManagerReservationLowered(address provider, uint256 amount, uint256 reserved);
+    /// @notice A live reservation of `provider` may only last longer: `until` is before `reservedUntil`.
+    error StakeManagerReservationShortened(address provider, uint256 until, uint256 reservedUntil);
 
     // ------------------------------------------------------------------ events
 
@@ -164,6 +168,8 @@ interface IStakeManager {
     event Withdrawn(address indexed provider, uint256 indexed lockId, uint256 amount);
     /// @notice `amount` of `provider`'s stake now backs job `jobId`.
     event CollateralLocked(bytes32 indexed jobId, address indexed provider, uint256 amount);
+    /// @notice `provider`'s standing reservation is now `amount`, locked until `until`.
+    event CollateralReserved(address indexed provider, uint256 amount, uint256 until);
     /// @notice `provider`'s tier changed from `oldTier` to `newTier`.
     event TierChanged(address indexed provider, Tier oldTier, Tier newTier);
     /// @notice The score root of `epoch` was committed.
@@ -236,6 +242,24 @@ interface IStakeManager {
     /// @param amounts Token units per provider, non-zero.
     function lockCollateral(bytes32 jobId, address[] calldata providers, uint256[] calldata amounts) external;
 
+    // ------------------------------------------------------------------ reservations
+
+    /// @notice Sets the standing reservation of each `providers[i]` to `amounts[i]`, locked until
+    /// `until`: reserved stake backs every job assigned to the provider (`IJobEscrow.commitAssignments`)
+    /// and cannot be unbonded or withdrawn, only slashed for an assigned job, until `until`, when
+    /// it is free again without anyone's action.
+    /// @dev ORCHESTRATOR_ROLE only. All-or-nothing. A live reservation may only grow and last
+    /// longer (it never drops under the jobs that rely on it); a lapsed one may be set to anything.
+    /// `until` is in the future and at most MAX_PERIOD ahead. The orchestrator assigns a provider
+    /// only jobs whose collateral its reservation covers until the job's collateral slash window
+    /// closes (`IJobEscrow.collateralReleasableAt`).
+    /// @param providers Providers to reserve for.
+    /// @param amounts Reserved token units per provider, at most its bonded stake less its job locks.
+    /// @param until Unix time the reservations lapse.
+    function reserveCollateral(address[] calldata providers, uint256[] calldata amounts, uint64 until) external;
+
+    // ------------------------------------------------------------------ escrow role (releases)
+
     /// @notice Releases all collateral `providers[i]` holds for `jobIds[i]`.
     /// @dev ESCROW_ROLE only. Pairs without a lock are skipped, so releasing twice is harmless.
     /// Emits CollateralReleased per released pair (settlement releases through `settleCollateral`).
@@ -295,10 +319,12 @@ interface IStakeManager {
         external
         returns (uint256 slashId);
 
-    /// @notice Slashes collateral `provider` locked for `jobId`; proceeds go to the job's customer
+    /// @notice Slashes collateral `provider` locked for `jobId` (or, with no job lock, its proven
+    /// assignment to `jobId` (`IJobEscrow.assignmentOf`), taken from its live reservation); proceeds go to the job's customer
     /// after the dispute window.
-    /// @dev SLASHER_ROLE only. Capped at the collateral still locked; reverts if none is, and once
-    /// the job's collateral slash window has closed (`IJobEscrow.collateralReleasableAt`).
+    /// @dev SLASHER_ROLE only. Capped at the collateral still locked (an assignment: at what is left
+    /// of it and of the reservation); reverts if none is, and once the job's collateral slash window
+    /// has closed (`IJobEscrow.collateralReleasableAt`).
     /// @return slashId Id of the pending slash.
     function slashCollateral(bytes32 jobId, address provider, uint256 amount, SlashReason reason, bytes32 evidence)
         external
@@ -383,6 +409,10 @@ interface IStakeManager {
     function unbondingLock(address provider, uint256 lockId) external view returns (UnbondingLock memory);
     /// @notice Collateral `provider` has locked for `jobId`.
     function lockedFor(bytes32 jobId, address provider) external view returns (uint256);
+    /// @notice `provider`'s live reservation (zero once lapsed) and when it lapses or lapsed.
+    function reservationOf(address provider) external view returns (uint256 amount, uint256 until);
+    /// @notice What `slashCollateral` took so far from `provider`'s reservation for job `jobId`.
+    function assignmentSlashed(bytes32 jobId, address provider) external view returns (uint256);
     /// @notice `account`'s payout books as of now (pending past its release time shows as claimable).
     function payoutOf(address account) external view returns (Payout memory);
     /// @notice Score root of `epoch` (zero: not committed).

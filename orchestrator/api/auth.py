@@ -39,6 +39,7 @@ HEADER_NONCE = "x-mesh-nonce"
 HEADER_EXPIRY = "x-mesh-expiry"
 HEADER_CHAIN = "x-mesh-chain-id"
 MAX_NONCE = 2**256 - 1
+SECP256K1_HALF_N = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0
 
 
 def eip712_domain(*, chain_id: int, orchestrator_id: str) -> dict[str, Any]:
@@ -97,6 +98,9 @@ def verify_request(headers: Mapping[str, str], *, method: str, path: str, body: 
     address = headers[HEADER_ADDRESS]
     if not is_hex_address(address) or len(signature) != 65 or not 0 <= nonce <= MAX_NONCE:
         raise _unauthorized("signature_malformed", "bad address, signature length or nonce")
+    if int.from_bytes(signature[32:64], "big") > SECP256K1_HALF_N:
+        # (r, n - s) verifies too: accepting it would give each request a second signature
+        raise _unauthorized("signature_high_s", "high-s signature: sign with a low s (EIP-2)")
     if claimed_chain != chain_id:
         raise _unauthorized("wrong_chain", f"signed for chain {claimed_chain}, this is {chain_id}")
     if expiry < now:

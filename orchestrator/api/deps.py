@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
+import inspect
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
+from fastapi.dependencies.utils import get_typed_signature
+from fastapi.routing import APIRoute
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.api.auth import SessionClaims, SignedRequest, check_token, verify_request
 from orchestrator.api.errors import ApiError
+from orchestrator.api.limits import PerKeyRate
 from orchestrator.config import Settings
 from orchestrator.db import crud
 from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.services.disputes import DisputeChain
 from orchestrator.services.pls import PlsService
 from orchestrator.services.verification import Verifier
 from orchestrator.storage.blobs import BlobStore
@@ -42,6 +49,7 @@ class AppContext:
     clock: Callable[[], float]  # wall time in service; tests may pass a virtual clock
     pls: PlsService  # the one reliability book, staking policy and PoPW state
     verifier: Verifier  # commitments, re-checks and their verdicts
+    registrations: PerKeyRate  # node registrations per wallet (settings.registrations_per_hour)
 
     def now(self) -> float:
         return self.clock()
@@ -64,11 +72,6 @@ def get_db(ctx: CtxDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_db)]
 
 
-async def verify_signature(request: Request, ctx: AppContext) -> SignedRequest:
-    """The wallet signature over this exact request (raises ApiError 401); nonce not burnt."""
-    return verify_signed_body(request, ctx, await request.body())
-
-
 def verify_signed_body(request: Request, ctx: AppContext, body: bytes) -> SignedRequest:
     """The wallet signature over this request's method, path and `body`; nonce not burnt."""
     return verify_request(
@@ -85,26 +88,98 @@ def burn_nonce(ctx: AppContext, signed: SignedRequest) -> bool:
                                 expires_at=float(signed.expiry))
 
 
-def accept_signed(ctx: AppContext, verify: Callable[[], SignedRequest]) -> SignedRequest:
-    """Run `verify`, count a refusal by its code, and burn the nonce (a replay is refused)."""
+def replayed() -> ApiError:
+    return ApiError(401, "nonce_replayed", "this nonce was already used")
+
+
+def accept_signed(request: Request, ctx: AppContext, verify: Callable[[], SignedRequest],
+                  on_replay: Callable[[], Exception] = replayed) -> SignedRequest:
+    """Run `verify` (a refusal is counted by its code) and burn the nonce, a replay raising
+    `on_replay()`. On a `NonceAfterValidation` route the burn waits until FastAPI has
+    validated the path, query and body, so an invalid request changes nothing; elsewhere it
+    happens at once."""
     try:
         signed = verify()
     except ApiError as exc:
         ctx.metrics.auth_failures.labels(exc.code).inc()
         raise
-    if not burn_nonce(ctx, signed):
-        ctx.metrics.auth_failures.labels("nonce_replayed").inc()
-        raise ApiError(401, "nonce_replayed", "this nonce was already used")
+
+    def burn() -> None:
+        if not burn_nonce(ctx, signed):
+            ctx.metrics.auth_failures.labels("nonce_replayed").inc()
+            raise on_replay()
+
+    if isinstance(request.scope.get("route"), NonceAfterValidation):
+        pending: list[Callable[[], None]] = getattr(request.state, _PENDING_BURNS, [])
+        setattr(request.state, _PENDING_BURNS, [*pending, burn])
+    else:
+        burn()
     return signed
 
 
+_PENDING_BURNS = "mesh_pending_nonce_burns"
+
+
+class NonceAfterValidation(APIRoute):
+    """Every route's class: its endpoint first burns the nonces its signed dependencies
+    verified, then runs. FastAPI solves dependencies before it validates parameters and the
+    body, so a dependency that burnt at once would let a request refused as invalid use up
+    its nonce (a state change from a refused request)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, _burning_nonces_first(endpoint), **kwargs)
+
+
+def _burning_nonces_first(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    typed = get_typed_signature(endpoint)
+    own = next((p.name for p in typed.parameters.values() if p.annotation is Request), None)
+    name = own or "mesh_request_"
+
+    def burn_pending(kwargs: dict[str, Any]) -> None:
+        request: Request = kwargs[name] if own else kwargs.pop(name)
+        for burn in getattr(request.state, _PENDING_BURNS, ()):
+            burn()
+
+    if inspect.iscoroutinefunction(endpoint):
+        @functools.wraps(endpoint)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            burn_pending(kwargs)
+            return await endpoint(*args, **kwargs)
+        wrapper: Callable[..., Any] = run_async
+    else:
+        @functools.wraps(endpoint)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            burn_pending(kwargs)
+            return endpoint(*args, **kwargs)
+        wrapper = run
+    if own is None:
+        signature = inspect.signature(endpoint)
+        extra = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Request)
+        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*signature.parameters.values(), extra])
+    return wrapper
+
+
 async def signed_request(request: Request, ctx: CtxDep) -> SignedRequest:
-    """A verified wallet signature over this exact request; its nonce is burnt at once."""
+    """A verified wallet signature over this exact request; its nonce is burnt once the
+    request is valid."""
     body = await request.body()
-    return accept_signed(ctx, lambda: verify_signed_body(request, ctx, body))
+    return accept_signed(request, ctx, lambda: verify_signed_body(request, ctx, body))
 
 
 SignedDep = Annotated[SignedRequest, Depends(signed_request)]
+
+
+async def registration_rate(signed: SignedDep, ctx: CtxDep) -> None:
+    """Refuse (429) a wallet's registration over `registrations_per_hour`."""
+    wait = ctx.registrations.admit(signed.address, ctx.now())
+    if wait is not None:
+        raise ApiError(429, "rate_limited", f"too many node registrations from "
+                       f"{signed.address}; retry in {math.ceil(wait)} s",
+                       headers={"Retry-After": str(math.ceil(wait))})
+
+
+RegistrationRate = Depends(registration_rate)
 
 
 async def node_token(request: Request, ctx: CtxDep) -> SessionClaims:
@@ -142,7 +217,7 @@ async def blob_uploader(request: Request, ctx: CtxDep) -> Uploader:
     if request.headers.get("authorization"):
         claims = await node_token(request, ctx)
         return Uploader(claims.address, claims.node_id)
-    signed = accept_signed(ctx, lambda: verify_signed_body(request, ctx, b""))
+    signed = accept_signed(request, ctx, lambda: verify_signed_body(request, ctx, b""))
     return Uploader(signed.address, None)
 
 
@@ -159,6 +234,18 @@ async def admin(request: Request, ctx: CtxDep) -> None:
 
 
 AdminDep = Depends(admin)
+
+
+async def admin_view(request: Request, ctx: CtxDep) -> bool:
+    """Whether a read may include the admin-only parts: no key sent is a public read; a wrong
+    one is refused like any admin request."""
+    if "x-admin-key" not in request.headers:
+        return False
+    await admin(request, ctx)
+    return True
+
+
+AdminViewDep = Annotated[bool, Depends(admin_view)]
 
 
 def escrow_provider(ctx: CtxDep) -> Callable[[], EscrowReader]:
@@ -182,3 +269,19 @@ def escrow_provider(ctx: CtxDep) -> Callable[[], EscrowReader]:
 
 
 EscrowDep = Annotated[Callable[[], EscrowReader], Depends(escrow_provider)]
+
+
+def dispute_chain_provider(escrow: EscrowDep) -> Callable[[], DisputeChain]:
+    """The same lazily connected chain reader, for the dispute reads (roles, slashes)."""
+
+    def reader() -> DisputeChain:
+        found = escrow()
+        if not isinstance(found, DisputeChain):
+            raise ApiError(503, "chain_unavailable", "this service's chain reader cannot read "
+                                                     "disputes")
+        return found
+
+    return reader
+
+
+DisputeChainDep = Annotated[Callable[[], DisputeChain], Depends(dispute_chain_provider)]

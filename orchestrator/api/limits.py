@@ -1,8 +1,11 @@
-"""Body size limits enforced before any parsing (pure ASGI, so nothing is buffered twice)."""
+"""Limits on what one client may send: body sizes enforced before any parsing (pure ASGI, so
+nothing is buffered twice), and per-wallet request rates."""
 
 from __future__ import annotations
 
 import re
+import threading
+from collections import deque
 from collections.abc import Sequence
 
 from starlette.responses import JSONResponse
@@ -73,3 +76,31 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class PerKeyRate:
+    """At most `limit` admitted events per key in any `window_s` (a sliding window of their
+    times). Memory stays bounded: a key's old events go when it is next seen, and idle keys
+    are dropped once `max_keys` are held."""
+
+    def __init__(self, *, limit: int, window_s: float, max_keys: int = 100_000) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self.max_keys = max_keys
+        self._events: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, key: str, now: float) -> float | None:
+        """Record an event for `key` and return None, or return the seconds until one more
+        would be admitted (nothing recorded)."""
+        with self._lock:
+            events = self._events.setdefault(key, deque())
+            while events and events[0] <= now - self.window_s:
+                events.popleft()
+            if len(events) >= self.limit:
+                return events[0] + self.window_s - now
+            events.append(now)
+            if len(self._events) > self.max_keys:
+                self._events = {k: q for k, q in self._events.items()
+                                if q and q[-1] > now - self.window_s}
+            return None

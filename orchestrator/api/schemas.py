@@ -6,6 +6,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from eth_utils import keccak
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.domain.types import Priority
@@ -13,7 +14,22 @@ from orchestrator.domain.types import Priority
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")]
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Bytes32Hex = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$")]
+Address = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{40}$")]
 TokenUnits = Annotated[int, Field(ge=0, lt=2**256)]
+RowKey = Annotated[int, Field(ge=1, lt=2**63)]  # a BIGINT key: larger is a 422, not a DB error
+NAME_PATTERN, SHA256_PATTERN = r"^[A-Za-z0-9._:-]+$", r"^[0-9a-f]{64}$"
+# Path parameters, constrained as the OpenAPI document states them (a mismatch is a 422).
+NodeIdPath = Annotated[str, Path(min_length=1, max_length=64, pattern=NAME_PATTERN)]
+Sha256Path = Annotated[str, Path(pattern=SHA256_PATTERN, description="lowercase hex sha256")]
+JobIdPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$",
+                                description="the escrow's bytes32 job id, 0x + 64 hex")]
+AddressPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$",
+                                  description="a provider's wallet address")]
+# A task, check or other row id: keys are BIGINT, so a larger or negative one is a 422 here,
+# never an overflow in the DB layer (which once also reset the connection).
+RowId = Annotated[int, Path(ge=0, lt=2**63)]
+# A PoPW GPU class name (`popw.DEFAULT_GPU_CLASSES`: cpu, rtx4090, h100...).
+GpuClassName = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
 MAX_TASKS_PER_JOB = 10_000
 
 
@@ -39,11 +55,26 @@ class NodeOut(BaseModel):
     draining: bool
 
 
+class NodeListingOut(BaseModel):
+    node_id: str
+    provider: str
+    gpu_model: str
+    vram_gb: int
+    region: str
+    price_per_gpu_hour: int
+    slots: int
+    tier: int  # the tier the node may take work at now
+    health: str
+    draining: bool
+    last_heartbeat_at: float | None
+    rs: float | None  # Reliability Score over an hour's task; None before any observation
+
+
 class LoginRequest(Strict):
     node_id: Name
     # The address of the agent process's ephemeral session key; the wallet's signature over
     # this body binds it to the login (see `domain.continuity`).
-    session_key: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{40}$")] | None = None
+    session_key: Address | None = None
 
 
 class LoginOut(BaseModel):
@@ -79,10 +110,19 @@ class BlenderWorkload(Strict):
     resolution: tuple[Annotated[int, Field(ge=4, le=16384)],
                       Annotated[int, Field(ge=4, le=16384)]] | None = None  # None: the file's
 
+    @property
+    def task_count(self) -> int:
+        """One task per tile of every frame."""
+        return (self.frames.end - self.frames.start + 1) * self.tiles
+
     @model_validator(mode="after")
-    def _chunks_need_samples(self) -> BlenderWorkload:
+    def _bounded(self) -> BlenderWorkload:
         if self.chunk_samples is not None and self.samples is None:
             raise ValueError("chunk_samples needs samples")
+        tasks = self.task_count
+        if tasks > MAX_TASKS_PER_JOB:
+            raise ValueError(f"{tasks} tasks (frames x tiles): at most {MAX_TASKS_PER_JOB} "
+                             "per job; split the job or use fewer tiles")
         return self
 
 
@@ -112,11 +152,26 @@ class CommandWorkload(Strict):
                                        pattern=r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$")]] = Field(
         default_factory=lambda: ["result"], min_length=1, max_length=32)
 
+    @property
+    def task_count(self) -> int:
+        """One task per shard."""
+        return self.count
+
+    @model_validator(mode="after")
+    def _outputs_inside(self) -> CommandWorkload:
+        for name in self.outputs:
+            if any(part in ("", ".", "..") for part in name.split("/")):
+                raise ValueError(f"output {name!r}: a relative path without '.', '..' or "
+                                 "empty parts (it names a file under $MESH_OUT)")
+        return self
+
 
 class JobNeeds(Strict):
     min_vram_gb: int = Field(0, ge=0, le=4096)
     gpu_models: list[Name] | None = Field(None, max_length=32)
     regions: list[Name] | None = Field(None, max_length=32)
+    # Only these providers' nodes may run (or re-check) the job's tasks: sensitive scenes.
+    providers: list[Address] | None = Field(None, min_length=1, max_length=64)
     max_price_per_gpu_hour: TokenUnits | None = None
     priority: Priority = Priority.NORMAL
     expected_duration_s: float = Field(60.0, gt=0, le=7 * 86400)
@@ -180,8 +235,8 @@ class RenderEnvIn(Strict):
 
 
 class ChunkIn(Strict):
-    offset: int = Field(ge=0)
-    length: int = Field(ge=1)
+    offset: int = Field(ge=0, lt=1 << 16)  # its samples in the frame's chunk plan
+    length: int = Field(ge=1, le=1 << 16)
     sha256: Sha256Hex
 
 
@@ -190,6 +245,8 @@ class RenderIn(RenderEnvIn):
 
 
 MAX_SHOWN_CHUNKS = 1024
+# A body of MAX_SHOWN_CHUNKS chunks fits, so the schema's own limit answers (422), not 413.
+MAX_SHOWN_PROGRESS_BYTES = MAX_SHOWN_CHUNKS * 256 + 4096
 
 
 class ShownChunkIn(Strict):
@@ -204,7 +261,7 @@ class ProgressShownIn(Strict):
     it, signed with the session key its login named (`domain.continuity.progress_digest` over
     node, task, chunk hashes and times, and `resumed_at`)."""
 
-    task_id: int = Field(ge=1)
+    task_id: RowKey
     chunks: list[ShownChunkIn] = Field(min_length=1, max_length=MAX_SHOWN_CHUNKS)
     resumed_at: float = Field(ge=0, lt=2**40)
     signature: Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{130}$")]
@@ -327,7 +384,7 @@ class ProbeEchoOut(BaseModel):
 
 
 class ChallengeIn(Strict):
-    gpu_class: Name  # the GPU class the node claims (`popw.DEFAULT_GPU_CLASSES`)
+    gpu_class: GpuClassName  # the GPU class the node claims
 
 
 class ChallengeOut(BaseModel):
@@ -395,7 +452,7 @@ class CheckResultIn(Strict):
     frame_sha256: Sha256Hex | None = None
     result_sha256: Sha256Hex | None = None  # a non-render result
     render: RenderEnvIn | None = None
-    render_s: float = Field(0.0, ge=0)
+    render_s: float = Field(0.0, ge=0, le=7 * 86400)
 
 
 class CheckOut(BaseModel):

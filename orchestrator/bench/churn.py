@@ -4,7 +4,8 @@ random: any matching node. uptime: what uptime staking rewards (observed uptime 
 stake). pls: DePIN Mesh as built. oracle: knows every future departure (upper bound).
 random and uptime share the failure detector, verification and resume-from-checkpoint with
 pls but checkpoint at a fixed 10-minute interval, as a typical grid does, and revoke a lease
-when the detector calls its node dead (pls may hold it through a silence its peers share)."""
+when the detector has called its node dead for the lone grace every policy gets (the service's
+sweep: `LeaseHold.lone_grace_s`; pls may hold it longer through a silence its peers share)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,17 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.popw import PopwConfig
 from orchestrator.domain.types import NodeSpec
 from orchestrator.simulation.engine import FraudSlashing, PolicyResult, Simulation
 from orchestrator.simulation.jobs import generate_jobs
 from orchestrator.simulation.metrics import classify_nodes, completion_times, summarise
 from orchestrator.simulation.models import (
-    DEFAULT_CLUSTER_MIX,
     GPU_CLASSES,
+    POPULATIONS,
     NodeProfile,
-    load_availability_models,
+    population_models,
 )
 from orchestrator.simulation.models import generate_profiles as draw_profiles
 from orchestrator.simulation.pls_driver import PlsDriver, handshake_tier, provider_address
@@ -59,17 +61,22 @@ def _node_specs(profiles: list[NodeProfile]) -> list[NodeSpec]:
 
 
 def build_inputs(trace_path: Path | None, profiles_path: Path | None, nodes: int,
-                 horizon_s: float, streams: dict[str, np.random.Generator]
-                 ) -> tuple[Trace, list[NodeProfile]]:
-    """The trace (read, or generated from the published models) and one profile per node."""
+                 horizon_s: float, streams: dict[str, np.random.Generator],
+                 population: str = "seti") -> tuple[Trace, list[NodeProfile]]:
+    """The trace (read, or generated from the published models for `population`, one of
+    `POPULATIONS`) and one profile per node."""
     if trace_path is not None:
         trace = parse_trace_csv(trace_path)
     else:
         if nodes < 1:
             raise TraceError("--nodes must be at least 1")
+        if population not in POPULATIONS:
+            raise TraceError(f"unknown --population {population!r}; known: "
+                             f"{', '.join(sorted(POPULATIONS))}")
+        chosen = POPULATIONS[population]
         node_ids = [f"node-{i:05d}" for i in range(nodes)]
-        trace, _ = generate_trace(load_availability_models(), DEFAULT_CLUSTER_MIX, node_ids,
-                                  streams["trace"], horizon_s)
+        trace, _ = generate_trace(population_models(), chosen.mix, node_ids,
+                                  streams["trace"], horizon_s, chosen)
     node_ids = sorted(trace)
     if profiles_path is not None:
         given = parse_profiles_csv(profiles_path, streams["profiles"])
@@ -85,8 +92,8 @@ def build_inputs(trace_path: Path | None, profiles_path: Path | None, nodes: int
 
 
 def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_000,
-        days: float = 7.0, jobs: int = 2_000, seed: int = 1, plots: Path | None = None
-        ) -> dict[str, Any]:
+        days: float = 7.0, jobs: int = 2_000, seed: int = 1, plots: Path | None = None,
+        population: str = "seti") -> dict[str, Any]:
     if days <= 0:
         raise TraceError("--days must be positive")
     if jobs < 0:
@@ -94,7 +101,8 @@ def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_
     started = time.perf_counter()
     horizon_s = days * DAY_S
     streams = _streams(seed)
-    node_trace, node_profiles = build_inputs(trace, profiles, nodes, horizon_s, streams)
+    node_trace, node_profiles = build_inputs(trace, profiles, nodes, horizon_s, streams,
+                                               population)
     world = World(node_trace, {p.node_id: p for p in node_profiles}, horizon_s, streams["world"])
     job_list = generate_jobs(streams["jobs"], jobs, horizon_s)
     specs = _node_specs(node_profiles)
@@ -121,8 +129,8 @@ def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_
         else:
             policy = OraclePolicy(timelines, [p.effective_speed for p in node_profiles],
                                   [p.cheater for p in node_profiles])
-        result = Simulation(world, node_profiles, specs, job_list, policy, rng,
-                            observers).run()
+        result = Simulation(world, node_profiles, specs, job_list, policy, rng, observers,
+                            lone_grace_s=LeaseHold().lone_grace_s).run()
         if isinstance(policy, PlsDriver):
             extra["slashes_by_reason"] = dict(policy.slashes_by_reason)
             extra["prior_refits"] = policy.prior_refits
@@ -130,8 +138,13 @@ def run(trace: Path | None = None, profiles: Path | None = None, nodes: int = 1_
         results.append(result)
         completion[name] = completion_times(result, job_list, horizon_s)
 
+    oracle_waste = reports["oracle"]["wasted_gpu_s"]
+    for name in POLICY_ORDER:
+        reports[name]["waste_vs_oracle"] = (round(reports[name]["wasted_gpu_s"] / oracle_waste, 3)
+                                            if oracle_waste > 0 else None)
     report: dict[str, Any] = {
         "policies": reports,
+        "population": population if trace is None else None,
         "nodes": len(node_profiles),
         "days": days,
         "seed": seed,

@@ -28,7 +28,7 @@ from orchestrator.localgrid import Grid, wait_for
 CHUNK_LINE = re.compile(r"chunk (\d+)\+(\d+) rendered in ([0-9.]+) s")
 
 
-def _scene(root: Path) -> Path:
+def sample_scene(root: Path) -> Path:
     path = root / "scene.blend"
     subprocess.run([sys.executable, "-m", "agent.workloads.sample_scene", str(path)],
                    check=True, capture_output=True, timeout=300)
@@ -60,7 +60,7 @@ def run(*, frames: int = 8, samples: int = 256, chunk_samples: int = 64,
     chunks = len(plan_chunks(samples, chunk_samples))
     with tempfile.TemporaryDirectory(prefix="mesh-bench-render-") as tmp, Anvil() as anvil:
         root = Path(tmp)
-        scene = _scene(root)
+        scene = sample_scene(root)
         direct_s = _direct(scene, root / "direct", numbers, samples=samples,
                            chunk_samples=chunk_samples, resolution=resolution, threads=agents)
 

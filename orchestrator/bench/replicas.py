@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +53,37 @@ def scratch_database(base_url: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_replicas(url: str, scratch: Path, count: int = 2
+def serve_replicas(url: str, scratch: Path, count: int = 2, env: Mapping[str, str] | None = None
                    ) -> Iterator[list[OrchestratorProcess]]:
-    """`count` orchestrator processes on the database at `url`, one session secret between
-    them (a token from one is good at the other), periodic jobs on, no chain key."""
-    env = {"MESH_DATABASE_URL": url, "MESH_SESSION_SECRET": secrets.token_hex(32),
-           "MESH_PERIODIC_ENABLED": "true", "MESH_JSON_LOGS": "false"}
-    with contextlib.ExitStack() as stack:
-        processes = []
+    """`count` orchestrator processes on the database at `url`, one session secret and one
+    data folder (blobs, deployment) between them (a token or an upload at one is good at the
+    other), periodic jobs on, no chain unless `env` names one. The list may be changed (a
+    replica killed and started again): whatever it holds at the end is stopped."""
+    shared = {"MESH_DATABASE_URL": url, "MESH_SESSION_SECRET": secrets.token_hex(32),
+              "MESH_PERIODIC_ENABLED": "true", "MESH_JSON_LOGS": "false",
+              "MESH_NODE_STAKE": "0",  # no chain here: registering asks for no stake
+              "MESH_DATA_DIR": str(scratch / "data"), **(env or {})}
+    processes: list[OrchestratorProcess] = []
+    try:
         for index in range(count):
-            data_dir = scratch / f"replica-{index}"
-            data_dir.mkdir(parents=True, exist_ok=True)
-            processes.append(stack.enter_context(OrchestratorProcess(
-                {**env, "MESH_DATA_DIR": str(data_dir)}, scratch / f"replica-{index}.log",
-                serve_args=["--no-access-log", "--log-level", "warning"])))
+            processes.append(OrchestratorProcess(
+                shared, scratch / f"replica-{index}.log",
+                serve_args=["--no-access-log", "--log-level", "warning"]).__enter__())
         yield processes
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def gpu_samples(temperatures: Sequence[float], *, throttled: bool = False) -> dict[str, Any]:
+    """A telemetry body: one GPU sample per temperature, 10 ms apart, the last one now."""
+    now = time.time()
+    return {"samples": [
+        {"at": now - 0.01 * (len(temperatures) - i), "temperature_c": t,
+         "sm_clock_mhz": 1800.0 if throttled else 2500.0, "max_sm_clock_mhz": 2500.0,
+         "throttle_reasons": 0x20 if throttled else 0, "utilization_pct": 95.0,
+         "memory_used_mb": 8000.0, "memory_total_mb": 24000.0, "power_w": 300.0,
+         "power_limit_w": 450.0} for i, t in enumerate(temperatures)]}
 
 
 class ReportingNode:
@@ -85,23 +101,21 @@ class ReportingNode:
             "compute_capability": 8.9, "region": region, "price_per_gpu_hour": 100,
             "slots": 1}))
         token = expect(self.wallet.send("POST", "/v1/auth/login", {"node_id": node_id}))["token"]
-        self._auth = {"authorization": f"Bearer {token}"}
+        # the session token's header: good at every replica (they share the secret)
+        self.auth = {"authorization": f"Bearer {token}"}
 
     @property
     def http(self) -> httpx.Client:
         return self.wallet.http
 
-    def post(self, path: str, payload: Any = None) -> Any:
-        return expect(self.http.post(path, json=payload, headers=self._auth))
+    def post(self, path: str, payload: Any = None, *, via: httpx.Client | None = None) -> Any:
+        """To this node's replica, or to the one `via` points at."""
+        return expect((via or self.http).post(path, json=payload, headers=self.auth))
 
-    def gpu(self, temperatures: Sequence[float], *, throttled: bool = False) -> None:
-        now = time.time()
-        self.post(f"/v1/nodes/{self.node_id}/telemetry/gpu", {"samples": [
-            {"at": now - 0.01 * (len(temperatures) - i), "temperature_c": t,
-             "sm_clock_mhz": 1800.0 if throttled else 2500.0, "max_sm_clock_mhz": 2500.0,
-             "throttle_reasons": 0x20 if throttled else 0, "utilization_pct": 95.0,
-             "memory_used_mb": 8000.0, "memory_total_mb": 24000.0, "power_w": 300.0,
-             "power_limit_w": 450.0} for i, t in enumerate(temperatures)]})
+    def gpu(self, temperatures: Sequence[float], *, throttled: bool = False,
+            via: httpx.Client | None = None) -> None:
+        self.post(f"/v1/nodes/{self.node_id}/telemetry/gpu", gpu_samples(
+            temperatures, throttled=throttled), via=via)
 
     def probe(self) -> None:
         nonce = self.post(f"/v1/nodes/{self.node_id}/probe")["nonce"]
@@ -138,11 +152,13 @@ def wait_for(http: httpx.Client, node_id: str, field: str, value: float,
 
 
 def propagation_lag(writer: ReportingNode, reader: httpx.Client, temperature: float,
-                    timeout_s: float = 30.0) -> float:
-    """One GPU sample sent to the writer's replica: seconds until the reader's score has it."""
-    before = score(writer.http, writer.node_id)
-    writer.gpu([temperature])
-    after = score(writer.http, writer.node_id)
+                    timeout_s: float = 30.0, *, via: httpx.Client | None = None) -> float:
+    """One GPU sample sent to the writer's replica (or `via`'s): seconds until the reader's
+    score has it."""
+    http = via or writer.http
+    before = score(http, writer.node_id)
+    writer.gpu([temperature], via=http)
+    after = score(http, writer.node_id)
     if before is None or after is None or after["thermal"] == before["thermal"]:
         raise ValueError(f"a sample at {temperature} C did not move {writer.node_id}'s "
                          f"thermal factor at its own replica")

@@ -194,3 +194,35 @@ def opcode_breakdown(w3: Web3, tx_hash: str) -> dict[str, int]:
     centres["other"] = total - sum(centres.values())
     centres["total"] = total
     return centres
+
+
+def mine(w3: Web3, blocks: int = 1) -> int:
+    """Mine `blocks` empty blocks; returns the new head."""
+    _rpc(w3, "anvil_mine", [hex(blocks)])
+    return int(w3.eth.block_number)
+
+
+def reorg(w3: Web3, depth: int, replacements: list[tuple[bytes, int]] | None = None) -> None:
+    """Replace the last `depth` blocks with as many new ones (anvil_reorg). Their transactions
+    are gone unless listed in `replacements` as (signed bytes, block offset from the fork):
+    the way a real reorg drops or moves transactions."""
+    txs = [["0x" + raw.hex(), offset] for raw, offset in replacements or []]
+    _rpc(w3, "anvil_reorg", [depth, txs])
+
+
+def rollback(w3: Web3, depth: int) -> None:
+    """Remove the last `depth` blocks without replacing them (anvil_rollback)."""
+    _rpc(w3, "anvil_rollback", [depth])
+
+
+def block_transactions(w3: Web3, number: int) -> list[tuple[str, bytes]]:
+    """The transactions of block `number` in order, as (sender, signed bytes): what a reorg
+    can put back into the new blocks (`reorg`'s replacements)."""
+    block = w3.eth.get_block(number)
+    txs = []
+    for tx_hash in block["transactions"]:
+        hexed = "0x" + bytes(tx_hash).hex()  # type: ignore[arg-type]
+        sender = str(w3.eth.get_transaction(HexStr(hexed))["from"])
+        txs.append((sender, bytes.fromhex(str(_rpc(w3, "eth_getRawTransactionByHash",
+                                                     [hexed]))[2:])))
+    return txs

@@ -66,7 +66,8 @@ def load_artifacts(manifest_path: Path = DEFAULT_MANIFEST) -> Artifacts:
     try:
         manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError:
-        raise ArtifactError(f"{manifest_path} not found; run `ape compile` first") from None
+        raise ArtifactError(f"{manifest_path} not found: the contracts are not built; run "
+                            "`make compile` (or `ape compile`) first") from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{manifest_path} is not valid JSON: {exc}") from None
     contract_types = manifest.get("contractTypes")

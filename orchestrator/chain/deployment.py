@@ -67,5 +67,5 @@ class Deployment:
         try:
             return cls.from_json(path.read_text())
         except FileNotFoundError:
-            raise DeploymentError(f"{path} not found; deploy first (`mesh demo` or "
+            raise DeploymentError(f"{path} not found; deploy first (`mesh up` or "
                                   "`ape run deploy`)") from None

@@ -51,6 +51,23 @@ class RevertError(ChainError):
         super().__init__(reason)
 
 
+class OutOfGasError(RevertError):
+    """A mined transaction that ran out of gas: its estimate was made on a state cheaper than
+    the block it landed in. Nothing took effect and its nonce is spent; sign it again with a
+    fresh estimate."""
+
+    def __init__(self, tx_hash: str, gas_used: int, gas_limit: int) -> None:
+        self.gas_limit = gas_limit
+        super().__init__(f"transaction {tx_hash} ran out of gas ({gas_used:,} of its "
+                         f"{gas_limit:,} limit used)")
+
+
+def ran_out_of_gas(gas_used: int, gas_limit: int) -> bool:
+    """A revert hands back its unused gas, an exhausted call does not: a call that runs out
+    of gas inside a sub-call keeps at most 1/64 of it to unwind (EIP-150)."""
+    return 64 * gas_used >= 63 * gas_limit
+
+
 @dataclass(frozen=True, slots=True)
 class _ErrorSpec:
     name: str

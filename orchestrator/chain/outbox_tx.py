@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from hexbytes import HexBytes
@@ -17,28 +18,44 @@ from web3.contract import Contract
 from web3.exceptions import ContractLogicError, TransactionNotFound, Web3Exception, Web3RPCError
 from web3.types import TxParams
 
-from orchestrator.chain.errors import ContractError, RevertError
+from orchestrator.chain.errors import ContractError, OutOfGasError, RevertError, ran_out_of_gas
 from orchestrator.chain.sdk import MeshAccount, MeshChain, Settlement, settle_batch_call
-from orchestrator.chain.tx import SignedTx, revert_data
+from orchestrator.chain.tx import SignedTx, TransactionSender, revert_data
 from orchestrator.domain.chain_actions import (
+    AssignCollateral,
     ChainAction,
     CommitEpoch,
-    LockCollateral,
+    ProveAssignment,
+    ReserveCollateral,
     SetTier,
     SettleJob,
     SlashCollateral,
+    assignment_tree,
 )
 from orchestrator.domain.chain_views import EscrowStatus
+from orchestrator.domain.fees import Fees
+from orchestrator.domain.merkle import assignment_leaf
 
 # Worth retrying: connection refused/reset, timeouts, a node refusing a request for now.
 TRANSIENT_ERRORS = (OSError, Web3Exception)
 Revert = ContractError | RevertError
 
 
+class Resent(Enum):
+    """What a node did with a transaction sent again."""
+
+    IN_POOL = "in pool"  # taken (or already held): it waits to be mined
+    NONCE_SPENT = "nonce spent"  # its nonce is used: it can never land
+    # Its fees no longer get it in (the base fee rose past its cap, or the pool holds another
+    # transaction at its nonce that pays more): only a replacement with higher fees can.
+    UNDERPRICED = "underpriced"
+
+
 @dataclass(frozen=True, slots=True)
 class MinedReceipt:
     succeeded: bool
     block: int
+    gas_used: int
 
 
 def settlement_of(action: SettleJob) -> Settlement:
@@ -67,23 +84,53 @@ class OutboxChain:
         self.account = account
         self.slasher = slasher or account
 
-    def resync_nonces(self) -> None:
-        """The chain's pending count is the truth for the next nonce of both keys."""
-        self.account.sender.resync_nonce()
-        self.slasher.sender.resync_nonce()
+    def signer(self, kind: str) -> MeshAccount:
+        """The key that signs actions of `kind`: the slasher's for slashes."""
+        return self.slasher if kind == SlashCollateral.kind else self.account
+
+    def sender_of(self, address: str) -> TransactionSender:
+        return next(signer.sender for signer in (self.account, self.slasher)
+                    if signer.address == address)
 
     # ----- signing (a revert at estimation raises the decoded `Revert`)
 
-    def sign(self, action: ChainAction) -> SignedTx:
-        """One transaction for one non-settle action."""
+    def sign(self, action: ChainAction, *, nonce: int, fees: Fees) -> SignedTx:
+        """One transaction for one non-settle action, at the outbox's nonce and fees."""
         contract, function, args = self._call_for(action)
-        signer = self.slasher if isinstance(action, SlashCollateral) else self.account
-        return signer.build_signed(contract, function, *args)
+        return self.signer(action.kind).sender.sign(
+            contract.address, contract.encode_abi(function, args), nonce=nonce, fees=fees)
 
-    def sign_settlements(self, actions: Sequence[SettleJob]) -> SignedTx:
+    def sign_settlements(self, actions: Sequence[SettleJob], *, nonce: int,
+                         fees: Fees) -> SignedTx:
         """One `settleBatch(Solo)` for every settle in `actions`."""
         function, args = settle_batch_call([settlement_of(a) for a in actions])
-        return self.account.build_signed(self.chain.job_escrow, function, args)
+        escrow = self.chain.job_escrow
+        return self.account.sender.sign(escrow.address, escrow.encode_abi(function, (args,)),
+                                        nonce=nonce, fees=fees)
+
+    def _escrow_call(self, function: str, args: tuple[object, ...], *, nonce: int,
+                     fees: Fees) -> SignedTx:
+        escrow = self.chain.job_escrow
+        return self.account.sender.sign(escrow.address, escrow.encode_abi(function, args),
+                                        nonce=nonce, fees=fees)
+
+    def sign_assignments(self, actions: Sequence[AssignCollateral], *, nonce: int,
+                         fees: Fees) -> SignedTx:
+        """One `commitAssignments` of the root over every assign in `actions`."""
+        return self._escrow_call("commitAssignments", (assignment_tree(actions).root,),
+                                 nonce=nonce, fees=fees)
+
+    def sign_proof(self, action: ProveAssignment, batch: Sequence[AssignCollateral], *,
+                   nonce: int, fees: Fees) -> SignedTx:
+        """`proveAssignment` of the newest assign of (job, provider) in `batch`, the assigns
+        one committed root was built over."""
+        assign = next(a for a in reversed(batch)
+                      if (a.job_id, a.provider) == (action.job_id, action.provider))
+        proof = assignment_tree(batch).proof(
+            assignment_leaf(assign.job_id, assign.provider, assign.collateral))
+        return self._escrow_call("proveAssignment", (assign.job_id, assign.provider,
+                                                     assign.collateral, proof),
+                                 nonce=nonce, fees=fees)
 
     def simulate_settlement(self, action: SettleJob) -> Revert | None:
         """The revert this settle would hit on its own, or None when it would land."""
@@ -99,44 +146,52 @@ class OutboxChain:
     def _call_for(self, action: ChainAction) -> tuple[Contract, str, tuple[Any, ...]]:
         if isinstance(action, CommitEpoch):
             return self.chain.stake_manager, "commitEpoch", (action.epoch, action.root)
-        if isinstance(action, LockCollateral):
-            return self.chain.job_escrow, "lockCollateral", (
-                action.job_id, list(action.providers), list(action.amounts))
+        if isinstance(action, ReserveCollateral):
+            return self.chain.stake_manager, "reserveCollateral", (
+                [action.provider], [action.amount], action.until)
         if isinstance(action, SetTier):
             return self.chain.stake_manager, "setTier", (action.provider, action.tier)
         if isinstance(action, SlashCollateral):
             return self.chain.stake_manager, "slashCollateral", (
                 action.job_id, action.provider, action.amount, action.reason, action.evidence)
-        raise TypeError(f"{type(action).__name__} goes out in a settle batch")
+        raise TypeError(f"{type(action).__name__} goes out in a batch or with its proof")
 
     # ----- broadcasts and receipts
 
     def broadcast(self, raw: bytes) -> None:
         self.account.sender.broadcast(raw)
 
-    def rebroadcast(self, raw_hex: str) -> bool:
-        """Send persisted bytes again; False when the node says their nonce is spent."""
+    def rebroadcast(self, raw_hex: str) -> Resent:
+        """Send persisted bytes again, and say what the node made of them."""
         try:
             self.account.sender.broadcast(bytes(HexBytes(raw_hex)))
         except Web3RPCError as exc:
-            if "nonce too low" not in str(exc).lower():
-                raise
-            return False
-        return True
+            message = str(exc).lower()
+            if "nonce too low" in message:
+                return Resent.NONCE_SPENT
+            if "underpriced" in message or "less than block base fee" in message:
+                return Resent.UNDERPRICED
+            raise
+        return Resent.IN_POOL
 
     def receipt(self, tx_hash: str) -> MinedReceipt | None:
         try:
             receipt = self.chain.w3.eth.get_transaction_receipt(HexBytes(tx_hash))
         except TransactionNotFound:
             return None
-        return MinedReceipt(succeeded=receipt["status"] == 1, block=int(receipt["blockNumber"]))
+        return MinedReceipt(succeeded=receipt["status"] == 1, block=int(receipt["blockNumber"]),
+                            gas_used=int(receipt["gasUsed"]))
 
     def latest_block(self) -> int:
         return int(self.chain.w3.eth.block_number)
 
-    def mined_revert(self, tx_hash: str, block: int) -> Revert:
-        """Why a mined transaction reverted: the same call on the state before its block."""
+    def mined_revert(self, tx_hash: str, receipt: MinedReceipt) -> Revert:
+        """Why a mined transaction reverted: out of gas (`OutOfGasError`), or else the same
+        call on the state before its block."""
         tx = self.chain.w3.eth.get_transaction(HexBytes(tx_hash))
+        if ran_out_of_gas(receipt.gas_used, int(tx["gas"])):
+            return OutOfGasError(tx_hash, receipt.gas_used, int(tx["gas"]))
+        block = receipt.block
         request: TxParams = {"from": tx["from"], "to": tx["to"], "data": tx["input"],
                              "value": tx["value"], "gas": tx["gas"]}
         try:
@@ -145,7 +200,7 @@ class OutboxChain:
             error = self.chain.decoder.decode(revert_data(exc))
             if isinstance(error, ContractError | RevertError):
                 return error
-        return RevertError(f"{tx_hash} reverted when mined (out of gas or state changed)")
+        return RevertError(f"{tx_hash} reverted when mined (the state changed)")
 
     # ----- reads that judge an outcome
 

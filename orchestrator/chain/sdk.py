@@ -26,7 +26,7 @@ from web3.logs import DISCARD
 from orchestrator.chain.artifacts import Artifacts, load_artifacts
 from orchestrator.chain.deployment import Deployment
 from orchestrator.chain.errors import ChainError, ErrorDecoder, snake_case
-from orchestrator.chain.tx import Receipt, SignedTx, TransactionSender, connect, revert_data
+from orchestrator.chain.tx import Receipt, TransactionSender, connect, revert_data
 from orchestrator.config import Settings
 from orchestrator.domain.chain_views import (
     DisputeKind,
@@ -149,9 +149,10 @@ class MeshChain:
 
     def provider_stake(self, provider: str) -> ProviderStake:
         info = self._read_struct(self.stake_manager, "stakeOf", provider)
+        reserved, until = self._read(self.stake_manager, "reservationOf", provider)
         return ProviderStake(provider=Web3.to_checksum_address(provider), bonded=info["bonded"],
-                             locked=info["locked"], unbonding=info["unbonding"],
-                             tier=info["tier"])
+                             locked=info["locked"] - reserved, unbonding=info["unbonding"],
+                             tier=info["tier"], reserved=reserved, reserved_until=until)
 
     def unbonding_lock(self, provider: str, lock_id: int) -> UnbondingLock | None:
         lock = self._read_struct(self.stake_manager, "unbondingLock", provider, lock_id)
@@ -159,6 +160,12 @@ class MeshChain:
             return None
         return UnbondingLock(lock_id=lock_id, amount=lock["amount"],
                              withdrawable_at=lock["withdrawable_at"])
+
+    def open_unbonding_locks(self, provider: str) -> list[UnbondingLock]:
+        """The provider's unbonding requests not yet withdrawn or cancelled, by lock id."""
+        found = (self.unbonding_lock(provider, int(lock_id))
+                 for lock_id in self._read(self.stake_manager, "openLocks", provider))
+        return sorted((lock for lock in found if lock is not None), key=lambda lk: lk.lock_id)
 
     def locked_for(self, job_id: bytes, provider: str) -> int:
         return int(self._read(self.stake_manager, "lockedFor", job_id, provider))
@@ -177,7 +184,7 @@ class MeshChain:
                            reason=SlashReason(slash["reason"]), beneficiary=slash["beneficiary"],
                            amount=slash["amount"], finder=slash["finder"],
                            finder_amount=slash["finder_amount"],
-                           evidence=bytes(slash["evidence"]))
+                           evidence=bytes(slash["evidence"]), prior_tier=slash["prior_tier"])
 
     def unbonding_period(self) -> int:
         return int(self._read(self.stake_manager, "unbondingPeriod"))
@@ -191,6 +198,30 @@ class MeshChain:
         return EscrowedJob(job_id=bytes(job_id), customer=job["customer"], amount=job["amount"],
                            deadline=job["deadline"], spec_hash=bytes(job["spec_hash"]),
                            status=EscrowStatus(job["status"]))
+
+    def settled_result_root(self, tx_hash: str, job_id: bytes) -> bytes | None:
+        """The result root a mined settlement transaction committed for `job_id` (`settle`,
+        `settleBatch` or `settleBatchSolo` to this escrow); None when the transaction did not
+        succeed, is not a settlement, or does not settle that job. The root is only in the
+        transaction (the escrow emits it, it does not store it), so evidence is checked here."""
+        receipt = self.w3.eth.get_transaction_receipt(HexStr(tx_hash))
+        tx = self.w3.eth.get_transaction(HexStr(tx_hash))
+        if receipt["status"] != 1 or str(tx["to"]).lower() != self.job_escrow.address.lower():
+            return None
+        try:
+            function, args = self.job_escrow.decode_function_input(tx["input"])
+        except ValueError:
+            return None
+        name = function.fn_name
+        if name == "settle":
+            matches = [args] if bytes(args["jobId"]) == job_id else []
+        elif name in ("settleBatch", "settleBatchSolo"):
+            matches = [dict(zip(("jobId", "_", "__", "resultRoot"), item, strict=True))
+                       if isinstance(item, tuple) else item for item in args["settlements"]]
+            matches = [m for m in matches if bytes(m["jobId"]) == job_id]
+        else:
+            return None
+        return bytes(matches[0]["resultRoot"]) if matches else None
 
     def refund_owed(self, job_id: bytes) -> int:
         """What a settled job still owes its customer (claimable after the dispute window)."""
@@ -229,6 +260,18 @@ class MeshChain:
     def dispute_bond(self) -> int:
         return int(self._read(self.disputes, "bond"))
 
+    def is_backer(self, job_id: bytes, provider: str) -> bool:
+        """Whether `provider` backs `job_id` on chain (a proven assignment, or a lock): who
+        may be named in, or open, a dispute of its settlement."""
+        return bool(self._read(self.job_escrow, "isBacker", job_id,
+                               Web3.to_checksum_address(provider)))
+
+    def is_arbiter(self, address: str) -> bool:
+        """Whether `address` holds ARBITER_ROLE on the Disputes contract."""
+        role = self._read(self.disputes, "ARBITER_ROLE")
+        return bool(self._read(self.disputes, "hasRole", role,
+                               Web3.to_checksum_address(address)))
+
 
 class MeshAccount:
     """Transactions signed by one key. Which calls succeed depends on the key's roles."""
@@ -243,11 +286,6 @@ class MeshAccount:
 
     def _send(self, contract: Contract, function: str, *args: Any) -> Receipt:
         return self.sender.transact(contract.address, contract.encode_abi(function, args))
-
-    def build_signed(self, contract: Contract, function: str, *args: Any) -> SignedTx:
-        """Estimate and sign `function(*args)` without sending, so an outbox can persist the
-        exact bytes before broadcasting them; a revert raises the decoded error here."""
-        return self.sender.sign(contract.address, contract.encode_abi(function, args))
 
     def _event_arg(self, contract: Contract, receipt: Receipt, event: str, arg: str) -> Any:
         logs = contract.events[event]().process_receipt(receipt.raw, errors=DISCARD)
@@ -360,6 +398,20 @@ class MeshAccount:
                         amounts: Sequence[int]) -> Receipt:
         return self._send(self.chain.job_escrow, "lockCollateral", job_id, list(providers),
                           list(amounts))
+
+    def reserve_collateral(self, providers: Sequence[str], amounts: Sequence[int],
+                           until: int) -> Receipt:
+        """Standing reservations: each provider's stake backing its assignments until `until`."""
+        return self._send(self.chain.stake_manager, "reserveCollateral", list(providers),
+                          list(amounts), until)
+
+    def commit_assignments(self, root: bytes) -> Receipt:
+        return self._send(self.chain.job_escrow, "commitAssignments", root)
+
+    def prove_assignment(self, job_id: bytes, provider: str, collateral: int,
+                         proof: Sequence[bytes]) -> Receipt:
+        return self._send(self.chain.job_escrow, "proveAssignment", job_id, provider, collateral,
+                          list(proof))
 
     def settle(self, job_id: bytes, providers: Sequence[str], payouts: Sequence[int],
                result_root: bytes) -> Receipt:

@@ -15,15 +15,31 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from eth_account.signers.local import LocalAccount
+from eth_account.typed_transactions import TypedTransaction
 from hexbytes import HexBytes
 from web3 import HTTPProvider, Web3
-from web3.exceptions import ContractLogicError, Web3RPCError
+from web3.exceptions import ContractLogicError, Web3Exception, Web3RPCError
 from web3.types import RPCEndpoint, TxParams, TxReceipt
 
-from orchestrator.chain.errors import ChainError, ErrorDecoder, RevertError
+from orchestrator.chain.errors import (
+    ChainError,
+    ErrorDecoder,
+    OutOfGasError,
+    RevertError,
+    ran_out_of_gas,
+)
+from orchestrator.domain.fees import Fees
 
+# What a node's refusal surfaces as (no gas money, a dropped transaction), named here so that
+# callers outside chain/ can tell it from a bug without importing web3.
+NodeError = Web3Exception
 DEFAULT_PRIORITY_FEE_WEI = 1_000_000_000  # 1 gwei: enough on anvil and on quiet L2s
 GAS_LIMIT_MARGIN = 1.2  # estimates are exact on anvil, but state may shift before inclusion
+# A later block can make one storage write a fresh slot where the estimate overwrote one: a
+# stake checkpoint is keyed by the block's timestamp, so within the second of the last one it
+# is rewritten in place and in the next second appended (about 25,000 gas more, measured on
+# an arbiter's ruling that restores a slash). A small call's margin alone does not cover it.
+GAS_LIMIT_HEADROOM = 30_000
 
 
 def connect(rpc_url: str, timeout_s: float = 30.0) -> Web3:
@@ -63,6 +79,7 @@ class SignedTx:
     raw: bytes
     tx_hash: str
     nonce: int
+    fees: Fees
 
 
 def revert_data(error: ContractLogicError) -> bytes:
@@ -140,21 +157,62 @@ class TransactionSender:
             raw=raw,
         )
 
-    def sign(self, to: str, data: str, value: int = 0) -> SignedTx:
-        """Estimate and sign with the next local nonce WITHOUT sending (outbox: persist first).
+    def sign(self, to: str, data: str, value: int = 0, *, nonce: int | None = None,
+             fees: Fees | None = None) -> SignedTx:
+        """Estimate and sign WITHOUT sending (outbox: persist first).
 
-        A revert raises the decoded error here, before any nonce is used. The nonce counts as
-        used from now on: if the bytes are never sent, call `resync_nonce`.
+        A revert raises the decoded error here, before any nonce is used. Without `nonce` the
+        next local one is taken and counts as used from now on (if the bytes are never sent,
+        call `resync_nonce`); an outbox that keeps its nonces in its database passes its own,
+        and its `fees`.
         """
         request: dict[str, Any] = {"from": self.address, "to": to, "data": data, "value": value}
         gas_estimate = self._estimate_gas(request)
         with self._lock:
-            nonce = self._next_nonce()
-            signed = self._account.sign_transaction(
-                self._transaction(request, gas_estimate, nonce))
-            self._nonce = nonce + 1
+            local = nonce is None
+            nonce = self._next_nonce() if nonce is None else nonce
+            transaction = self._transaction(request, gas_estimate, nonce)
+            if fees is not None:
+                transaction |= {"maxFeePerGas": fees.max_fee_per_gas,
+                                "maxPriorityFeePerGas": fees.max_priority_fee_per_gas}
+            signed = self._signed(transaction)
+            if local:
+                self._nonce = nonce + 1
+        return signed
+
+    def replace(self, raw: bytes, fees: Fees) -> SignedTx:
+        """The same transaction (nonce, call, gas) as the signed `raw`, with other fees: what
+        a node takes in place of a stuck one when the fees rose enough (`domain.fees`)."""
+        fields = TypedTransaction.from_bytes(HexBytes(raw)).as_dict()
+        for signature_part in ("v", "r", "s"):
+            fields.pop(signature_part, None)
+        return self._signed({**fields, "maxFeePerGas": fees.max_fee_per_gas,
+                             "maxPriorityFeePerGas": fees.max_priority_fee_per_gas})
+
+    def filler(self, nonce: int, fees: Fees) -> SignedTx:
+        """A transfer of nothing to ourselves at `nonce`: it fills a gap below our own waiting
+        transactions (nonces must be used in order) and has no effect of its own."""
+        return self._signed({"chainId": self._chain_id, "nonce": nonce, "to": self.address,
+                             "value": 0, "data": b"", "gas": 21_000, "type": 2,
+                             "maxFeePerGas": fees.max_fee_per_gas,
+                             "maxPriorityFeePerGas": fees.max_priority_fee_per_gas})
+
+    def _signed(self, transaction: dict[str, Any]) -> SignedTx:
+        signed = self._account.sign_transaction(transaction)
         return SignedTx(raw=bytes(signed.raw_transaction),
-                        tx_hash="0x" + bytes(signed.hash).hex(), nonce=nonce)
+                        tx_hash="0x" + bytes(signed.hash).hex(), nonce=int(transaction["nonce"]),
+                        fees=Fees(max_fee_per_gas=int(transaction["maxFeePerGas"]),
+                                  max_priority_fee_per_gas=int(
+                                      transaction["maxPriorityFeePerGas"])))
+
+    def nonce_count(self, block: str) -> int:
+        """Transactions of this key counted by the node: "latest" (mined) or "pending"
+        (mined plus those waiting in its pool without a gap)."""
+        return int(self._w3.eth.get_transaction_count(self._account.address, block))  # type: ignore[arg-type]
+
+    def next_base_fee(self) -> int:
+        """The next block's base fee, read now."""
+        return int(self._w3.eth.get_block("pending")["baseFeePerGas"])
 
     def broadcast(self, raw: bytes) -> None:
         """Submit signed bytes; a node that already holds them counts as accepted."""
@@ -170,7 +228,7 @@ class TransactionSender:
             **{key: value for key, value in request.items() if key != "from"},
             "chainId": self._chain_id,
             "nonce": nonce,
-            "gas": int(gas_estimate * GAS_LIMIT_MARGIN),
+            "gas": int(gas_estimate * GAS_LIMIT_MARGIN) + GAS_LIMIT_HEADROOM,
             "maxPriorityFeePerGas": self._priority_fee_wei,
             "maxFeePerGas": 2 * self._base_fee() + self._priority_fee_wei,
             "type": 2,
@@ -204,7 +262,7 @@ class TransactionSender:
         """
         now = time.monotonic()
         if now - self._base_fee_at > self._base_fee_ttl_s:
-            self._cached_base_fee = int(self._w3.eth.get_block("pending")["baseFeePerGas"])
+            self._cached_base_fee = self.next_base_fee()
             self._base_fee_at = now
         return self._cached_base_fee
 
@@ -224,6 +282,10 @@ class TransactionSender:
     def _replay_failure(self, request: dict[str, Any], raw: TxReceipt) -> ChainError:
         """A transaction that passed estimation but reverted when mined: replay it for the data."""
         block = int(raw["blockNumber"])
+        tx_hash = "0x" + bytes(raw["transactionHash"]).hex()
+        gas_limit = int(self._w3.eth.get_transaction(raw["transactionHash"])["gas"])
+        if ran_out_of_gas(int(raw["gasUsed"]), gas_limit):
+            return OutOfGasError(tx_hash, int(raw["gasUsed"]), gas_limit)
         try:
             self._w3.eth.call(cast(TxParams, request), block - 1)
         except ContractLogicError as exc:

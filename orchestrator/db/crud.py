@@ -178,7 +178,7 @@ def touch_heartbeats(session: Session, *, beats: dict[str, float], lease_ttl_s: 
 
 def needs_to_json(needs: TaskNeeds) -> dict[str, Any]:
     data = asdict(needs)
-    for key in ("gpu_models", "regions"):
+    for key in ("gpu_models", "regions", "providers"):
         if data[key] is not None:
             data[key] = sorted(data[key])
     data["priority"] = needs.priority.value
@@ -190,6 +190,7 @@ def needs_from_json(data: dict[str, Any]) -> TaskNeeds:
         min_vram_gb=int(data.get("min_vram_gb", 0)),
         gpu_models=None if data.get("gpu_models") is None else frozenset(data["gpu_models"]),
         regions=None if data.get("regions") is None else frozenset(data["regions"]),
+        providers=None if data.get("providers") is None else frozenset(data["providers"]),
         max_price_per_gpu_hour=data.get("max_price_per_gpu_hour"),
         priority=Priority(data.get("priority", Priority.NORMAL.value)),
         expected_duration_s=float(data.get("expected_duration_s", 60.0)),
@@ -288,6 +289,14 @@ def activate_lease(session: Session, *, lease: Lease) -> None:
     lease.state = LeaseState.ACTIVE.value
 
 
+def reserve_again(session: Session, *, lease: Lease, now: float, ttl_s: float) -> None:
+    """active -> reserved: offered to the node's new agent process, which must start it
+    within `ttl_s` (heartbeats do not renew a reservation)."""
+    lease_transition(LeaseState(lease.state), LeaseState.RESERVED)
+    lease.state = LeaseState.RESERVED.value
+    lease.expires_at = now + ttl_s
+
+
 def release_lease(session: Session, *, lease: Lease, now: float, reason: str) -> None:
     lease_transition(LeaseState(lease.state), LeaseState.RELEASED)
     lease.released_at = now
@@ -296,12 +305,13 @@ def release_lease(session: Session, *, lease: Lease, now: float, reason: str) ->
 
 
 def hold_node_leases(session: Session, *, node_id: str, until: float) -> int:
-    """Keep a silent node's started leases live until `until` instead of revoking them;
-    its renewals take over again if it comes back. Returns how many were held."""
+    """Keep a silent node's started leases live until `until` instead of revoking them, and
+    no longer (the verdict decides, not what was left of the lease's renewal window); its
+    renewals take over again if it comes back. Returns how many were held."""
     held = 0
     for lease in live_leases(session, node_id=node_id):
         if lease.state == LeaseState.ACTIVE.value:
-            lease.expires_at = max(lease.expires_at, until)
+            lease.expires_at = until
             held += 1
     return held
 
@@ -435,6 +445,11 @@ def bulk_register_nodes(session: Session, *, specs: Sequence[NodeSpec], now: flo
          "price_per_gpu_hour": s.price_per_gpu_hour, "slots": s.slots, "tier": int(s.tier),
          "health": NodeHealth.ALIVE.value, "draining": False, "registered_at": now,
          "last_heartbeat_at": now} for s in specs])
+
+
+def provider_node_count(session: Session, *, provider: str) -> int:
+    return int(session.scalar(select(func.count()).select_from(Node)
+                              .where(Node.provider == provider)) or 0)
 
 
 def nodes_seen_since(session: Session, *, since: float) -> int:

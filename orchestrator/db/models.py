@@ -199,12 +199,41 @@ class OutboxAction(Base):
     tx_hash: Mapped[str | None] = mapped_column(String(66), nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
-    # Signed bytes (hex) persisted BEFORE broadcast, so a crash resends the same transaction;
-    # a batch keeps them on its first row only.
+    # Signed bytes (hex) of the newest version persisted BEFORE broadcast, so a crash resends
+    # the same transaction; a batch keeps them on its first row only. Kept once confirmed, so
+    # a transaction a reorg removed can be sent again as it was.
     raw_tx: Mapped[str | None] = mapped_column(Text, nullable=True)
     nonce: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     next_attempt_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # backoff
     note: Mapped[str | None] = mapped_column(Text, nullable=True)  # decoded error / why confirmed
+    # the mined transaction's gas (shared by a batch's rows); None unless our tx confirmed it
+    gas_used: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class ChainNonce(Base):
+    """The next nonce of one signing key: the outbox sender owns it (it does not trust a load-
+    balanced node's pending count between passes) and resyncs it from the chain after errors."""
+
+    __tablename__ = "chain_nonces"
+
+    address: Mapped[str] = mapped_column(String(42), primary_key=True)
+    next_nonce: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class OutboxTransaction(Base):
+    """Every signed version of an outbox transaction: a stuck one is replaced at the same nonce
+    with higher fees, and any version sent may be the one mined, so all are kept."""
+
+    __tablename__ = "outbox_transactions"
+    __table_args__ = (Index("ix_outbox_transactions_sender_nonce", "sender", "nonce"),)
+
+    tx_hash: Mapped[str] = mapped_column(String(66), primary_key=True)
+    sender: Mapped[str] = mapped_column(String(42))
+    nonce: Mapped[int] = mapped_column(BigInteger)
+    max_fee_per_gas: Mapped[int] = mapped_column(TokenAmount)  # wei
+    max_priority_fee_per_gas: Mapped[int] = mapped_column(TokenAmount)  # wei
+    signed_at: Mapped[float] = mapped_column(Float)
 
 
 class IdempotencyKey(Base):
@@ -344,6 +373,11 @@ class SlashRecord(Base):
     decided_at: Mapped[float] = mapped_column(Float)
     epoch: Mapped[int | None] = mapped_column(BigInteger, nullable=True, index=True)
     detail: Mapped[str] = mapped_column(Text)
+    reversed_by: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # dispute id
+    # Set by the indexer from the final `Slashed` / `SlashReleased` events (None: not yet).
+    chain_slash_id: Mapped[int | None] = mapped_column(TokenAmount, nullable=True)
+    chain_tx: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    released_tx: Mapped[str | None] = mapped_column(String(66), nullable=True)
 
 
 class ProgressWithdrawal(Base):
@@ -368,6 +402,9 @@ class ScoreEpoch(Base):
     epoch: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     root: Mapped[str] = mapped_column(String(66))
     closed_at: Mapped[float] = mapped_column(Float)
+    # Set by the indexer from the final `EpochCommitted` event (None: not final on chain).
+    committed_tx: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    committed_block: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ScoreLeaf(Base):
@@ -493,3 +530,104 @@ class VerificationRecord(Base):
     consecutive_valid: Mapped[int] = mapped_column(Integer, default=0)
     failures: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+# ---------------------------------------------------------------- disputes, as the chain rules them
+
+
+class DisputeRow(Base):
+    """One on-chain dispute as its events told us (`services.disputes`): what it froze, the
+    ruling, and where the money went. Slash disputes keep the slash's provider, evidence and
+    prior tier (read from the chain when it opened) to find and undo our slash record."""
+
+    __tablename__ = "disputes"
+
+    dispute_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    kind: Mapped[str] = mapped_column(String(16))  # "settlement" | "slash"
+    subject: Mapped[str] = mapped_column(String(66))  # 0x + bytes32: job id or slash id
+    job_id: Mapped[str | None] = mapped_column(String(66), nullable=True, index=True)
+    slash_id: Mapped[int | None] = mapped_column(TokenAmount, nullable=True)  # on-chain id
+    opener: Mapped[str] = mapped_column(String(42))
+    respondent: Mapped[str] = mapped_column(String(42))
+    bond: Mapped[int] = mapped_column(TokenAmount)
+    frozen_amount: Mapped[int] = mapped_column(TokenAmount)
+    evidence: Mapped[str] = mapped_column(String(66))
+    ruling_deadline: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # lifecycle.DisputeState
+    opened_tx: Mapped[str] = mapped_column(String(66))
+    opened_at: Mapped[float] = mapped_column(Float)
+    slashed_provider: Mapped[str | None] = mapped_column(String(42), nullable=True)
+    slash_evidence: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    slash_reason: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    prior_tier: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ruled_tx: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    ruled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ruling_slash_id: Mapped[int | None] = mapped_column(TokenAmount, nullable=True)
+    ruling_evidence: Mapped[str | None] = mapped_column(String(66), nullable=True)
+    outcome: Mapped[str] = mapped_column(Text, default="")  # where the frozen money went
+
+
+# ---------------------------------------------------------------- chain event index
+# Every event of the mesh contracts, read through a cursor and kept reorg-safe: hashes of the
+# indexed heights show when a block was replaced, and the events of replaced blocks are kept
+# as `dropped` so a re-included transaction is recognised rather than applied twice.
+
+
+class ChainCursor(Base):
+    """How far the indexer has read one chain (one row per deployment)."""
+
+    __tablename__ = "chain_cursors"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    next_block: Mapped[int] = mapped_column(BigInteger)  # first height not read yet
+    final_block: Mapped[int] = mapped_column(BigInteger)  # highest height treated as final
+    chunk: Mapped[int] = mapped_column(Integer)  # eth_getLogs range to ask for next
+    reorgs: Mapped[int] = mapped_column(Integer, default=0)  # rollbacks seen, for operators
+    deepest_reorg: Mapped[int] = mapped_column(Integer, default=0)  # in blocks
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ChainBlock(Base):
+    """The hash of an indexed height: of every block near the head and every block that held
+    one of our events; a different hash there later means a reorg."""
+
+    __tablename__ = "chain_blocks"
+
+    cursor: Mapped[str] = mapped_column(String(64), primary_key=True)
+    number: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    hash: Mapped[str] = mapped_column(String(66))
+
+
+class ChainEventRecord(Base):
+    """One decoded contract event (`domain.chain_events.ChainEvent`) and where it stands
+    (`lifecycle.ChainEventStatus`); `applied` once the subscribed handlers ran on it."""
+
+    __tablename__ = "chain_events"
+    __table_args__ = (UniqueConstraint("cursor", "tx_hash", "tx_position"),
+                      Index("ix_chain_events_cursor_status_block", "cursor", "status",
+                            "block_number", "log_index"))
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    cursor: Mapped[str] = mapped_column(String(64))
+    contract: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(64))
+    args: Mapped[dict[str, Any]] = mapped_column(JSON)  # domain.chain_events.args_to_json
+    block_number: Mapped[int] = mapped_column(BigInteger)
+    block_hash: Mapped[str] = mapped_column(String(66))
+    log_index: Mapped[int] = mapped_column(Integer)
+    tx_hash: Mapped[str] = mapped_column(String(66), index=True)
+    tx_position: Mapped[int] = mapped_column(Integer)  # among the tx's mesh logs: stable when
+    # the same transaction lands in another block
+    status: Mapped[str] = mapped_column(String(16))
+    applied: Mapped[bool] = mapped_column(Boolean, default=False)
+    seen_at: Mapped[float] = mapped_column(Float)
+
+
+class ChainEventSubject(Base):
+    """Whom or what an event concerns (`domain.chain_events.subjects`), for read models."""
+
+    __tablename__ = "chain_event_subjects"
+
+    event_id: Mapped[int] = mapped_column(ForeignKey("chain_events.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    subject: Mapped[str] = mapped_column(String(96), primary_key=True, index=True)

@@ -159,6 +159,14 @@ def add_lock(session: Session, *, task_id: int, attempt: int, job_id: str, node_
                                provider=provider, amount=amount, raw_rs=raw_rs, created_at=at))
 
 
+def open_collateral(session: Session, *, provider: str) -> int:
+    """Collateral of the provider's placements whose attempt has not ended: what its standing
+    reservation must cover (the chain holds only the reservation, not the assignments)."""
+    # Summed here: token amounts are stored as decimal text (uint256 does not fit SQL integers).
+    return sum(session.scalars(select(CollateralLock.amount).where(
+        CollateralLock.provider == provider, CollateralLock.ended_at.is_(None))))
+
+
 @dataclass(frozen=True, slots=True)
 class LockEnd:
     """The latest lock of a task on a node, at the end of its attempt."""
@@ -211,6 +219,40 @@ def add_slash(session: Session, *, slash_id: bytes, node_id: str, provider: str,
                             reason=reason, amount=amount, evidence=hex32(evidence),
                             task_id=task_id, decided_at=decided_at, detail=detail))
     return True
+
+
+def slash_on_chain(session: Session, *, chain_slash_id: int) -> SlashRecord | None:
+    """The decision the chain's slash `chain_slash_id` carried out, once the indexer matched it."""
+    return session.scalars(select(SlashRecord).where(
+        SlashRecord.chain_slash_id == chain_slash_id)).first()
+
+
+def unmatched_slashes(session: Session, *, provider: str, reason: int,
+                      evidence: str) -> list[SlashRecord]:
+    """Decisions of (provider, reason) no on-chain slash carried out yet whose evidence is
+    `evidence`, or (a score slash) whose epoch's committed leaf of the provider carries it as
+    its telemetry digest; oldest first."""
+    return list(session.scalars(
+        select(SlashRecord)
+        .outerjoin(ScoreLeaf, (ScoreLeaf.epoch == SlashRecord.epoch)
+                   & (ScoreLeaf.provider == SlashRecord.provider))
+        .where(SlashRecord.provider == provider, SlashRecord.reason == reason,
+               SlashRecord.chain_slash_id.is_(None),
+               (SlashRecord.evidence == evidence) | (ScoreLeaf.telemetry_digest == evidence))
+        .order_by(SlashRecord.decided_at, SlashRecord.slash_id)))
+
+
+def set_slash_on_chain(record: SlashRecord, *, chain_slash_id: int, tx_hash: str) -> None:
+    record.chain_slash_id, record.chain_tx = chain_slash_id, tx_hash
+
+
+def set_slash_released(record: SlashRecord, *, tx_hash: str) -> None:
+    record.released_tx = tx_hash
+
+
+def nodes_of_provider(session: Session, *, provider: str) -> list[Node]:
+    return list(session.scalars(select(Node).where(Node.provider == provider)
+                                .order_by(Node.id)))
 
 
 def task_slashed(session: Session, *, task_id: int, node_id: str, reason: int) -> bool:
@@ -266,6 +308,17 @@ def add_epoch(session: Session, *, epoch: int, root: bytes, closed_at: float,
                      for leaf in leaves])
 
 
+def set_epoch_committed(row: ScoreEpoch, *, tx_hash: str | None, block: int | None) -> None:
+    """Where the epoch's commitment is final on chain (None: it is not, or no longer)."""
+    row.committed_tx, row.committed_block = tx_hash, block
+
+
+def uncommitted_epochs(session: Session, *, limit: int) -> list[ScoreEpoch]:
+    """The newest epochs whose commitment is not final on chain."""
+    return list(session.scalars(select(ScoreEpoch).where(ScoreEpoch.committed_tx.is_(None))
+                                .order_by(ScoreEpoch.epoch.desc()).limit(limit)))
+
+
 def epoch_leaves(session: Session, *, epoch: int) -> list[LeafRow]:
     return [LeafRow(leaf.provider, leaf.node_id, leaf.score_bps, unhex(leaf.telemetry_digest))
             for leaf in session.scalars(select(ScoreLeaf).where(ScoreLeaf.epoch == epoch)
@@ -294,13 +347,20 @@ def log_observations(session: Session, *, rows: Sequence[tuple[str, dict[str, An
         event.listen(session, "before_commit", _write_pending)
         event.listen(session, "after_commit", _after_commit)
         event.listen(session, "after_rollback", _drop_pending)
-    session.info[_PENDING].extend(rows)
+    # Each row with the (innermost) transaction it was logged in: a savepoint that rolls back
+    # (an indexer handler that failed) drops its own rows and keeps the others.
+    within = session.get_nested_transaction() or session.get_transaction()
+    session.info[_PENDING].extend((within, row) for row in rows)
     if committed not in session.info[_COMMITTED]:
         session.info[_COMMITTED].append(committed)
 
 
 def _write_pending(session: Session) -> None:
-    rows: list[tuple[str, dict[str, Any]]] = session.info[_PENDING]
+    if session.in_nested_transaction():  # a savepoint released: the rows wait for the commit
+        return
+    pending: list[tuple[Any, tuple[str, dict[str, Any]]]] = session.info[_PENDING]
+    rows = [row for _, row in pending]
+    pending.clear()
     if not rows:
         return
     last = _take_ids(session, len(rows))
@@ -308,7 +368,6 @@ def _write_pending(session: Session) -> None:
     session.execute(insert(PlsObservationRecord), [
         {"id": first + offset, "kind": kind, "body": body}
         for offset, (kind, body) in enumerate(rows)])
-    rows.clear()
 
 
 def _take_ids(session: Session, count: int) -> int:
@@ -325,6 +384,8 @@ def _take_ids(session: Session, count: int) -> int:
 
 
 def _after_commit(session: Session) -> None:
+    if session.in_nested_transaction():
+        return
     callbacks: list[Callable[[Engine], None]] = session.info[_COMMITTED]
     session.info[_COMMITTED] = []
     bind = session.get_bind()
@@ -333,8 +394,22 @@ def _after_commit(session: Session) -> None:
 
 
 def _drop_pending(session: Session) -> None:
-    session.info[_PENDING].clear()
-    session.info[_COMMITTED] = []
+    savepoint = session.get_nested_transaction()
+    if savepoint is None:
+        session.info[_PENDING].clear()
+        session.info[_COMMITTED] = []
+        return
+    session.info[_PENDING][:] = [(within, row) for within, row in session.info[_PENDING]
+                                 if not _inside(within, savepoint)]
+
+
+def _inside(transaction: Any, savepoint: Any) -> bool:
+    """Whether `transaction` is `savepoint` or one begun inside it."""
+    while transaction is not None:
+        if transaction is savepoint:
+            return True
+        transaction = transaction.parent
+    return False
 
 
 def log_head(session: Session) -> int:
@@ -393,12 +468,16 @@ def log_size(session: Session) -> int:
 # ---------------------------------------------------------------- continuity across a cut
 
 
+SILENCE_RELEASES = frozenset({"node dead", "lease lapsed"})
+
+
 def revoked_lease(session: Session, *, task_id: int, node_id: str) -> Lease | None:
-    """The node's latest lease on the task, when the sweep revoked it at a DEAD verdict."""
+    """The node's latest lease on the task, when the sweep revoked it for the node's silence:
+    at the DEAD verdict, or when a lease held through the lone grace lapsed."""
     lease = session.scalars(select(Lease).where(Lease.task_id == task_id,
                                                 Lease.node_id == node_id)
                             .order_by(Lease.id.desc()).limit(1)).first()
-    return lease if lease is not None and lease.release_reason == "node dead" else None
+    return lease if lease is not None and lease.release_reason in SILENCE_RELEASES else None
 
 
 def add_withdrawal(session: Session, *, task_id: int, node_id: str, session_key: str,

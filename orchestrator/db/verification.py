@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from orchestrator.db import crud
@@ -117,7 +118,8 @@ def lease_check(session: Session, *, node_id: str, provider: str, now: float,
                 ttl_s: float, env: dict[str, Any] | None = None,
                 limit: int = 50) -> VerificationCheck | None:
     """The oldest open (or lapsed) check this node may run: not its own provider's result,
-    not a window it already rendered for the same commitment, not one that excluded it;
+    not a window it already rendered for the same commitment, not one that excluded it, nor
+    one of a job that names other providers;
     those whose result was rendered with `env` (the node's own) first, so checks are exact
     where they can be."""
     lapsed = ((VerificationCheck.status == CheckStatus.LEASED.value)
@@ -137,6 +139,9 @@ def lease_check(session: Session, *, node_id: str, provider: str, now: float,
                                                            commitment_id=check.commitment_id)
                      if c.id != check.id and c.window == check.window}
         if provider in excluded:  # a provider renders each window of a result once
+            continue
+        allowed = check.recipe.get("allowed_providers")
+        if allowed is not None and provider not in allowed:  # the job names who may see it
             continue
         if check.status == CheckStatus.LEASED.value:
             set_check_status(session, check=check, target=CheckStatus.OPEN, now=now,
@@ -176,8 +181,14 @@ def record_of(session: Session, *, provider: str) -> ProviderRecord:
 def save_record(session: Session, *, provider: str, record: ProviderRecord, now: float) -> None:
     row = session.get(VerificationRecord, provider)
     if row is None:
-        row = VerificationRecord(provider=provider)
-        session.add(row)
+        try:  # another process may insert the provider's first record meanwhile
+            with session.begin_nested():
+                row = VerificationRecord(provider=provider, consecutive_valid=0, failures=0,
+                                         updated_at=now)
+                session.add(row)
+        except IntegrityError:
+            row = session.get(VerificationRecord, provider, populate_existing=True)
+            assert row is not None
     row.consecutive_valid = record.consecutive_valid
     row.failures = record.failures
     row.updated_at = now

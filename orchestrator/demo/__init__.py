@@ -1,22 +1,25 @@
-"""`mesh demo`: a local grid on anvil + SQLite running one render job end to end.
+"""`mesh up --demo`: real agents render the sample animation on a local grid, end to end.
 
-Nothing is faked: the contracts are deployed on a throwaway anvil, the orchestrator runs as
-a real `mesh orchestrator serve` process on a fresh SQLite data dir, and every actor talks to
-it over HTTP with wallet-signed requests. Two provider nodes stake, register, report
-telemetry and probes (one passes a PoPW handshake); a customer escrows and submits a render
-job; the nodes work their leases; one node crashes mid-task and the failure detector moves
-its task, from its checkpoint, to the other node; the operator accepts the job, the service's
-outbox settles it on chain; then everyone collects and every balance is checked.
-The provider nodes are scripted clients (see `actors.ScriptedNode`), not yet the agent.
+Nothing is scripted: anvil on a free loopback port with the contracts deployed, the
+orchestrator as a `mesh orchestrator serve` process on SQLite, and N `mesh agent run`
+processes (`orchestrator.localgrid`), each with its own keystore, funded and staked on chain.
+Two behaviours are simulated and labelled so: `churn` (the demo SIGKILLs that agent, Blender
+and all, after its first checkpoint of a frame, and starts it again once the frame has resumed
+elsewhere) and `lazy` (the real agent with `agent.workloads.cheaters`' lazy renderer: a quarter
+of the samples, relabelled as the whole plan). Verification catches the lazy node, the
+service slashes its collateral on chain and demotes it, the lazy provider disputes the slash
+and the arbiter, having read its evidence bundle, dismisses it, the job settles on its own, the
+customer downloads the frames, and after the dispute windows everyone collects: every balance
+is checked against what the service settled and slashed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import secrets
+import re
+import shutil
+import subprocess
 import sys
-import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,36 +28,50 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import numpy as np
-from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
-from PIL import Image
 from rich.console import Console
+from rich.live import Live
 from rich.table import Table
 
-from orchestrator.api.schemas import JobSpec
-from orchestrator.chain.anvil import Anvil, dev_account, increase_time
-from orchestrator.chain.deploy import deploy_local
+from agent import keystore
+from agent.client import ApiCallError, expect
+from agent.customer import download
+from orchestrator.chain.anvil import dev_account, increase_time, mine
 from orchestrator.chain.errors import ChainError
-from orchestrator.chain.sdk import MeshChain
-from orchestrator.chain.tx import Receipt, connect
-from orchestrator.demo.actors import DemoError, ScriptedNode, Wallet, expect
-from orchestrator.domain.chain_views import EscrowStatus
-from orchestrator.domain.types import Tier
-from orchestrator.processes import OrchestratorProcess, ServiceError
+from orchestrator.chain.sdk import MeshAccount, MeshChain
+from orchestrator.chain.tx import Receipt
+from orchestrator.demo.board import Board, Node, tokens
+from orchestrator.demo.outputs import contact_sheet, rs_plot, write_summary
+from orchestrator.domain.chain_views import EscrowStatus, SlashStatus
+from orchestrator.domain.types import SlashReason, Tier
+from orchestrator.localgrid import PAYMENT, STAKE, Grid, GridError, local_grid
+from orchestrator.processes import ServiceError, adopt_orphans, reap_descendants
 
 TOKEN = 10**18
-FUNDING = 1_000 * TOKEN
-STAKE = 500 * TOKEN
-PAYMENT = 10 * TOKEN
-FRAMES = 3
-CHECKPOINT_AT = 0.5  # progress at which a node checkpoints its frame
-CRASH_AT = 0.7  # progress at which the doomed node goes silent
-TASK_DURATION_S = 60.0  # expected render time of one frame: the T of each node's RS
-DEMO_GPU_CLASS = "cpu"  # PoPW kernel class a CPU can pass in time: there is no GPU here
-ORCHESTRATOR_ID = "depin-mesh-demo"  # signed requests are bound to it (EIP-712 salt)
-WAIT_S = 90.0  # longest wait for the service to act on its own (death, settlement)
+FINALITY_BLOCKS = 65  # anvil's `finalized` block trails its head by 64 (the indexer waits)
+FUNDING = 1_000 * TOKEN  # minted to the customer and the arbiter
+FRAMES = 6
+RESOLUTION = (96, 72)
+RENDER: dict[str, Any] = {"samples": 32, "chunk_samples": 8,  # 4 chunks a frame
+                          "resolution": list(RESOLUTION)}
+# The service's settings for a demo-sized grid: leases lapse 4 s after the last renewal, the
+# staking decisions run every second, and each result is cut into 2 verification windows (a
+# check is a Blender process of its own: on two cores, fewer and larger windows are faster).
+# No RS floor: every node shares one host, so the probes' jitter measures that host's CPU
+# load, not a network; on a busy 2-core machine it pushed every node's RS under the default
+# floor (0.5) and the last frames waited forever. RS still ranks the nodes and prices the
+# collateral, and the board shows it.
+SERVICE_ENV = {"MESH_PLS_DECIDE_INTERVAL_S": "1", "MESH_VERIFICATION_WINDOWS": "2",
+               "MESH_PLS_MIN_RS": "0"}
+PROFILES = {"steady": "steady", "churn": "simulated churn: killed mid-frame, comes back",
+            "lazy": "simulated cheater: renders 1/4 of the samples"}
+STEP_TIMEOUT_S = 240.0
+OUT = Path(".mesh/demo")
 T = TypeVar("T")
+
+
+class DemoError(RuntimeError):
+    """A step of the demo did not happen as the grid promises."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,354 +85,377 @@ class Check:
         return self.expected == self.actual
 
 
-def _tokens(units: int) -> str:
+def _mesh(units: int) -> str:
     return f"{Decimal(units) / TOKEN:,f} MESH"
 
 
-class _Log:
-    """The compact demo log: one line per step, chain transactions with hash and gas."""
+class Demo:
+    """One run: each phase a method, in the order `play` calls them."""
 
-    def __init__(self, console: Console) -> None:
-        self.console = console
+    def __init__(self, grid: Grid, chain: MeshChain, console: Console, providers: int,
+                 out: Path) -> None:
+        self.grid, self.chain, self.console, self.out = grid, chain, console, out
+        self.board = Board(grid, chain, console)
+        self.events: list[tuple[float, str]] = []  # (s since start, what) for the RS plot
         self.total_gas = 0
+        self.gas_by_job: dict[str, int] = {}
+        self.dispute: dict[str, Any] = {}  # the lazy node's dispute of its slash, as ruled
+        names = ["steady"] * (providers - 2) + ["churn", "lazy"]
+        self.kinds = {f"{kind}-{i}": kind for i, kind in enumerate(names, 1)}
 
-    def section(self, title: str) -> None:
-        self.console.rule(f"[bold]{title}")
+    # ----- output ----------------------------------------------------------------------------
+    def step(self, text: str, *, event: str | None = None) -> None:
+        at = time.monotonic() - self.board.began
+        self.console.print(f"[dim]{at:6.1f}s[/] [green]✓[/] {text}")
+        if event:
+            self.events.append((at, event))
 
-    def step(self, text: str) -> None:
-        self.console.print(f"[green]✓[/] {text}")
+    def tx(self, what: str, actor: str, receipt: Receipt) -> None:
+        self.chain_step(what, actor, receipt.gas_used, receipt.tx_hash)
 
-    def tx(self, step: str, actor: str, receipt: Receipt) -> None:
-        self.chain_step(step, actor, receipt.gas_used, receipt.tx_hash)
-
-    def chain_step(self, step: str, actor: str, gas: int, tx_hash: str) -> None:
+    def chain_step(self, what: str, actor: str, gas: int, tx_hash: str) -> None:
         self.total_gas += gas
-        self.console.print(f"[green]✓[/] [yellow]tx[/] {step:<34} {actor:<17} gas {gas:>7,}  "
-                           f"{tx_hash}")
+        self.step(f"[yellow]tx[/] {what:<36} {actor:<12} gas {gas:>8,}  {tx_hash}")
 
+    def until(self, what: str, probe: Callable[[], T | None],
+              timeout_s: float = STEP_TIMEOUT_S) -> T:
+        """Poll `probe` once a second, refreshing the board meanwhile (never a silent wait)."""
+        self.board.wait(what)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.board.poll()
+            found = probe()
+            if found is not None:
+                return found
+            failed = [job for job, status in self.board.job_status.items() if status == "failed"]
+            if failed:
+                raise DemoError(f"job {failed[0]} failed: see the agents' logs")
+            time.sleep(1.0)
+            if time.monotonic() > deadline:
+                raise DemoError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            for node in self.board.nodes:
+                if node.agent.process is not None and node.agent.process.poll() not in (
+                        None, -9) and node.kind != "churn":
+                    raise DemoError(f"agent {node.name} exited with "
+                                    f"{node.agent.process.returncode}: {node.agent.log()[-800:]}")
 
-def _wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = WAIT_S,
-              every_s: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = probe()
-        if found is not None:
-            return found
-        time.sleep(every_s)
-    raise DemoError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    # ----- the run ---------------------------------------------------------------------------
+    def play(self) -> tuple[list[Check], dict[str, Any]]:
+        scene = self.grid.root / "scene.blend"  # built with bpy meanwhile
+        build_log = self.grid.root / "scene.log"
+        with build_log.open("wb") as log:
+            build = subprocess.Popen([sys.executable, "-m", "agent.workloads.sample_scene",
+                                      str(scene)], stdout=log, stderr=subprocess.STDOUT)
+        self.fund()
+        with Live(self.board, console=self.console, refresh_per_second=2):
+            self.start_agents()
+            self.until("the sample scene's build", lambda: build.poll())
+            if build.returncode != 0:
+                raise DemoError(f"building the sample scene failed: "
+                                f"{build_log.read_text(errors='replace')[-800:]}")
+            job = self.submit(scene)
+            self.kill_mid_frame_and_resume()
+            self.catch_the_lazy_node()
+            self.dispute_the_slash()
+            settle = self.settle(job)
+        frames = self.download(job)
+        checks = self.collect_and_check(job, settle)
+        return checks, self.summary(job, settle, frames)
 
-
-def _frame_bytes(blend: str, frame: int, part: str) -> bytes:
-    """A small deterministic stand-in for a rendered frame (no Blender in the scripted node):
-    a 32x24 PNG whose pixels follow from the scene, frame and part, so the orchestrator's
-    verification can decode and commit it like a real frame."""
-    seed = hashlib.sha256(f"scripted render of {blend} frame {frame}: {part}".encode()).digest()
-    pixels = np.frombuffer(seed * 72, dtype=np.uint8)[:32 * 24 * 3].reshape(24, 32, 3)
-    out = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(out, format="PNG")
-    return out.getvalue()
-
-
-def _service_env(data_dir: Path, rpc_url: str, chain_id: int, admin_key: str) -> dict[str, str]:
-    """Everything the service reads, as MESH_* variables (see `orchestrator.config.Settings`).
-    The periodic sweep is slowed so that the operator's sweep is the one that shows the
-    failure detector's verdict; the outbox sender runs every second."""
-    return {"MESH_DATA_DIR": str(data_dir), "MESH_RPC_URL": rpc_url,
-            "MESH_CHAIN_ID": str(chain_id), "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID,
-            "MESH_ORCHESTRATOR_KEY": "0x" + dev_account(1).key.hex(),
-            "MESH_SLASHER_KEY": "0x" + dev_account(2).key.hex(),
-            "MESH_ADMIN_KEY": admin_key, "MESH_SWEEP_INTERVAL_S": "3600",
-            "MESH_OUTBOX_INTERVAL_S": "1", "MESH_JSON_LOGS": "false"}
-
-
-@dataclass(frozen=True, slots=True)
-class _SubmittedJob:
-    job_id: bytes
-    blend_sha256: str
-
-    @property
-    def hex_id(self) -> str:
-        return "0x" + self.job_id.hex()
-
-
-class _Grid:
-    """One run of the demo against a live chain and a live orchestrator: each phase is a
-    method, in the order `play` calls them."""
-
-    def __init__(self, chain: MeshChain, base_url: str, admin_key: str, log: _Log) -> None:
-        self.chain = chain
-        self.log = log
-        self.base_url = base_url
-        self.operator = httpx.Client(base_url=base_url, timeout=30.0,
-                                     headers={"x-admin-key": admin_key})
-        self.customer_key = dev_account(4)
-        self.customer = chain.account(self.customer_key)
-        self.providers = {"survivor": chain.account(dev_account(5)),
-                          "doomed": chain.account(dev_account(6))}
-        self._wallets: list[Wallet] = []
-        self.survivor = ScriptedNode("gpu-eu-1", self.wallet(dev_account(5)))
-        self.doomed = ScriptedNode("gpu-eu-2", self.wallet(dev_account(6)))
-        self.delivered = {"survivor": 0, "doomed": 0}  # frames each provider completed
-
-    def wallet(self, account: LocalAccount) -> Wallet:
-        wallet = Wallet(self.base_url, bytes(account.key), str(account.address),
-                        chain_id=self.chain.deployment.chain_id, orchestrator_id=ORCHESTRATOR_ID)
-        self._wallets.append(wallet)
-        return wallet
-
-    def close(self) -> None:
-        for node in (self.survivor, self.doomed):
-            node.go_silent()
-        for wallet in self._wallets:
-            wallet.close()
-        self.operator.close()
-
-    def play(self) -> list[Check]:
-        self.fund_and_stake()
-        self.join_the_grid()
-        job = self.submit_job()
-        self.work_with_a_crash(job)
-        settled_status = self.settle(job)
-        return self.collect_and_check(job, settled_status)
-
-    def fund_and_stake(self) -> None:
-        self.log.section("chain: funds and stake")
+    def fund(self) -> None:
+        self.console.rule("[bold]chain: funds and stake")
         admin = self.chain.account(dev_account(0))
-        for who, account in (("customer", self.customer), *self.providers.items()):
-            self.log.tx(f"mint test tokens to the {who}", "admin",
-                        admin.mint(account.address, FUNDING))
-        for name, account in self.providers.items():
-            self.log.tx("stake (bond)", f"provider {name}", account.stake(STAKE))
+        for who, key in (("customer", dev_account(4)), ("arbiter", dev_account(3))):
+            self.tx(f"mint {_mesh(FUNDING)} to the {who}", "admin",
+                    admin.mint(key.address, FUNDING))
+        for name, kind in self.kinds.items():
+            launcher = ([sys.executable, "-m", "agent.workloads.cheaters", "lazy"]
+                        if kind == "lazy" else None)
+            agent = self.grid.agent(name, launcher=launcher)  # mints and stakes (own wallet)
+            self.board.nodes.append(Node(agent, PROFILES[kind], kind))
+            self.step(f"{name}: wallet {agent.address} (keystore {agent.keystore}), "
+                      f"{_mesh(STAKE)} minted and bonded on chain; profile: {PROFILES[kind]}")
 
-    def join_the_grid(self) -> None:
-        log = self.log
-        log.section("providers join the grid (scripted nodes, not yet the agent)")
-        for node in (self.survivor, self.doomed):
-            node.register(gpu_model="RTX4090", vram_gb=24, region="eu", price_per_gpu_hour=100)
-            node.start_heartbeats()
-            accepted = node.report_gpu(5)
-            rtts = sorted(node.answer_probes(5))
-            log.step(f"{node.node_id}: registered (signed by {node.wallet.address}), logged in, "
-                     f"heartbeating every 0.5 s, {accepted} GPU samples, {len(rtts)} probes "
-                     f"(median RTT {rtts[len(rtts) // 2]:.1f} ms)")
-        challenge, verdict = self.survivor.handshake(DEMO_GPU_CLASS)
-        if not verdict["passed"]:
-            raise DemoError(f"PoPW handshake failed: {verdict['reasons']}")
-        log.step(f"{self.survivor.node_id}: PoPW handshake passed, tier "
-                 f"{Tier(verdict['tier']).name} (small demo kernel: class '{DEMO_GPU_CLASS}', "
-                 f"{challenge['size']}x{challenge['size']} matrix, {challenge['rounds']} rounds, "
-                 f"{challenge['spot_checks']} spot checks, {challenge['ping_rounds']} timed "
-                 "ping rounds)")
-        for node in (self.survivor, self.doomed):
-            log.step(f"{node.node_id}: {self.reading(node)}")
+    def start_agents(self) -> None:
+        self.console.rule("[bold]providers join: `mesh agent run`, one render thread each")
+        agents = [node.agent.start() for node in self.board.nodes]
+        self.until("the agents to register and log in",
+                   lambda: all("logged in" in a.log() for a in agents) or None)
+        self.step(f"{len(agents)} agents registered (wallet-signed) and logged in; heartbeats "
+                  "every 0.5 s", event="agents joined")
 
-    def reading(self, node: ScriptedNode) -> str:
-        score = expect(self.operator.get(f"/v1/nodes/{node.node_id}/score",
-                                         params={"duration_s": TASK_DURATION_S}))
-        return (f"RS {score['rs']:.3f} over T={score['duration_s']:.0f}s (survival "
-                f"{score['survival']:.3f}, latency {score['stability']:.3f}, thermal "
-                f"{score['thermal']:.3f}), tier {Tier(score['tier']).name}")
-
-    def submit_job(self) -> _SubmittedJob:
-        self.log.section("customer escrows and submits a render job")
-        blend = keccak(text="demo scene.blend").hex()  # stands for the .blend file's sha256
-        deadline = int(time.time()) + 3600
-        spec = {"workload": {"kind": "blender", "blend_sha256": blend,
-                             "frames": {"start": 1, "end": FRAMES}, "tiles": 1},
-                "needs": {"min_vram_gb": 16, "priority": "normal",
-                          "expected_duration_s": TASK_DURATION_S},
-                "deadline": deadline}
-        spec_hash = JobSpec.model_validate(spec).canonical_hash()
-        job = _SubmittedJob(keccak(text=f"demo render job {deadline}"), blend)
-        self.log.tx("escrow the job (createJob)", "customer",
-                    self.customer.create_job(job.job_id, PAYMENT, deadline, spec_hash))
-        submitted = expect(self.wallet(self.customer_key).send(
-            "POST", "/v1/jobs", {"job_id": job.hex_id, "spec": spec},
-            headers={"idempotency-key": "demo-job-0001"}))
-        self.log.step(f"job {job.hex_id[:18]}… submitted (signed, Idempotency-Key): "
-                      f"{submitted['status']}, tasks {submitted['tasks']}; escrow of "
-                      f"{_tokens(PAYMENT)} and spec hash 0x{spec_hash.hex()[:16]}… checked "
-                      "on chain")
+    def submit(self, scene: Path) -> str:
+        self.console.rule("[bold]the customer escrows and submits the sample animation")
+        job = self.grid.submit(scene, frames={"start": 1, "end": FRAMES}, **RENDER)
+        escrow = self.grid.escrows[job]
+        self.tx("escrow the job (createJob)", "customer", escrow)
+        self.gas_by_job[job] = escrow.gas_used
+        width, height = RESOLUTION
+        self.step(f"job {job[:18]}… submitted (signed): {FRAMES} frames of "
+                  f"{scene.name} ({scene.stat().st_size:,} bytes, uploaded by hash) at "
+                  f"{width}x{height}, {RENDER['samples']} samples in chunks of "
+                  f"{RENDER['chunk_samples']}", event="job submitted")
+        self.board.add_job(job, f"job {job[:10]}…", FRAMES)
         return job
 
-    def render(self, node: ScriptedNode, lease: dict[str, Any], job: _SubmittedJob) -> None:
-        frame = int(lease["payload"]["frame"])
-        if not lease["resume_from_sha256"]:
-            node.progress(lease["task_id"], 0.2)
-            node.checkpoint(lease["task_id"],
-                            _frame_bytes(job.blend_sha256, frame, "tiles 1-2 of 4"), CHECKPOINT_AT)
-        node.progress(lease["task_id"], 0.9)
-        result, status = node.complete(lease["task_id"],
-                                       _frame_bytes(job.blend_sha256, frame, "all tiles"))
-        self.log.step(f"{node.node_id}: task {lease['task_id']} (frame {frame}) {status}, "
-                      f"result sha256 {result[:16]}…")
+    def node(self, kind: str) -> Node:
+        return next(n for n in self.board.nodes if n.kind == kind)
 
-    def work_with_a_crash(self, job: _SubmittedJob) -> None:
-        log, survivor, doomed = self.log, self.survivor, self.doomed
-        log.section("nodes work their leases; one crashes mid-task")
-        for node, name in ((doomed, "doomed"), (survivor, "survivor")):
-            lease = _need(node.pull_lease(), f"a lease for {node.node_id}")
-            log.step(f"{node.node_id}: lease {lease['lease_id']} -> task {lease['task_id']} "
-                     f"(frame {lease['payload']['frame']}), checkpoint every "
-                     f"{lease['checkpoint_interval_s']:.0f} s")
-            self.render(node, lease, job)
-            self.delivered[name] += 1
+    def kill_mid_frame_and_resume(self) -> None:
+        churn = self.node("churn")
+        checkpoint = re.compile(r"task (\d+): checkpoint 1/")
+        found: list[str] = []
+        stop = threading.Event()
 
-        doomed_lease = _need(doomed.pull_lease(), f"a second lease for {doomed.node_id}")
-        task_id = doomed_lease["task_id"]
-        frame = int(doomed_lease["payload"]["frame"])
-        doomed.progress(task_id, 0.3)
-        saved = doomed.checkpoint(task_id, _frame_bytes(job.blend_sha256, frame,
-                                                        "tiles 1-2 of 4"), CHECKPOINT_AT)
-        doomed.progress(task_id, CRASH_AT)
-        doomed.go_silent()
-        silent_at = time.monotonic()
-        log.step(f"{doomed.node_id}: lease {doomed_lease['lease_id']} -> task {task_id} "
-                 f"(frame {frame}), checkpoint {saved[:16]}… at {CHECKPOINT_AT:.0%}, progress "
-                 f"{CRASH_AT:.0%}, then [bold red]CRASH[/]: its heartbeats stop")
+        def kill_at_first_checkpoint() -> None:
+            """Its own thread: the board's poll takes seconds on a busy machine, a chunk less."""
+            while not stop.wait(0.02):
+                match = checkpoint.search(churn.agent.log())
+                if match:
+                    churn.agent.kill()
+                    found.append(match.group(1))
+                    return
 
-        def swept_dead() -> list[str] | None:
-            return expect(self.operator.post("/v1/admin/sweep"))["dead_nodes"] or None
+        killer = threading.Thread(target=kill_at_first_checkpoint, daemon=True)
+        killer.start()
+        try:
+            task = self.until(f"{churn.name} to checkpoint a frame",
+                              lambda: found[0] if found else None)
+        finally:
+            stop.set()
+            killer.join()
+        last = re.findall(rf"task {task}: checkpoint (\d+/\d+) (\w+)", churn.agent.log())[-1]
+        self.step(f"[bold red]KILL[/] {churn.name} (SIGKILL, its Blender worker too) "
+                  f"mid-frame: task {task} after checkpoint {last[0]} ({last[1]})",
+                  event=f"{churn.name} killed")
+        resumed = re.compile(rf"task {task}: resumes with (\d+) of (\d+) chunks from "
+                             r"checkpoint (\w+)")
 
-        dead = _wait_for("the failure detector to declare the node dead", swept_dead)
-        if dead != [doomed.node_id]:
-            raise DemoError(f"expected only {doomed.node_id} dead, the sweep says {dead}")
-        log.step(f"operator sweep: the failure detector declares {dead} dead "
-                 f"{time.monotonic() - silent_at:.1f} s after its last heartbeat (phi accrual; "
-                 "never within 30 s of a node joining) and revokes its lease")
-        moved = _need(survivor.pull_lease(), "the revoked task for the survivor")
-        if (moved["task_id"], moved["resume_from_sha256"], moved["resume_progress"]) != (
-                task_id, saved, CHECKPOINT_AT):
-            raise DemoError(f"expected task {task_id} to resume from {saved}, got {moved}")
-        log.step(f"{survivor.node_id}: lease {moved['lease_id']} -> task {task_id} resumes "
-                 f"from checkpoint {saved[:16]}… at {moved['resume_progress']:.0%} (rework "
-                 f"{CRASH_AT - CHECKPOINT_AT:.0%} of a frame, not {CRASH_AT:.0%})")
-        late = doomed.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.8})
-        if late.status_code != 409:
-            raise DemoError(f"the dead node's late report was not refused: {late.text}")
-        log.step(f"{doomed.node_id}: its late report is refused "
-                 f"({late.json()['error']['code']})")
-        self.render(survivor, moved, job)
-        self.delivered["survivor"] += 1
+        def elsewhere() -> tuple[Node, re.Match[str]] | None:
+            for node in self.board.nodes:
+                match = resumed.search(node.agent.log()) if node is not churn else None
+                if match:
+                    return node, match
+            return None
 
-    def settle(self, job: _SubmittedJob) -> str:
-        """Accept the job and wait for the service's outbox to settle it; returns the
-        service's job status once it and the chain agree."""
-        log = self.log
-        log.section("settlement through the service's chain outbox")
-        verified = expect(self.operator.get(f"/v1/jobs/{job.hex_id}"))
-        log.step(f"job {verified['status']}: tasks {verified['tasks']}, merkle root "
-                 f"{str(verified['merkle_root'])[:18]}…")
-        accepted = expect(self.operator.post(f"/v1/admin/jobs/{job.hex_id}/accept"))
-        log.step(f"operator accepts the job (a logged override: the scripted nodes serve no "
-                 f"verification re-renders; real agents do): {accepted['status']}")
+        rescuer, match = self.until(f"task {task} to resume on another node", elsewhere)
+        self.step(f"{rescuer.name}: task {task} resumes from checkpoint {match.group(3)} with "
+                  f"{match.group(1)} of {match.group(2)} chunks done, not from scratch",
+                  event="frame resumed")
+        churn.agent.start()
+        self.step(f"{churn.name} comes back (simulated churn): a new process, a new session")
 
-        def settled() -> str | None:
-            status = str(expect(self.operator.get(f"/v1/jobs/{job.hex_id}"))["status"])
-            return status if status == "settled" else None
+    def catch_the_lazy_node(self) -> None:
+        lazy = self.node("lazy")
 
-        status = _wait_for("the job to settle", settled)
-        outbox = sorted(expect(self.operator.get("/v1/admin/outbox")), key=lambda a: a["id"])
-        for action in outbox:
-            if action["status"] != "confirmed":  # every queued action must have landed
-                raise DemoError(f"outbox {action['idempotency_key']} is {action['status']}: "
-                                f"{action['note']}")
-            gas = self.chain.gas_used(action["tx_hash"])
-            log.chain_step(f"outbox {action['kind']} ({action['idempotency_key'][:16]})",
-                           "orchestrator", gas, action["tx_hash"])
-        escrowed = self.chain.escrowed_job(job.job_id)
-        log.step(f"GET /v1/jobs says {status}; the chain says "
-                 f"{escrowed.status.name if escrowed else 'nothing'}")
-        for name, account in self.providers.items():
-            stake = self.chain.provider_stake(account.address)
-            log.step(f"provider {name}: bonded {_tokens(stake.bonded)}, locked "
-                     f"{_tokens(stake.locked)}")
-        return status
+        def failed() -> int | None:
+            count = self.board.verification["by_node"].get(lazy.name, {}).get("failed", 0)
+            return int(count) or None
 
-    def collect_and_check(self, job: _SubmittedJob, settled_status: str) -> list[Check]:
-        chain, log = self.chain, self.log
-        log.section("dispute window, claims and withdrawals")
-        unbonding = {name: account.request_unbond(STAKE)
-                     for name, account in self.providers.items()}
-        for name, (_, receipt) in unbonding.items():
-            log.tx("request unbond of the whole stake", f"provider {name}", receipt)
-        wait = max(chain.settlement_dispute_window() + chain.payout_period(),
-                   chain.unbonding_period()) + 1
+        self.until(f"verification to re-render {lazy.name}'s windows", failed)
+        self.step(f"verification: {lazy.name}'s result [bold red]failed[/]: windows re-rendered "
+                  "by two other providers match each other, not it (evidence stored)",
+                  event="lazy caught")
+
+        def slashed() -> dict[str, Any] | None:
+            return next((a for a in self.grid.outbox("slash")
+                         if a["payload"]["provider"] == lazy.agent.address
+                         and a["status"] == "confirmed"), None)
+
+        slash = self.until(f"the slash of {lazy.name} on chain", slashed)
+        self.chain_step(f"slash {lazy.name}: {SlashReason(slash['payload']['reason']).name}",
+                        "slasher", self.chain.gas_used(slash["tx_hash"]), slash["tx_hash"])
+        self.events.append((time.monotonic() - self.board.began, "slashed"))
+        self.until(f"{lazy.name} to be demoted", lambda: lazy.tier == Tier.BACKGROUND or None)
+        self.step(f"{lazy.name} demoted to {Tier.BACKGROUND.name} (background work only); "
+                  f"bonded now {tokens(lazy.bonded)} MESH", event="demoted")
+
+    def dispute_the_slash(self) -> None:
+        """The lazy node's provider disputes its slash with its own wallet; the arbiter reads
+        the slash's evidence bundle from the service and, the re-rendered windows being
+        against it, dismisses the dispute from its own wallet; the service indexes both."""
+        lazy = self.node("lazy")
+        slash = next(s for s in self.slashes() if s.provider == lazy.agent.address
+                     and s.reason is SlashReason.FAILED_VERIFICATION)
+        bond = self.chain.dispute_bond()
+        self.tx(f"mint the dispute bond ({_mesh(bond)}) to {lazy.name}", "admin",
+                self.chain.account(dev_account(0)).mint(lazy.agent.address, bond))
+        began = time.monotonic()
+        dispute_id, opened = self.providers()[lazy.name].open_slash_dispute(
+            slash.slash_id, keccak(text=f"{lazy.name}: my frames were rendered in full"))
+        self.tx(f"dispute slash {slash.slash_id} (the bond is posted)", lazy.name, opened)
+        arbiter = self.grid.wallet(3)
+        try:
+            def ruling_of(status: str) -> dict[str, Any] | None:
+                mine(self.chain.w3, FINALITY_BLOCKS)  # final for the indexer
+                listed = expect(arbiter.send("GET", "/v1/disputes"))
+                return next((d for d in listed if d["dispute_id"] == dispute_id
+                             and d["status"] == status), None)
+
+            self.until(f"the service to index dispute {dispute_id}", lambda: ruling_of("open"))
+            bundle = expect(arbiter.send("GET", f"/v1/slashes/{slash.slash_id}/evidence"))
+            self.step(f"arbiter: slash {slash.slash_id}'s evidence bundle reads "
+                      f"{bundle['reason']}, {len(bundle['records'])} decision record(s)")
+            ruled = self.chain.account(dev_account(3)).resolve_dispute(dispute_id,
+                                                                     granted=False)
+            self.tx(f"dismiss dispute {dispute_id}: the slash stands", "arbiter", ruled)
+            self.until("the service to reflect the ruling", lambda: ruling_of("dismissed"))
+        finally:
+            arbiter.close()
+        self.dispute = {"dispute_id": dispute_id, "ruling": "dismissed", "bond": bond,
+                        "bond_to": slash.beneficiary,
+                        "opened_to_reflected_s": round(time.monotonic() - began, 1)}
+        self.step(f"dispute {dispute_id} dismissed, reflected by the service "
+                  f"{self.dispute['opened_to_reflected_s']} s after it was opened",
+                  event="dispute ruled")
+
+    def settle(self, job: str) -> dict[str, Any]:
+        def settled() -> dict[str, Any] | None:
+            if self.grid.job(job)["status"] != "settled":
+                return None
+            return next((a for a in self.grid.outbox("settle")
+                         if a["payload"]["job_id"] == job and a["status"] == "confirmed"), None)
+
+        action = self.until("every frame verified and the job settled on chain", settled)
+        # the assignment roots that committed its collateral (one root may serve other jobs)
+        for tx_hash in {a["tx_hash"] for a in self.grid.outbox("assign")
+                        if a["payload"]["job_id"] == job and a["tx_hash"]}:
+            self.gas_by_job[job] += self.chain.gas_used(tx_hash)
+        gas = self.chain.gas_used(action["tx_hash"])
+        self.gas_by_job[job] += gas
+        self.chain_step("settle the job (outbox)", "orchestrator", gas, action["tx_hash"])
+        escrowed = self.chain.escrowed_job(bytes.fromhex(job[2:]))
+        self.step(f"job settled: the service says settled, the chain says "
+                  f"{escrowed.status.name if escrowed else 'nothing'}", event="settled")
+        return action
+
+    def download(self, job: str) -> list[Path]:
+        assert self.grid.customer is not None
+        done = download(self.grid.customer, job, self.out / "frames", show_progress=False)
+        frames = sorted(p for p in done.files if p.suffix == ".png")
+        self.step(f"the customer downloaded {len(done.files)} results, every sha256 checked, "
+                  f"to {self.out / 'frames'}")
+        return frames
+
+    # ----- money -----------------------------------------------------------------------------
+    def providers(self) -> dict[str, MeshAccount]:
+        return {n.name: self.chain.account(keystore.load(n.agent.keystore,
+                                                         n.agent.password.read_text()))
+                for n in self.board.nodes}
+
+    def slashes(self) -> list[Any]:
+        found, slash_id = [], 1
+        while (record := self.chain.slash_of(slash_id)) is not None:
+            found.append(record)
+            slash_id += 1
+        return found
+
+    def collect_and_check(self, job: str, settle: dict[str, Any]) -> list[Check]:
+        chain = self.chain
+        self.console.rule("[bold]dispute windows, claims and withdrawals")
+        job_id = bytes.fromhex(job[2:])
+        accounts = self.providers()
+        customer = chain.account(dev_account(4))
+        before = {name: chain.token_balance(a.address) for name, a in accounts.items()}
+        slashes = self.slashes()
+        now = int(chain.w3.eth.get_block("latest")["timestamp"])
+        # leaving the grid: the standing reservations that backed the work lapse by themselves
+        wait = max([chain.settlement_dispute_window() + chain.payout_period(),
+                    *(s.releasable_at - now for s in slashes),
+                    *(chain.provider_stake(a.address).reserved_until - now
+                      for a in accounts.values())]) + 1
         increase_time(chain.w3, wait)
-        log.step(f"time travel {wait:,} s past the dispute window and unbonding period")
+        self.step(f"time travel {wait:,} s past the dispute windows and the reservations")
+        still_locked = [a.address for a in accounts.values() if chain.locked_for(job_id,
+                                                                               a.address)]
+        if still_locked:
+            self.tx("release the rest of the job's collateral", "customer",
+                    customer.release_collateral(job_id, still_locked))
+        for record in slashes:
+            if record.status is SlashStatus.PENDING:
+                self.tx(f"release slash {record.slash_id} to its beneficiary", "customer",
+                        customer.release_slash(record.slash_id))
         claimed: dict[str, int] = {}
-        for name, account in self.providers.items():
-            claimed[name], receipt = account.claim()
-            log.tx("claim the payout", f"provider {name}", receipt)
-        refund, receipt = self.customer.claim_refund(job.job_id)
-        log.tx("claim the refund", "customer", receipt)
-        for name, account in self.providers.items():
-            log.tx("withdraw the unbonded stake", f"provider {name}",
-                   account.withdraw(unbonding[name][0]))
+        unbonding: dict[str, int] = {}
+        for name, account in accounts.items():
+            if chain.escrow_balance(account.address).claimable:
+                claimed[name], receipt = account.claim()
+                self.tx("claim the payout", name, receipt)
+            stake = chain.provider_stake(account.address)
+            if stake.free:
+                unbonding[name], receipt = account.request_unbond(stake.free)
+                self.tx("request unbond of the whole stake", name, receipt)
+        increase_time(chain.w3, chain.unbonding_period() + 1)
+        self.step(f"time travel {chain.unbonding_period() + 1:,} s past the unbonding period")
+        for name, lock_id in unbonding.items():
+            self.tx("withdraw the unbonded stake", name, accounts[name].withdraw(lock_id))
+        refund = 0
+        if chain.refund_owed(job_id):  # nothing left when every frame was paid for
+            refund, receipt = customer.claim_refund(job_id)
+            self.tx("claim the refund", "customer", receipt)
 
-        payout = {name: PAYMENT * count // FRAMES for name, count in self.delivered.items()}
-        expected_refund = PAYMENT - sum(payout.values())  # integer rounding of per-frame pay
-        escrowed = chain.escrowed_job(job.job_id)
+        payout = dict(zip(settle["payload"]["providers"],
+                          (int(p) for p in settle["payload"]["payouts"]), strict=True))
+        slashed = {name: sum(s.amount for s in slashes if s.provider == a.address)
+                   for name, a in accounts.items()}
+        to_customer = sum(s.amount for s in slashes if s.beneficiary == customer.address)
+        if self.dispute.get("bond_to") == customer.address:  # a dismissed dispute's bond
+            to_customer += self.dispute["bond"]
+        lazy = self.node("lazy")
 
-        def tokens(what: str, expected: int, actual: int) -> Check:
-            return Check(what, _tokens(expected), _tokens(actual))
+        def tokens_check(what: str, expected: int, actual: int) -> Check:
+            return Check(what, _mesh(expected), _mesh(actual))
 
+        escrowed = chain.escrowed_job(job_id)
         return [
-            *(tokens(f"{name} payout ({self.delivered[name]}/{FRAMES} frames)", payout[name],
-                     claimed[name]) for name in self.providers),
-            *(tokens(f"{name} tokens", FUNDING + payout[name],
-                     chain.token_balance(account.address))
-              for name, account in self.providers.items()),
-            tokens("customer refund", expected_refund, refund),
-            tokens("customer tokens", FUNDING - PAYMENT + expected_refund,
-                   chain.token_balance(self.customer.address)),
-            tokens("left in JobEscrow", 0, chain.token_balance(chain.job_escrow.address)),
-            tokens("left in StakeManager", 0, chain.token_balance(chain.stake_manager.address)),
+            *(tokens_check(f"{name} payout claimed (as settled)", payout.get(a.address, 0),
+                           claimed.get(name, 0)) for name, a in accounts.items()),
+            *(tokens_check(f"{name} tokens (stake back less slashes)",
+                           before[name] + payout.get(a.address, 0) + STAKE - slashed[name],
+                           chain.token_balance(a.address)) for name, a in accounts.items()),
+            Check(f"{lazy.name} slashed for a failed verification", "yes",
+                  "yes" if any(s.provider == lazy.agent.address
+                               and s.reason is SlashReason.FAILED_VERIFICATION
+                               for s in slashes) else "no"),
+            tokens_check(f"{lazy.name} paid", 0, payout.get(lazy.agent.address, 0)),
+            tokens_check("customer refund", PAYMENT - sum(payout.values()), refund),
+            tokens_check("customer tokens", FUNDING - PAYMENT + refund + to_customer,
+                         chain.token_balance(customer.address)),
+            tokens_check("left in JobEscrow", 0, chain.token_balance(chain.job_escrow.address)),
+            tokens_check("left in StakeManager", 0,
+                         chain.token_balance(chain.stake_manager.address)),
+            tokens_check("left in Disputes", 0, chain.token_balance(chain.disputes.address)),
             Check("job on chain", EscrowStatus.SETTLED.name,
                   escrowed.status.name if escrowed else "missing"),
-            Check("job in the service", "settled", settled_status),
+            Check("job in the service", "settled", self.grid.job(job)["status"]),
         ]
 
-
-def _need(value: T | None, what: str) -> T:
-    if value is None:
-        raise DemoError(f"expected {what}, the service had none")
-    return value
-
-
-def run() -> None:
-    """Play the demo; exit non-zero if any step fails or any balance is off."""
-    # One line per step even when piped (a log file, the test), whatever the terminal width.
-    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 140)
-    log = _Log(console)
-    admin_key = secrets.token_urlsafe(24)
-    with tempfile.TemporaryDirectory(prefix="mesh-demo-") as tmp, Anvil() as anvil:
-        data_dir = Path(tmp)
-        w3 = connect(anvil.rpc_url)
-        deployment = deploy_local(w3, dev_account(0).key, orchestrator=dev_account(1).address,
-                                  slasher=dev_account(2).address, arbiter=dev_account(3).address)
-        deployment.save(data_dir)
-        console.print(f"[bold]anvil[/] {anvil.rpc_url}; token {deployment.token}, StakeManager "
-                      f"{deployment.stake_manager}, JobEscrow {deployment.job_escrow}; "
-                      f"data dir {data_dir} (SQLite)")
-        service = OrchestratorProcess(
-            _service_env(data_dir, anvil.rpc_url, anvil.chain_id, admin_key),
-            data_dir / "orchestrator.log")
-        try:
-            with service:
-                console.print(f"[bold]orchestrator[/] `mesh orchestrator serve` at "
-                              f"{service.base_url} (healthy)")
-                grid = _Grid(MeshChain(w3, deployment), service.base_url, admin_key, log)
-                try:
-                    checks = grid.play()
-                finally:
-                    grid.close()
-        except (ChainError, DemoError, ServiceError, httpx.HTTPError) as exc:
-            console.print(f"[bold red]✗ a step failed:[/] {exc}")
-            console.print(f"[dim]orchestrator log (last lines):\n{service.log_tail()}[/]")
-            raise SystemExit(1) from exc
-
-    report(console, checks, total_gas=log.total_gas)
+    def summary(self, job: str, settle: dict[str, Any], frames: list[Path]) -> dict[str, Any]:
+        logs = [n.agent.log() for n in self.board.nodes]
+        by_node = self.board.verification["by_node"]
+        slashes = self.slashes()
+        return {
+            "jobs_settled": sum(1 for j in self.board.jobs
+                                if self.grid.job(j)["status"] == "settled"),
+            "frames_rendered": len(frames),
+            "resumes": sum(len(re.findall(r"resumes with \d+ of", log)) for log in logs),
+            "slashes": len(slashes),
+            "slashes_by_reason": {r.name.lower(): sum(1 for s in slashes if s.reason is r)
+                                  for r in SlashReason if any(s.reason is r for s in slashes)},
+            "verification_failures_caught": sum(v.get("failed", 0) for v in by_node.values()),
+            "verification_passed": sum(v.get("passed", 0) for v in by_node.values()),
+            "settlement_tx": settle["tx_hash"],
+            "dispute": {key: value for key, value in self.dispute.items()
+                        if key in ("dispute_id", "ruling", "opened_to_reflected_s")},
+            "gas_per_job": self.gas_by_job[job],
+            "gas_total": self.total_gas,
+            "job_id": job,
+            "render": {"frames": FRAMES, **RENDER},
+            "nodes": {n.name: {"profile": n.profile, "address": n.agent.address,
+                               "final_rs": n.rs, "tier": None if n.tier is None
+                               else Tier(n.tier).name, "verification": by_node.get(n.name, {})}
+                      for n in self.board.nodes},
+        }
 
 
 def report(console: Console, checks: list[Check], *, total_gas: int) -> None:
@@ -428,6 +468,98 @@ def report(console: Console, checks: list[Check], *, total_gas: int) -> None:
                         "[green]ok[/]" if check.ok else "[bold red]WRONG[/]")
     console.print(results)
     if not all(check.ok for check in checks):
-        console.print("[bold red]demo failed: balances are off[/]")
+        console.print("[bold red]demo failed: balances or states are off[/]")
         raise SystemExit(1)
     console.print("[bold green]demo passed[/]")
+
+
+def serve(*, providers: int, out: Path) -> None:
+    """`mesh up`: the grid with `providers` steady agents, the live board until Ctrl-C."""
+    adopt_orphans()
+    console = Console(soft_wrap=True)
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        with local_grid(out) as grid:
+            board = Board(grid, grid.chain, console)
+            try:
+                for i in range(1, providers + 1):
+                    board.nodes.append(Node(grid.agent(f"node-{i}").start(), "steady",
+                                            "steady"))
+                deployment = grid.chain.deployment
+                console.print(
+                    f"[bold]local grid up[/] (Ctrl-C stops everything)\n"
+                    f"  chain        {grid.rpc_url} (chain id {deployment.chain_id}); token "
+                    f"{deployment.token}, StakeManager {deployment.stake_manager}, JobEscrow "
+                    f"{deployment.job_escrow}\n"
+                    f"  orchestrator {grid.url} (--orchestrator-id "
+                    f"{grid.env['MESH_ORCHESTRATOR_ID']}, admin key "
+                    f"{grid.env['MESH_ADMIN_KEY']}); data in {grid.data_dir}\n"
+                    f"  customer     anvil dev account 4, {dev_account(4).address}\n"
+                    f"  agents       {providers}, keystores and logs under {grid.root}/node-*")
+                board.wait("Ctrl-C")
+                with Live(board, console=console, refresh_per_second=1):
+                    while True:
+                        board.poll()
+                        time.sleep(2.0)
+            finally:
+                board.close()
+    except KeyboardInterrupt:
+        console.print("[yellow]stopped: every process `mesh up` started is gone[/]")
+    finally:
+        reap_descendants()
+
+
+def run(*, providers: int = 4, out: Path = OUT) -> None:
+    """Play the demo into `out`; exit non-zero if a step fails or a check does not hold."""
+    if providers < 4:
+        raise DemoError("the demo needs at least 4 providers: two honest ones check each "
+                        "other, one churns, one cheats")
+    began = time.monotonic()
+    adopt_orphans()
+    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    demo: Demo | None = None
+    try:
+        with local_grid(out / "grid", **SERVICE_ENV) as grid:
+            chain = grid.chain
+            console.print(f"[bold]anvil[/] {grid.rpc_url}; token {chain.deployment.token}, "
+                          f"StakeManager {chain.deployment.stake_manager}, JobEscrow "
+                          f"{chain.deployment.job_escrow}")
+            console.print(f"[bold]orchestrator[/] `mesh orchestrator serve` at {grid.url} "
+                          f"(SQLite in {grid.data_dir}); every log under {grid.root}")
+            demo = Demo(grid, chain, console, providers, out)
+            try:
+                checks, summary = demo.play()
+                sheet = contact_sheet(
+                    sorted((out / "frames").glob("*.png")), out / "contact_sheet.png")
+                plot = rs_plot(demo.board.nodes, demo.events, out / "rs_over_time.png")
+                summary["wall_s"] = round(time.monotonic() - began, 1)
+                summary["checks_passed"] = all(c.ok for c in checks)
+                write_summary(summary, out / "summary.json")
+            except (ChainError, DemoError, GridError, ApiCallError, httpx.HTTPError) as exc:
+                console.print(demo.board.table())
+                rs_plot(demo.board.nodes, demo.events, out / "rs_over_time.png")
+                console.print(f"[bold red]✗ a step failed:[/] {exc}")
+                if grid.service is not None:
+                    console.print(f"[dim]orchestrator log (last lines):\n"
+                                  f"{grid.service.log_tail()}[/]")
+                console.print(f"every log is under {grid.root}")
+                raise SystemExit(1) from exc
+            finally:
+                demo.board.close()
+    except ServiceError as exc:
+        console.print(f"[bold red]✗ the orchestrator did not start:[/] {exc}")
+        raise SystemExit(1) from exc
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: every process the demo started is stopped[/]")
+        raise SystemExit(130) from None
+    finally:
+        reap_descendants()
+    console.rule("[bold]results")
+    console.print(f"frames        {out / 'frames'}\ncontact sheet {sheet}\nRS plot       {plot}\n"
+                  f"summary       {out / 'summary.json'}\nlogs          {out / 'grid'}")
+    console.print(f"wall time {summary['wall_s']} s, gas per job {summary['gas_per_job']:,}, "
+                  f"{summary['resumes']} resume(s), {summary['slashes']} slash(es), "
+                  f"{summary['verification_failures_caught']} verification failure(s) caught")
+    report(console, checks, total_gas=demo.total_gas)

@@ -6,6 +6,10 @@ reads a row back and validates every field, so a malformed row is refused with t
 got wrong (`PayloadError`) before any transaction is built from it. An action that exists is
 valid: each one checks its fields when it is made.
 
+Kind `lock` (a per-job `JobEscrow.lockCollateral`) is no longer queued: placements are
+`assign` leaves backed by a provider's standing `reserve`, so a leftover `lock` row fails
+as an unknown kind.
+
 Versions: a payload without "v" is version 1, the format of every row written so far;
 `decode` refuses any other version. Keys a version does not define are ignored.
 """
@@ -18,6 +22,8 @@ from typing import Any, ClassVar
 
 from eth_utils import is_address, to_checksum_address
 
+from orchestrator.domain.merkle import MerkleTree, assignment_leaf
+
 PAYLOAD_VERSION = 1
 UINT256_LIMIT = 2**256
 
@@ -27,20 +33,50 @@ class PayloadError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class LockCollateral:
-    """JobEscrow.lockCollateral: collateral locked for one placement of a task."""
+class ReserveCollateral:
+    """StakeManager.reserveCollateral: a provider's standing reservation, raised or extended
+    (rare: it backs every assignment of the provider until `until`)."""
 
-    kind: ClassVar[str] = "lock"
+    kind: ClassVar[str] = "reserve"
+    provider: str
+    amount: int
+    until: int  # unix seconds the reservation lapses
+
+    def __post_init__(self) -> None:
+        _set(self, "provider", _address(self.provider, "provider"))
+        _set(self, "amount", _uint(self.amount, "amount"))
+        _set(self, "until", _uint(self.until, "until"))
+
+
+@dataclass(frozen=True, slots=True)
+class AssignCollateral:
+    """One leaf of JobEscrow.commitAssignments: the provider's reservation backs one placement
+    of a task with `collateral`; consecutive assigns go out as one committed root."""
+
+    kind: ClassVar[str] = "assign"
     job_id: bytes
-    providers: tuple[str, ...]
-    amounts: tuple[int, ...]
+    provider: str
+    collateral: int
     task_id: int | None = None  # which placement: for operators, not sent
 
     def __post_init__(self) -> None:
         _set(self, "job_id", _bytes32(self.job_id, "job_id"))
-        _set(self, "providers", tuple(_address(p, "providers") for p in self.providers))
-        _set(self, "amounts", tuple(_uint(a, "amounts") for a in self.amounts))
-        _same_length(self.providers, "providers", self.amounts, "amounts")
+        _set(self, "provider", _address(self.provider, "provider"))
+        _set(self, "collateral", _uint(self.collateral, "collateral"))
+
+
+@dataclass(frozen=True, slots=True)
+class ProveAssignment:
+    """JobEscrow.proveAssignment: puts a committed assignment on chain before a slash names it
+    (the sender builds the proof from the assign rows of the same root)."""
+
+    kind: ClassVar[str] = "prove"
+    job_id: bytes
+    provider: str
+
+    def __post_init__(self) -> None:
+        _set(self, "job_id", _bytes32(self.job_id, "job_id"))
+        _set(self, "provider", _address(self.provider, "provider"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +146,25 @@ class SlashCollateral:
         _set(self, "evidence", _bytes32(self.evidence, "evidence"))
 
 
-ChainAction = LockCollateral | SettleJob | CommitEpoch | SetTier | SlashCollateral
+def assignment_tree(assigns: Sequence[AssignCollateral]) -> MerkleTree:
+    """The tree `JobEscrow.commitAssignments` commits the root of, over one batch of assigns."""
+    return MerkleTree.build([assignment_leaf(a.job_id, a.provider, a.collateral) for a in assigns])
+
+
+ChainAction = (ReserveCollateral | AssignCollateral | ProveAssignment | SettleJob | CommitEpoch
+               | SetTier | SlashCollateral)
 
 
 def encode(action: ChainAction) -> dict[str, Any]:
     """The payload stored for `action` (its row's kind is `action.kind`)."""
-    if isinstance(action, LockCollateral):
-        payload: dict[str, Any] = {"job_id": _hex(action.job_id),
-                                   "providers": list(action.providers),
-                                   "amounts": [str(a) for a in action.amounts]}
+    if isinstance(action, ReserveCollateral):
+        return {"provider": action.provider, "amount": str(action.amount), "until": action.until}
+    if isinstance(action, AssignCollateral):
+        payload: dict[str, Any] = {"job_id": _hex(action.job_id), "provider": action.provider,
+                                   "collateral": str(action.collateral)}
         return _with_context(payload, task_id=action.task_id)
+    if isinstance(action, ProveAssignment):
+        return {"job_id": _hex(action.job_id), "provider": action.provider}
     if isinstance(action, SettleJob):
         return {"job_id": _hex(action.job_id), "providers": list(action.providers),
                 "payouts": [str(p) for p in action.payouts],
@@ -145,11 +190,22 @@ def decode(kind: str, payload: Mapping[str, Any]) -> ChainAction:
     return reader(payload)
 
 
-def _read_lock(payload: Mapping[str, Any]) -> LockCollateral:
-    return LockCollateral(job_id=_hex_field(payload, "job_id"),
-                          providers=tuple(_list(payload, "providers")),
-                          amounts=tuple(_list(payload, "amounts")),
-                          task_id=_optional_int(payload.get("task_id"), "task_id"))
+def _read_reserve(payload: Mapping[str, Any]) -> ReserveCollateral:
+    return ReserveCollateral(provider=payload.get("provider"),  # type: ignore[arg-type]
+                             amount=payload.get("amount"),  # type: ignore[arg-type]
+                             until=payload.get("until"))  # type: ignore[arg-type]
+
+
+def _read_assign(payload: Mapping[str, Any]) -> AssignCollateral:
+    return AssignCollateral(job_id=_hex_field(payload, "job_id"),
+                            provider=payload.get("provider"),  # type: ignore[arg-type]
+                            collateral=payload.get("collateral"),  # type: ignore[arg-type]
+                            task_id=_optional_int(payload.get("task_id"), "task_id"))
+
+
+def _read_prove(payload: Mapping[str, Any]) -> ProveAssignment:
+    return ProveAssignment(job_id=_hex_field(payload, "job_id"),
+                           provider=payload.get("provider"))  # type: ignore[arg-type]
 
 
 def _read_settle(payload: Mapping[str, Any]) -> SettleJob:
@@ -181,7 +237,8 @@ def _read_slash(payload: Mapping[str, Any]) -> SlashCollateral:
 
 
 _READERS: dict[str, Callable[[Mapping[str, Any]], ChainAction]] = {
-    LockCollateral.kind: _read_lock, SettleJob.kind: _read_settle,
+    ReserveCollateral.kind: _read_reserve, AssignCollateral.kind: _read_assign,
+    ProveAssignment.kind: _read_prove, SettleJob.kind: _read_settle,
     CommitEpoch.kind: _read_commit, SetTier.kind: _read_tier, SlashCollateral.kind: _read_slash,
 }
 

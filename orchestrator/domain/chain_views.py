@@ -31,13 +31,16 @@ class EscrowedJob:
 class ProviderStake:
     provider: str
     bonded: int  # stake that backs work (includes locked collateral)
-    locked: int  # part of bonded locked as collateral for unsettled jobs
+    locked: int  # part of bonded locked for single jobs (`lockCollateral`)
     unbonding: int  # requested for withdrawal, still slashable
     tier: int  # orchestrator.domain.types.Tier value
+    reserved: int = 0  # the live standing reservation, part of bonded, backing assignments
+    reserved_until: int = 0  # unix seconds the reservation lapses
 
     @property
     def free(self) -> int:
-        """Stake the provider can still lock as collateral for new work."""
+        """Stake that may back new assignments, reserved already or not (the orchestrator
+        subtracts the collateral of its open assignments, which only it knows)."""
         return self.bonded - self.locked
 
 
@@ -70,6 +73,7 @@ class SlashRecord:
     finder: str  # who proved the fault, or the zero address
     finder_amount: int
     evidence: bytes  # 32 bytes: hash of the evidence
+    prior_tier: int  # the provider's tier before the slash (Tier value); a reversal restores it
 
 
 @dataclass(frozen=True, slots=True)

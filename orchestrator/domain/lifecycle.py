@@ -1,6 +1,7 @@
 """Every state machine of the orchestrator: one transition table each, every edge explained.
 
-Jobs, tasks, leases, node health, a node's drain and outbox rows.
+Jobs, tasks, leases, node health, a node's drain, outbox rows, verification, disputes and
+indexed chain events.
 
 Modelled on Ray autoscaler v2 (`instance_manager/common.py`): a status may only
 move along an edge listed here; anything else is a bug or a hostile request and
@@ -43,7 +44,7 @@ class TaskStatus(StrEnum):
 
 
 class LeaseState(StrEnum):
-    RESERVED = "reserved"  # a slot is held for the task; the node has not started it
+    RESERVED = "reserved"  # a slot is held for the task; the node's process has not started it
     ACTIVE = "active"  # the node reported it started; its heartbeats renew the lease
     RELEASED = "released"  # the slot is free again (`release_reason` says why)
 
@@ -116,9 +117,13 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     J.SETTLED: frozenset({
         # Customer or provider posted a dispute bond within the window.
         J.DISPUTED,
+        # A reorg took the settlement's transaction off the chain: it is sent again, and
+        # only the re-sent settlement's final event settles the job again.
+        J.SETTLING,
     }),
     J.DISPUTED: frozenset({
-        # The arbiter resolved the dispute on chain; the settlement stands as resolved.
+        # Every open dispute of the job was ruled (or defaulted) on chain; the settlement
+        # stands as the rulings changed it.
         J.SETTLED,
     }),
     # Terminal: the escrow is refunded (or reclaimed) and nothing runs any more.
@@ -183,6 +188,10 @@ LEASE_TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
         # The task completed or failed for good, the node died or drained, its renewals
         # stopped (lapsed), or the job expired.
         L.RELEASED,
+        # The node's agent restarted (a login naming a new session key) while the lease was
+        # live, held through a lone silence or not: no process runs the task any more, so it
+        # is offered to the new process, which resumes it from its last checkpoint.
+        L.RESERVED,
     }),
     # Terminal: a released lease is history; a new placement writes a new lease.
     L.RELEASED: frozenset(),
@@ -241,12 +250,50 @@ OUTBOX_TRANSITIONS: dict[OutboxStatus, frozenset[OutboxStatus]] = {
         # reverted on another job's row: sign the row again.
         Q.PENDING,
     }),
+    Q.CONFIRMED: frozenset({
+        # The indexer saw its mined transaction reorged out: the same bytes go out again.
+        Q.SENT,
+    }),
     # Terminal: an operator reads `note`; nothing is resent.
-    Q.CONFIRMED: frozenset(),
     Q.FAILED: frozenset(),
 }
 
 del J, T, L, H, D, Q
+
+
+class ChainEventStatus(StrEnum):
+    """Where one indexed contract event stands against the canonical chain."""
+
+    PROVISIONAL = "provisional"  # in a block newer than the finality point: may still vanish
+    FINAL = "final"  # at or below the finality point; handlers apply it once
+    DROPPED = "dropped"  # its block left the canonical chain; kept so a re-inclusion of the
+    # same transaction is recognised (and never applied twice)
+
+
+E = ChainEventStatus
+
+CHAIN_EVENT_TRANSITIONS: dict[ChainEventStatus, frozenset[ChainEventStatus]] = {
+    E.PROVISIONAL: frozenset({
+        # Its block fell behind the finality point (the reorg margin, or the chain's tag).
+        E.FINAL,
+        # A reorg replaced its block before it was final: it is not applied, nothing to undo.
+        E.DROPPED,
+    }),
+    E.FINAL: frozenset({
+        # A reorg deeper than the margin replaced its block; it stays applied, and is
+        # reported until the same transaction lands again.
+        E.DROPPED,
+    }),
+    E.DROPPED: frozenset({
+        # The same transaction (same hash, same log position) is back on the canonical chain
+        # in a block newer than the finality point.
+        E.PROVISIONAL,
+        # ... or in a block already past it.
+        E.FINAL,
+    }),
+}
+
+del E
 
 
 class VerificationStatus(StrEnum):
@@ -334,7 +381,36 @@ CHECK_TRANSITIONS: dict[CheckStatus, frozenset[CheckStatus]] = {
     C.VOID: frozenset(),
 }
 
-del V, C
+
+
+class DisputeState(StrEnum):
+    """A dispute as the chain has ruled it so far (`IDisputes.DisputeStatus`, followed from its
+    events by `services.disputes`)."""
+
+    OPEN = "open"
+    GRANTED = "granted"
+    DISMISSED = "dismissed"
+    DEFAULTED = "defaulted"
+
+
+DS = DisputeState
+
+DISPUTE_TRANSITIONS: dict[DisputeState, frozenset[DisputeState]] = {
+    DS.OPEN: frozenset({
+        # The arbiter ruled for the opener before the deadline (DisputeRuled, granted).
+        DS.GRANTED,
+        # The arbiter ruled for the respondent before the deadline (DisputeRuled, not granted).
+        DS.DISMISSED,
+        # Nobody ruled by the deadline and someone applied the default (DisputeDefaulted).
+        DS.DEFAULTED,
+    }),
+    # Terminal: the chain moved the frozen money and the bond; nothing reopens a dispute.
+    DS.GRANTED: frozenset(),
+    DS.DISMISSED: frozenset(),
+    DS.DEFAULTED: frozenset(),
+}
+
+del V, C, DS
 
 
 class DomainError(Exception):
@@ -461,6 +537,11 @@ def outbox_transition(current: OutboxStatus, target: OutboxStatus) -> None:
     check_move("outbox row", OUTBOX_TRANSITIONS, current, target)
 
 
+def chain_event_transition(current: ChainEventStatus, target: ChainEventStatus) -> None:
+    """Check one indexed event's move against `CHAIN_EVENT_TRANSITIONS`."""
+    check_move("chain event", CHAIN_EVENT_TRANSITIONS, current, target)
+
+
 def verification_transition(current: VerificationStatus, target: VerificationStatus, *,
                             at: float, reason: str) -> StatusChange:
     """Check one verification move against `VERIFICATION_TRANSITIONS`."""
@@ -473,6 +554,11 @@ def check_transition(current: CheckStatus, target: CheckStatus, *, at: float,
     """Check one re-check move against `CHECK_TRANSITIONS`."""
     check_move("check", CHECK_TRANSITIONS, current, target)
     return StatusChange("check", current.value, target.value, at, reason)
+
+
+def dispute_transition(current: DisputeState, target: DisputeState) -> None:
+    """Check one dispute move against `DISPUTE_TRANSITIONS` (the row keeps its own times)."""
+    check_move("dispute", DISPUTE_TRANSITIONS, current, target)
 
 
 SCHEDULABLE_TASK_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RETRY})

@@ -3,7 +3,8 @@
 Pairs are hashed sorted (commutative keccak), and leaves are double-hashed
 (`keccak256(bytes.concat(keccak256(abi.encode(...))))`) as OpenZeppelin's
 StandardMerkleTree does, so a leaf can never be mistaken for an inner node.
-The score leaf layout is the one `StakeManager.slashForScore` rebuilds on chain.
+The score leaf layout is the one `StakeManager.slashForScore` rebuilds on chain; the
+assignment leaf is the one `JobEscrow.proveAssignment` rebuilds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ def score_leaf(provider: str, score_bps: int, telemetry_digest: bytes) -> bytes:
         raise ValueError(f"telemetry digest must be 32 bytes, got {len(telemetry_digest)}")
     inner = keccak(encode(["address", "uint256", "bytes32"],
                           [to_checksum_address(provider), score_bps, telemetry_digest]))
+    return keccak(inner)
+
+
+def assignment_leaf(job_id: bytes, provider: str, collateral: int) -> bytes:
+    """Leaf for one assignment: (bytes32 jobId, address provider, uint256 collateral), meaning
+    `provider`'s standing reservation backs job `job_id` with `collateral`."""
+    if len(job_id) != 32:
+        raise ValueError(f"job id must be 32 bytes, got {len(job_id)}")
+    inner = keccak(encode(["bytes32", "address", "uint256"],
+                          [job_id, to_checksum_address(provider), collateral]))
     return keccak(inner)
 
 

@@ -12,7 +12,10 @@ track record (`CostModel.record_share`) and, past the job's critical path, by ho
 late a slow GPU would deliver (`CostModel.latency_share_per_hour`). Nodes whose
 free on-chain stake cannot cover the risk-priced collateral (`collateral.py`)
 are dropped, and long tasks go only to nodes with a verified record
-(`Probation`) while any such node is a candidate. `LeaseHold` decides whether a
+(`Probation`) while any such node is a candidate. Nodes under the RS floor wait
+while enough of the online grid clears it (`PlsPolicy.floor_holds`), for the
+lease pull and the batch placer alike; on a grid of short-lived hosts the floor
+gives way and the risk is priced instead. `LeaseHold` decides whether a
 silent node's lease is kept through a silence its peers share (and keeps that
 silence out of the node's record). A share of short tasks goes to the best new
 node (few sessions observed) so newcomers can build a history; that choice is
@@ -26,6 +29,7 @@ for the exploration draw).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +41,9 @@ from orchestrator.domain.matching import Candidate, ScoreFn, eligible
 from orchestrator.domain.reliability import Durations, ReliabilityBook
 from orchestrator.domain.slashing import StakingPolicy
 from orchestrator.domain.types import NodeSpec, TaskNeeds
+
+FLOOR_REFRESH_S = 60.0  # how long one reading of `PlsPolicy.floor_holds` is reused
+FLOOR_BAND = math.log(1.1)  # durations within 10 % of each other share that reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +128,18 @@ class LeaseHold:
     min_nodes: int = 2
     min_share: float = 0.02  # of the nodes registered in the group
     hold_s: float = 1800.0  # ISP outages last minutes (median ~5 min): most end inside this
+    # A lone silence keeps its lease this long before it is revoked (Kubernetes' default
+    # toleration of an unreachable node): most lone cuts last under a minute, and a node back
+    # within it renders on. The sweep applies it to every policy's leases; `hold_for` stays
+    # the shared-silence judgement (a lone silence is still the node's own departure, and a
+    # lapsed lone hold is an abandonment dated at the DEAD verdict).
+    lone_grace_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if self.window_s <= 0 or self.hold_s < 0 or self.min_nodes < 2 or self.min_share < 0:
-            raise ValueError("window_s > 0, hold_s >= 0, min_nodes >= 2, min_share >= 0")
+        if (self.window_s <= 0 or self.hold_s < 0 or self.min_nodes < 2 or self.min_share < 0
+                or self.lone_grace_s < 0):
+            raise ValueError("window_s > 0, hold_s >= 0, min_nodes >= 2, min_share >= 0, "
+                             "lone_grace_s >= 0")
 
     def for_node(self, staking: StakingPolicy, node_id: str, now: float) -> float:
         """Seconds to keep the leases of `node_id`, just called DEAD (its departure already
@@ -167,12 +182,14 @@ class PlsPolicy:
     def __init__(self, book: ReliabilityBook, collateral: CollateralPolicy | None = None,
                  cost: CostModel | None = None, explore_share: float = 0.1,
                  short_task_s: float = 600.0, new_node_sessions: int = 3,
-                 probation: Probation | None = None, min_rs: float = 0.0, seed: int = 0
-                 ) -> None:
+                 probation: Probation | None = None, min_rs: float = 0.0, seed: int = 0,
+                 floor_share: float = 0.25) -> None:
         if not 0.0 <= explore_share <= 1.0:
             raise ValueError("explore_share must lie in [0, 1]")
         if not 0.0 <= min_rs <= 1.0:
             raise ValueError("min_rs must lie in [0, 1]")
+        if not 0.0 <= floor_share <= 1.0:
+            raise ValueError("floor_share must lie in [0, 1]")
         self.book = book
         self.collateral = collateral or CollateralPolicy()
         self.cost = cost or CostModel()
@@ -180,8 +197,32 @@ class PlsPolicy:
         self.short_task_s = short_task_s
         self.new_node_sessions = new_node_sessions
         self.probation = probation or Probation()
-        self.min_rs = min_rs  # RS for the task below this is no candidate
+        self.min_rs = min_rs  # RS for the task below this is no candidate...
+        self.floor_share = floor_share  # ...while this share of the online nodes clear it
         self._rng = np.random.default_rng(seed)
+        self._floor_cache: dict[tuple[int, int], bool] = {}
+
+    def floor_holds(self, now: float, duration_s: float) -> bool:
+        """Whether the RS floor applies to a task of `duration_s` that one node pulls alone:
+        while at least `floor_share` of the online nodes clear it, the risky node waits for
+        the steadier ones (they pull too); when fewer do (a grid of short-lived hosts), steady
+        capacity is short and the task goes to it, its risk priced (collateral, Young's
+        shorter interval), rather than wait. `rank_rows` reads the same share over its
+        candidates when it has several (the batch placer offers every free node). Read once a
+        minute per 10 % band of duration (a full-grid pass per pull would dominate it)."""
+        if self.min_rs <= 0.0 or len(self.book) == 0:
+            return True
+        key = (int(now // FLOOR_REFRESH_S), round(math.log(max(duration_s, 1.0)) / FLOOR_BAND))
+        held = self._floor_cache.get(key)
+        if held is None:
+            if len(self._floor_cache) > 256:
+                self._floor_cache.clear()
+            raw = self.book.raw_score_many(None, now, duration_s)
+            online = raw > 0.0
+            steady = online & (self.book.recalibrate(raw) >= self.min_rs)
+            held = bool(steady.sum() >= self.floor_share * online.sum()) and bool(online.any())
+            self._floor_cache[key] = held
+        return held
 
     def _expected_cost(self, prices: NDArray[np.float64], p_fail: NDArray[np.float64],
                        needs: TaskNeeds, wall_s: Durations) -> NDArray[np.float64]:
@@ -196,8 +237,10 @@ class PlsPolicy:
     def rank_rows(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
                   free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
                   wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
-        """Rank already-eligible rows: drops offline nodes, those under `min_rs` and those
-        whose free stake is short of the collateral; ties keep the caller's order.
+        """Rank already-eligible rows: drops offline nodes, those whose free stake is short
+        of the collateral, and those under `min_rs` while the floor holds: while at least
+        `floor_share` of the online candidates clear it (of the online grid, `floor_holds`,
+        when one node is ranked alone); ties keep the caller's order.
         `wall_durations_s`: how long the task would run on each row (its work over the
         node's verified speed), so a fast GPU is asked to survive a shorter time; default
         `needs.expected_duration_s` for all."""
@@ -210,16 +253,26 @@ class PlsPolicy:
         collateral = self.collateral.required_many(needs.value, p_fail,
                                                    needs.expected_duration_s)
         # raw RS 0: offline (recalibration may still map 0 above 0)
-        usable_mask = ((raw_rs > 0.0) & (rs > 0.0) & (rs >= self.min_rs)
-                       & (np.asarray(free_stake) >= collateral))
+        placeable = (raw_rs > 0.0) & (rs > 0.0) & (np.asarray(free_stake) >= collateral)
         passes, fails = self.book.verified_many(rows)
-        for allowed in self.probation.ladder(passes, fails,
-                                             needs.expected_duration_s > self.probation.max_task_s):
-            if (usable_mask & allowed).any():
-                usable_mask &= allowed
+        ladder = self.probation.ladder(passes, fails,
+                                       needs.expected_duration_s > self.probation.max_task_s)
+        usable_mask = np.zeros_like(placeable)
+        steady = rs >= self.min_rs
+        online = raw_rs > 0.0
+        if online.sum() > 1:  # the batch placer: its candidates are the nodes free now
+            holds = bool((steady & online).sum() >= self.floor_share * online.sum())
+        else:  # a node pulling work alone: read the share over the online grid
+            holds = self.floor_holds(now, needs.expected_duration_s)
+        floors = (steady,) if holds else (steady, np.ones_like(placeable))  # steady first
+        for floor in floors:
+            for allowed in ladder:
+                if (placeable & floor & allowed).any():
+                    usable_mask = placeable & floor & allowed
+                    break
+            if usable_mask.any():
                 break
-        else:
-            usable_mask[:] = False  # a long task waits rather than go to a node caught cheating
+        # else: the task waits (for a steadier node, or rather than go to a cheater)
         usable = np.flatnonzero(usable_mask)
         wall = durations if np.ndim(durations) == 0 else np.asarray(durations)[usable]
         cost = self._expected_cost(np.asarray(prices, dtype=np.float64)[usable], p_fail[usable],

@@ -56,7 +56,8 @@ MIN_CHECKPOINT_HORIZON_S = 60.0  # the MTBF is read over at least this long a ta
 class PlsConfig:
     """Every PLS knob, for the service and the simulator alike."""
 
-    min_rs: float = 0.5  # a placement needs RS(node, task duration) at least this
+    min_rs: float = 0.5  # a placement needs RS(node, task duration) at least this...
+    floor_share: float = 0.25  # ...while this share of online nodes clear it (`floor_holds`)
     score_horizon_s: float = 3600.0  # T of the RS readings observed and committed per epoch
     epoch_s: float = 3600.0
     prior_refit_s: float = 86_400.0  # the population prior is refitted from the grid daily
@@ -65,6 +66,10 @@ class PlsConfig:
     probe_timeout_s: float = 10.0  # an unanswered probe counts as lost after this
     gap_persist_s: float = 5.0
     stake_ttl_s: float = 15.0  # how long a free-stake read from the chain is reused
+    # A provider's standing reservation lasts this long from a raise, and is extended when a
+    # placement finds less than half of it left: longer than an attempt lasts until its
+    # abandonment slash is decided, so assigned collateral is slashable while it matters.
+    reservation_s: float = 7 * 24 * 3600.0
     max_sample_age_s: float = 600.0  # agent samples older than this are refused
     explore_seed: int = 0  # the exploration draw's generator (a run is reproducible)
     collateral: CollateralPolicy = field(default_factory=CollateralPolicy)
@@ -83,6 +88,20 @@ class Reading:
     digest: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class LoneHold:
+    """A task whose node went silent alone, its lease kept for `LeaseHold.lone_grace_s`: the
+    abandonment it becomes if the node is not back in time, as known at the DEAD verdict (a
+    silent node reports no progress, so the work lost then is the work lost at the lapse)."""
+
+    task_id: str
+    collateral: int
+    raw_rs: float | None
+    at: float  # the DEAD verdict: the abandonment is dated here
+    value: int | None = None
+    rework_share: float | None = None
+
+
 class PlsEngine:
     """The PLS state of one grid; not thread-safe (the service holds a lock around it)."""
 
@@ -93,12 +112,15 @@ class PlsEngine:
                                                refit_every=self.config.recalibrate_every)
         self.book.set_recalibrator(self.recalibrator)
         self.placement = PlsPolicy(self.book, self.config.collateral,
-                                   min_rs=self.config.min_rs, seed=self.config.explore_seed)
+                                   min_rs=self.config.min_rs, seed=self.config.explore_seed,
+                                   floor_share=self.config.floor_share)
         self.staking = StakingPolicy(self.config.slashing)
         self.prior_refits = 0
         self._next_refit: float | None = None
         self._providers: dict[str, str] = {}
         self._checkpoint_cost: dict[str, CheckpointCost] = {}
+        self._lone_holds: dict[str, list[LoneHold]] = {}
+        self._lone_reported: set[tuple[str, str, float]] = set()  # lapsed holds reported
 
     # ----- nodes ----------------------------------------------------------------------
     def register(self, node_id: str, provider: str, *, region: str, network: str, at: float,
@@ -128,6 +150,10 @@ class PlsEngine:
         self._maybe_refit_prior(at)
         self.book.session_started(node_id, at)
         self.staking.node_returned(node_id, at)
+        grace = self.config.lease_hold.lone_grace_s
+        lapsed = [h for h in self._lone_holds.pop(node_id, ()) if h.at + grace <= at]
+        if lapsed:  # back too late: those leases lapsed and still count as abandoned
+            self._lone_holds[node_id] = lapsed
 
     def departed(self, node_ids: Iterable[str], now: float) -> dict[str, float]:
         """The detector called these nodes DEAD, all at once: every departure is recorded
@@ -138,6 +164,23 @@ class PlsEngine:
             self.staking.node_departed(node_id, now)
         return {node_id: self.config.lease_hold.for_node(self.staking, node_id, now)
                 for node_id in known}
+
+    def hold_lone(self, node_id: str, hold: LoneHold) -> None:
+        """A lone silent node's lease is kept for the grace instead of revoked at once."""
+        self._lone_holds.setdefault(node_id, []).append(hold)
+
+    def lone_held(self, node_id: str) -> bool:
+        return node_id in self._lone_holds
+
+    def lone_holds_due(self, now: float) -> list[tuple[str, LoneHold]]:
+        """Held tasks of nodes silent for the whole lone grace, oldest verdict first: each is
+        to be reported as an abandonment dated at its DEAD verdict (`abandoned`, which drops
+        the hold), so the outage window and the slashing rules judge the departure, not the
+        revocation."""
+        grace = self.config.lease_hold.lone_grace_s
+        due = [(node_id, hold) for node_id, holds in self._lone_holds.items()
+               for hold in holds if hold.at + grace <= now]
+        return sorted(due, key=lambda pair: (pair[1].at, pair[0], pair[1].task_id))
 
     def session_ended(self, node_id: str, at: float, abrupt: bool) -> None:
         """`abrupt`: the node's own departure; a drain or a shared silence is censored."""
@@ -193,10 +236,27 @@ class PlsEngine:
         self.book.record_task_outcome(node_id, outcome)
 
     def abandoned(self, node_id: str, task_id: str, collateral: int, raw_rs: float | None,
-                  at: float) -> None:
-        """The node's lease was revoked because it left (dated at its DEAD verdict)."""
+                  at: float, *, value: int | None = None, rework_share: float | None = None,
+                  announced: bool = False) -> None:
+        """The node's lease was revoked because it left (dated at its DEAD verdict).
+        `value` and `rework_share` (the task's value and the share of it lost since the last
+        checkpoint) price the slash at the damage done; without them the whole collateral is
+        at stake. `announced`: a drain that handed the checkpoint back, never slashed."""
+        if (node_id, task_id, at) in self._lone_reported:
+            return  # a lapsed lone hold reported twice (by the sweep and by a decision)
+        holds = self._lone_holds.get(node_id, [])
+        if any(h.task_id == task_id for h in holds):
+            self._lone_reported.add((node_id, task_id, at))
+            rest = [h for h in holds if h.task_id != task_id]
+            if rest:
+                self._lone_holds[node_id] = rest
+            else:
+                del self._lone_holds[node_id]
         self.attempt_ended(raw_rs, False)
-        self.staking.task_abandoned(node_id, task_id, collateral, at, self.digest(node_id, at))
+        damage = (None if value is None or rework_share is None else
+                  self.config.slashing.abandonment_damage(value, min(max(rework_share, 0.0), 1.0)))
+        self.staking.task_abandoned(node_id, task_id, collateral, at, self.digest(node_id, at),
+                                    damage=damage, announced=announced)
 
     def progress_shown(self, proof: ProgressProof, new_chunks: Iterable[bytes], now: float,
                        departed_at: float) -> ProgressVerdict:

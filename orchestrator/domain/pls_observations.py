@@ -54,13 +54,32 @@ class Departed:
 
 @dataclass(frozen=True, slots=True)
 class Abandoned:
-    """A running task's lease was revoked because its node died."""
+    """A running task's lease was revoked because its node died (`at`: the DEAD verdict).
+    `value` and `rework_share` price the slash at the damage done (`PlsEngine.abandoned`);
+    `announced`: the node drained, never slashed."""
 
     node_id: str
     task_id: int
     collateral: int
     raw_rs: float | None
     at: float
+    value: int | None = None
+    rework_share: float | None = None
+    announced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoneHeld:
+    """A lone silent node's running task, its lease kept for the lone grace: the abandonment
+    it becomes if the node is not back in time (`PlsEngine.hold_lone`)."""
+
+    node_id: str
+    task_id: int
+    collateral: int
+    raw_rs: float | None
+    at: float
+    value: int | None
+    rework_share: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,20 +134,23 @@ class Handshake:
 
 @dataclass(frozen=True, slots=True)
 class TierDecided:
-    """The leader's staking policy moved the node to `tier` (other replicas adopt it)."""
+    """The leader's staking policy, or the chain, moved the node to `tier` (every replica
+    adopts it)."""
 
     node_id: str
     tier: int
     at: float
 
 
-Observation = (NodeKnown | SessionStarted | SessionEnded | Departed | Abandoned | Heartbeats
+Observation = (NodeKnown | SessionStarted | SessionEnded | Departed | Abandoned | LoneHeld
+               | Heartbeats
                | Probe | GpuReport | Upload | CheckpointCost | AttemptEnded | Handshake
                | TierDecided)
 
 KINDS: dict[str, type[Any]] = {
     "node": NodeKnown, "session_started": SessionStarted, "session_ended": SessionEnded,
-    "departed": Departed, "abandoned": Abandoned, "heartbeats": Heartbeats, "probe": Probe,
+    "departed": Departed, "abandoned": Abandoned, "lone_held": LoneHeld,
+    "heartbeats": Heartbeats, "probe": Probe,
     "gpu": GpuReport, "upload": Upload, "checkpoint_cost": CheckpointCost,
     "attempt_ended": AttemptEnded, "handshake": Handshake, "tier": TierDecided}
 KIND_OF = {cls: kind for kind, cls in KINDS.items()}

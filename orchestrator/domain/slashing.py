@@ -12,8 +12,13 @@ the demotion of a slash the arbiter overturned):
   honest but flaky volunteer). It must earn its tier back first. On chain this is `slashForScore`
   against the epoch's score root, and `epoch_entries` commits a sub-threshold
   score only for nodes slashed here (the chain cannot tell a dip from a trend).
-* **Abandonment.** A task lost because its node departed slashes that task's
-  collateral toward the customer.
+* **Abandonment.** A task lost because its node departed abruptly slashes what the
+  departure cost the customer: the value of the work lost since the last checkpoint plus
+  `abandonment_base_bps` of the task's value (finding, moving and restarting it), never
+  more than the collateral locked for it (`abandonment_damage`). The collateral is a bond
+  sized by the predicted risk; charging all of it for every departure made an honest host
+  whose sessions are short by nature pay to take part (`docs/churn.md`). A departure the
+  node announced (a drain that hands its checkpoint back) is never slashed.
 * **Failed verification.** Slashes the task's collateral and demotes at once:
   a wrong result is the node's own doing, no outage explains it.
 
@@ -30,8 +35,9 @@ Hysteresis. Promotion needs RS at or above `promote_above` (well over
 `demote_below`) for `promote_window_s`, a fresh passing PoPW handshake for the
 target tier, and `min_dwell_s` since the last tier change; so a score wobbling
 around one threshold cannot flap the tier. HIGH is kept only while its handshake
-is fresh. A failed handshake never demotes by itself: replays and forgeries can
-be sent by anyone, and a slow link is not misconduct.
+is fresh, judged while the node is online (it handshakes again on its return).
+A failed handshake never demotes by itself: replays and forgeries can be sent by
+anyone, and a slow link is not misconduct.
 """
 
 from __future__ import annotations
@@ -114,9 +120,17 @@ class SlashingConfig:
     reconnect_grace_s: float = 1800.0
     outage_window_s: float = 300.0  # departures this close together may be one outage
     outage_min_nodes: int = 3
-    outage_min_share: float = 0.2  # of the nodes registered in the region or network
+    outage_min_share: float = 0.2  # of the region's or network's nodes not already away
     decision_delay_s: float = 2400.0
     dispute_window_s: float = 3 * 86_400.0
+    abandonment_base_bps: int = 1_000  # of the task's value, on top of the work lost
+
+    def abandonment_damage(self, value: int, rework_share: float) -> int:
+        """Token units an abrupt departure cost the customer: `rework_share` of the task's
+        `value` done again, plus the base share for re-placing it."""
+        if value < 0 or not 0.0 <= rework_share <= 1.0:
+            raise ValueError("value must be >= 0 and rework_share within [0, 1]")
+        return -(-value * (self.abandonment_base_bps + math.ceil(rework_share * BPS)) // BPS)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.demote_below < self.promote_above <= self.high_above <= 1.0:
@@ -125,6 +139,8 @@ class SlashingConfig:
             raise ValueError("decisions must wait out the reconnect grace and outage window")
         if not 0 <= self.low_score_share_bps <= BPS:
             raise ValueError("low_score_share_bps must be within 0..10000")
+        if not 0 <= self.abandonment_base_bps <= BPS:
+            raise ValueError("abandonment_base_bps must be within 0..10000")
 
 
 @dataclass(slots=True)
@@ -166,6 +182,7 @@ class StakingPolicy:
         self.config = config or SlashingConfig()
         self._nodes: dict[str, _Node] = {}
         self._group_size: dict[str, int] = {}
+        self._away_in_group: dict[str, int] = {}  # registered nodes away now, per group
         self._recent_departures: dict[str, deque[float]] = {}
         self._outages: dict[str, list[tuple[float, float]]] = {}
         self._pending: dict[str, _PendingAbandonment] = {}
@@ -219,10 +236,16 @@ class StakingPolicy:
             recent.append(at)
             while recent and recent[0] < at - window:
                 recent.popleft()
-            needed = max(self.config.outage_min_nodes,
-                         self.config.outage_min_share * self._group_size[group])
+            # The share counts the nodes that were there to go silent: those registered,
+            # less those already away before this window. Counting every registered node
+            # missed a 35-minute ISP outage on a grid where 40 % of hosts are online at a
+            # time, and slashed two honest nodes (`docs/churn.md`).
+            away = self._away_in_group.get(group, 0)
+            present = self._group_size[group] - away + len(recent) - 1
+            needed = max(self.config.outage_min_nodes, self.config.outage_min_share * present)
             if len(recent) >= needed:
                 self._mark_outage(group, recent[0], at)
+            self._away_in_group[group] = away + 1
 
     def departures_near(self, node_id: str, at: float, window_s: float
                         ) -> list[tuple[int, int]]:
@@ -251,22 +274,38 @@ class StakingPolicy:
             return
         node.absences.append((node.away_since, at))
         node.away_since = None
+        for group in node.groups:
+            self._away_in_group[group] -= 1
+
+    def pending_since(self, task_id: str) -> float | None:
+        """When the node left that the task's pending abandonment is dated at (its DEAD
+        verdict, also when a lone grace held the lease past it); None: none pending."""
+        pending = self._pending.get(task_id)
+        return None if pending is None else pending.at
 
     def session_bound(self, node_id: str, session_key: str) -> None:
         """The node's wallet-signed login named this ephemeral session key (its process's)."""
         self._node(node_id).session_key = session_key
 
     def task_abandoned(self, node_id: str, task_id: str, collateral: int, at: float,
-                       evidence: bytes, known_chunks: Iterable[bytes] = ()) -> None:
+                       evidence: bytes, known_chunks: Iterable[bytes] = (),
+                       damage: int | None = None, announced: bool = False) -> None:
         """The task's lease was revoked because its node left; judged after the delay.
-        `known_chunks`: the task's checkpoint chunks the orchestrator held at the verdict."""
+        `known_chunks`: the task's checkpoint chunks the orchestrator held at the verdict.
+        `damage`: what the departure cost the customer (`SlashingConfig.abandonment_damage`);
+        the slash is that, capped at `collateral` (None: the whole collateral). `announced`:
+        the node drained and handed its checkpoint back, so nobody pays."""
         node = self._node(node_id)
-        if collateral < 0:
-            raise ValueError("collateral must be >= 0")
+        if collateral < 0 or (damage is not None and damage < 0):
+            raise ValueError("collateral and damage must be >= 0")
         if task_id in self._pending or task_id in self._settled_tasks:
             return  # exactly once per task
+        if announced:
+            self._settled_tasks.add(task_id)
+            return
+        amount = collateral if damage is None else min(collateral, damage)
         self._pending[task_id] = _PendingAbandonment(
-            node_id, task_id, collateral, at, evidence, node.session_key,
+            node_id, task_id, amount, at, evidence, node.session_key,
             frozenset(known_chunks))
 
     def progress_shown(self, proof: ProgressProof, verified_chunks: Iterable[bytes],
@@ -460,6 +499,12 @@ class StakingPolicy:
         verdict = node.verdict
         fresh = verdict is not None and verdict.fresh(now)
         if node.tier is Tier.HIGH:
+            # Judged while the node is online: one that is away can take no work anyway, and
+            # it handshakes again when it returns. Demoting it while away cost every host
+            # whose handshake lapsed offline its HIGH tier for good where sessions are too
+            # short to show the 12-hour streak a promotion needs (`docs/churn.md`).
+            if node.away_since is not None:
+                return
             if not (fresh and verdict is not None and verdict.tier is Tier.HIGH):
                 self._set_tier(node_id, node, Tier.STANDARD, now, "HIGH handshake expired",
                                changes)

@@ -62,6 +62,8 @@ class TaskNeeds:
     min_vram_gb: int = 0
     gpu_models: frozenset[str] | None = None  # None: any model
     regions: frozenset[str] | None = None  # None: any region
+    # Checksummed provider addresses the customer trusts with the scene (None: any provider)
+    providers: frozenset[str] | None = None
     max_price_per_gpu_hour: int | None = None
     priority: Priority = Priority.NORMAL
     expected_duration_s: float = 60.0

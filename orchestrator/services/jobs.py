@@ -1,5 +1,5 @@
 """What a customer (or an operator) asks about jobs: submit one backed by an on-chain escrow,
-and read its status and results.
+cancel it before work starts, and read its status and results.
 
 Each function is one request's use case: it commits what it changes and returns a plain
 result; refusals are typed (`Missing`, `Forbidden`, `Unfunded`, `Refused`) and the API gives
@@ -18,7 +18,9 @@ from orchestrator.db import crud
 from orchestrator.db.models import Blob, Job, Task
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.lifecycle import (
+    JOB_TRANSITIONS,
     Forbidden,
+    Invalid,
     JobStatus,
     Missing,
     Refused,
@@ -79,6 +81,9 @@ def submit(session: Session, *, job: Submission,
         if seen.request_hash != job.request_hash:
             raise Refused("idempotency_key_reused", "this key was used for another job")
         return status(session, job_id=seen.job_id)
+    if job.deadline <= now:  # funded, it would only wait for its reclaim
+        raise Invalid("deadline_passed", f"the spec's deadline {job.deadline:.0f} is not in "
+                      "the future; escrow the job again with a later deadline")
     job_id = job.job_id.lower()
     if crud.get_job(session, job_id=job_id) is not None:
         raise Refused("job_exists", "a job with this id was already submitted")
@@ -103,6 +108,25 @@ def submit(session: Session, *, job: Submission,
                               request_hash=job.request_hash, job_id=job_id, now=now)
     crud.commit_or_conflict(session)
     return view(session, created)
+
+
+def cancel(session: Session, *, job_id: str, customer: str, now: float) -> JobView:
+    """The customer withdraws a job no node has started: its tasks fail so nothing is placed,
+    and the escrow stays the customer's to reclaim on chain after the deadline's grace (the
+    orchestrator never settles it). Cancelling a cancelled job answers the same."""
+    job = _customer_job(session, job_id=job_id, customer=customer)
+    if job.status == JobStatus.CANCELLED.value:
+        return view(session, job)
+    if JobStatus.CANCELLED not in JOB_TRANSITIONS[JobStatus(job.status)]:
+        raise Refused("job_not_cancellable",
+                      f"the job is {job.status}: only a job no node has taken can be cancelled")
+    for task in crud.job_tasks(session, job_id=job.id):
+        crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+                             reason="job cancelled by its customer")
+    crud.set_job_status(session, job=job, target=JobStatus.CANCELLED, now=now,
+                        reason="cancelled by its customer")
+    crud.commit_or_conflict(session)
+    return view(session, job)
 
 
 def _customer_job(session: Session, *, job_id: str, customer: str) -> Job:

@@ -20,13 +20,14 @@ from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node, PopwVerdictRecord
 from orchestrator.domain.failure_detector import PhiAccrualDetector
-from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing
+from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, Unavailable, Unfunded
 from orchestrator.domain.popw import Challenge, PopwAnswer, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, RsComponents
 from orchestrator.domain.types import NodeSpec
 from orchestrator.services import work
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_continuity import ProgressOutcome, ShownChunk
+from orchestrator.services.pls_state import StakeUnavailable
 from orchestrator.telemetry.metrics import MeshMetrics
 
 
@@ -41,11 +42,16 @@ def owned_node(session: Session, *, node_id: str, address: str) -> Node:
 
 
 def register(session: Session, *, spec: NodeSpec, pls: PlsService,
-             detector: PhiAccrualDetector, now: float) -> Node:
-    """Register or update the node; registering counts as its first sign of life."""
+             detector: PhiAccrualDetector, stake_per_node: int, now: float) -> Node:
+    """Register or update the node; registering counts as its first sign of life. A new node
+    counts only if its provider's bonded stake backs `stake_per_node` for each of its nodes
+    (0: no stake needed), so fresh wallets cannot fill the grid with nodes."""
     existing = crud.get_node(session, node_id=spec.node_id)
     if existing is not None and existing.provider != spec.provider:
         raise Forbidden("node_not_owned", "this node id belongs to another provider")
+    if existing is None and stake_per_node > 0:
+        _require_stake(session, pls=pls, provider=spec.provider, per_node=stake_per_node,
+                       now=now)
     node = crud.register_node(session, spec=spec, now=now)
     pls.node_registered(session, node=node, now=now)
     crud.commit_or_conflict(session)
@@ -53,14 +59,36 @@ def register(session: Session, *, spec: NodeSpec, pls: PlsService,
     return node
 
 
+def _require_stake(session: Session, *, pls: PlsService, provider: str, per_node: int,
+                   now: float) -> None:
+    needed = per_node * (crud.provider_node_count(session, provider=provider) + 1)
+    try:
+        bonded = pls.stake.stake(provider, now).bonded
+    except StakeUnavailable as exc:
+        raise Unavailable("chain_unavailable", f"{exc}; try again shortly") from None
+    if bonded < needed:
+        raise Unfunded("stake_required", f"provider {provider} has {bonded} bonded; another "
+                       f"node needs {needed}: stake more (mesh provider stake), then register")
+
+
 def login(session: Session, *, node_id: str, address: str, session_key: str | None,
-          pls: PlsService) -> None:
+          pls: PlsService, reservation_ttl_s: float, metrics: MeshMetrics,
+          now: float) -> None:
     """Check the signer owns the node and bind the login's session key (when one is sent):
-    only that key can later show progress made through a network cut."""
+    only that key can later show progress made through a network cut. A key other than the
+    bound one is a new agent process (the key never leaves its process): it takes back the
+    node's started leases (`work.take_back_leases`)."""
     node = owned_node(session, node_id=node_id, address=address)
-    if session_key is not None:
-        pls.session_bound(session, node=node, session_key=session_key)
-        session.commit()
+    if session_key is None:
+        return
+    before = node.session_key
+    pls.session_bound(session, node=node, session_key=session_key)
+    released = 0
+    if node.session_key != before:
+        released = len(work.take_back_leases(session, node=node, now=now,
+                                             reservation_ttl_s=reservation_ttl_s).released)
+    session.commit()
+    metrics.retries.labels("restart").inc(released)
 
 
 def drain(session: Session, *, node_id: str, address: str, detector: PhiAccrualDetector,
@@ -197,6 +225,33 @@ def latest_verdict(session: Session, *, node_id: str) -> PopwVerdictRecord:
     if record is None:
         raise Missing("popw_none", f"node {node_id} has no handshake verdict")
     return record
+
+
+@dataclass(frozen=True, slots=True)
+class NodeListing:
+    """A node as `mesh nodes` shows it: its spec, state, usable tier and RS for an hour."""
+
+    spec: NodeSpec
+    health: str
+    draining: bool
+    last_heartbeat_at: float | None
+    tier: int
+    rs: float | None  # None: no observation yet
+
+
+def listing(session: Session, *, pls: PlsService, now: float, provider: str | None = None
+            ) -> list[NodeListing]:
+    found = []
+    for node in crud.all_nodes(session):
+        if provider is not None and node.provider != provider:
+            continue
+        spec = crud.node_spec(node)
+        parts = pls.components(node.id, now, 3600.0)
+        found.append(NodeListing(spec=spec, health=node.health, draining=node.draining,
+                                 last_heartbeat_at=node.last_heartbeat_at,
+                                 tier=int(pls.effective_spec(spec, now).tier),
+                                 rs=None if parts is None else parts.calibrated))
+    return sorted(found, key=lambda n: n.spec.node_id)
 
 
 @dataclass(frozen=True, slots=True)

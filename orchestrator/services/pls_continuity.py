@@ -25,7 +25,8 @@ from orchestrator.db.models import Node
 from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.continuity import ChunkMark, ProgressProof
 from orchestrator.domain.slashing import ProgressVerdict
-from orchestrator.services.pls_state import PlsState
+from orchestrator.services.pls_ingest import lapsed_lone_holds
+from orchestrator.services.pls_log import PlsLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +52,25 @@ def chunk_plan(payload: Mapping[str, Any]) -> set[tuple[int, int]]:
     return set(plan_chunks(int(samples), int(chunk)))
 
 
-class PlsContinuity(PlsState):
+class PlsContinuity(PlsLog):
     def show_progress(self, session: Session, *, node: Node, task_id: int,
                       chunks: Sequence[ShownChunk], resumed_at: float, signature: bytes,
                       now: float) -> ProgressOutcome:
-        """Judge a reconnecting node's proof of progress (see the module docstring)."""
+        """Judge a reconnecting node's proof of progress (see the module docstring). Lone
+        holds the grace ran out on are reported first: a proof that comes before the next
+        sweep or staking pass finds its abandonment pending, dated at the DEAD verdict."""
+        with self._lock:
+            lapsed = lapsed_lone_holds(session, self.engine, now)
+        if lapsed:
+            self._observe(session, *lapsed)
+            self.catch_up(session)
         lease = store.revoked_lease(session, task_id=task_id, node_id=node.id)
         task = crud.get_task(session, task_id=task_id)
         if lease is None or lease.released_at is None or task is None:
             return ProgressOutcome(ProgressVerdict.NOT_PENDING, 0)
-        departed_at = lease.released_at
+        with self._lock:  # dated at the DEAD verdict, not at a lone hold's lapse
+            pending_since = self.engine.staking.pending_since(str(task_id))
+        departed_at = lease.released_at if pending_since is None else pending_since
         proof = ProgressProof(node.id, str(task_id), tuple(
             ChunkMark(bytes.fromhex(c.sha256), c.rendered_at) for c in chunks), resumed_at,
             signature)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
+from orchestrator.domain.pls_engine import PlsEngine
 from orchestrator.domain.pls_observations import (
     Abandoned,
     AttemptEnded,
@@ -20,6 +21,7 @@ from orchestrator.domain.pls_observations import (
     Departed,
     GpuReport,
     Heartbeats,
+    LoneHeld,
     Observation,
     Probe,
     SessionEnded,
@@ -41,7 +43,22 @@ class SweepFacts:
     held: Sequence[str] = ()  # of dead: leases kept through a silence its peers share
 
 
+def lapsed_lone_holds(session: Session, engine: PlsEngine, now: float) -> list[Observation]:
+    """The lone holds the grace ran out on, as abandonments dated at their DEAD verdict, with
+    their collateral locks ended (the failure sweep and the staking decision both report
+    them; the engine counts each task once)."""
+    lapsed: list[Observation] = []
+    for node_id, hold in engine.lone_holds_due(now):
+        task_id = int(hold.task_id)
+        store.end_lock(session, task_id=task_id, node_id=node_id, at=now, finished=False)
+        lapsed.append(Abandoned(node_id, task_id, hold.collateral, hold.raw_rs, hold.at,
+                                hold.value, hold.rework_share))
+    return lapsed
+
+
 class PlsIngest(PlsLog):
+    _lone_silent: frozenset[str] = frozenset()  # held by the lone grace in the running sweep
+
     def lease_holds(self, node_ids: Sequence[str], now: float) -> dict[str, float]:
         """Nodes the detector just called DEAD, all at once: how long to keep each one's leases.
         Their departures are recorded first, so a silence shared within this sweep counts (the
@@ -50,6 +67,17 @@ class PlsIngest(PlsLog):
         with self._lock:
             holds = self.engine.departed(node_ids, now)
         return {node_id: seconds for node_id, seconds in holds.items() if seconds > 0.0}
+
+    def sweep_holds(self, node_ids: Sequence[str], now: float) -> dict[str, float]:
+        """What the failure sweep keeps: `lease_holds` for a shared silence and the lone grace
+        (`LeaseHold.lone_grace_s`) for every other node; `after_sweep` logs the lone holds."""
+        holds = self.lease_holds(node_ids, now)
+        grace = self.engine.config.lease_hold.lone_grace_s
+        with self._lock:
+            self._lone_silent = frozenset(n for n in node_ids
+                                          if grace > 0.0 and n not in holds
+                                          and self.engine.knows(n))
+        return holds | dict.fromkeys(self._lone_silent, grace)
 
     def node_registered(self, session: Session, *, node: Node, now: float) -> None:
         """A node (re)registered: it is online from now on."""
@@ -64,28 +92,67 @@ class PlsIngest(PlsLog):
         self._observe(session, known(node))  # binds the key in the engine as a rebuild does
 
     def after_sweep(self, session: Session, *, facts: SweepFacts, now: float) -> None:
-        """Departures end sessions (abrupt = DEAD; censored = drained, or a silence shared with
-        peers), running tasks on a dead node are reported as abandoned with the collateral
-        locked for them (their attempts end unfinished, in task order), returns start a new
-        session; then overdue probes count as lost. What the DB records decides what is
+        """Departures end sessions (abrupt = DEAD, a lone silence too; censored = drained, or a
+        silence shared with peers), running tasks on a dead node are reported as abandoned with
+        the collateral locked for them and the work lost (their attempts end unfinished, in
+        task order; a drained node's are never slashed), a lone silent node's tasks are logged
+        as held for the lone grace (`PlsStaking.decide` reports the lapsed ones), returns start
+        a new session; then overdue probes count as lost. What the DB records decides what is
         logged (a session is ended or opened only once, whichever replica's engine is ahead)."""
+        with self._lock:
+            lone, self._lone_silent = self._lone_silent, frozenset()
+            observations = lapsed_lone_holds(session, self.engine, now)
         held = set(facts.held)
         departed = [node_id for node_id, abrupt in facts.dead if abrupt or node_id in held]
-        observations: list[Observation] = [Departed(tuple(departed), now)] if departed else []
+        if departed:
+            observations.append(Departed(tuple(departed), now))
+        drained: set[str] = set()
         for node_id, abrupt in facts.dead:
+            abrupt = abrupt or node_id in lone  # a lone silence is the node's own departure
+            if node_id in lone:
+                observations += self._lone_held(session, node_id, now)
+            elif not abrupt and node_id not in held:
+                drained.add(node_id)
             if store.close_session(session, node_id=node_id, at=now, abrupt=abrupt):
                 observations.append(SessionEnded(node_id, now, abrupt))
         for node_id, task_id in sorted(facts.abandoned, key=lambda pair: pair[1]):
             lock = store.end_lock(session, task_id=task_id, node_id=node_id, at=now,
                                   finished=False)
             if lock is not None:
-                observations.append(Abandoned(node_id, task_id, lock.amount, lock.raw_rs, now))
+                value, rework = self._damage(session, task_id, node_id)
+                observations.append(Abandoned(node_id, task_id, lock.amount, lock.raw_rs, now,
+                                              value, rework, node_id in drained))
         for node_id in facts.returned:
             if store.open_session(session, node_id=node_id, at=now):
                 observations.append(SessionStarted(node_id, now))
         self._observe(session, *observations)
         with self._lock:
             self._expire_probes(session, now, list(self._probes))
+
+    @staticmethod
+    def _damage(session: Session, task_id: int, node_id: str) -> tuple[int | None, float | None]:
+        """(task value, share of it redone) of the attempt just moved off `node_id`."""
+        task = crud.get_task(session, task_id=task_id)
+        lost = [e for e in crud.recovery_events(session, task_id=task_id)
+                if e.from_node == node_id]
+        if task is None or not lost:
+            return None, None
+        return crud.needs_from_json(task.needs).value, lost[-1].rework
+
+    @staticmethod
+    def _lone_held(session: Session, node_id: str, now: float) -> list[Observation]:
+        """Each started task of a lone silent node, as the abandonment it becomes if the node
+        is not back within the grace (a silent node reports no progress: its work lost now
+        is its work lost then)."""
+        held: list[Observation] = []
+        for lease in crud.live_leases(session, node_id=node_id):
+            lock = store.latest_lock(session, task_id=lease.task_id, node_id=node_id)
+            task = crud.get_task(session, task_id=lease.task_id)
+            if lease.state == "active" and lock is not None and task is not None:
+                held.append(LoneHeld(node_id, lease.task_id, lock.amount, lock.raw_rs, now,
+                                     crud.needs_from_json(task.needs).value,
+                                     max(task.progress - task.checkpoint_progress, 0.0)))
+        return held
 
     def on_heartbeats(self, session: Session, beats: Mapping[str, float]) -> None:
         """Heartbeats and their gaps (called from the write-behind flush, in its transaction);

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
+from orchestrator.domain.pls_engine import LoneHold
 from orchestrator.domain.pls_observations import (
     Abandoned,
     AttemptEnded,
@@ -30,6 +31,7 @@ from orchestrator.domain.pls_observations import (
     GpuReport,
     Handshake,
     Heartbeats,
+    LoneHeld,
     NodeKnown,
     Observation,
     Probe,
@@ -126,7 +128,13 @@ class PlsLog(PlsState):
                 engine.session_ended(node_id, observation.at, observation.abrupt)
         elif isinstance(observation, Abandoned):
             engine.abandoned(node_id, str(observation.task_id), observation.collateral,
-                             observation.raw_rs, observation.at)
+                             observation.raw_rs, observation.at, value=observation.value,
+                             rework_share=observation.rework_share,
+                             announced=observation.announced)
+        elif isinstance(observation, LoneHeld):
+            engine.hold_lone(node_id, LoneHold(
+                str(observation.task_id), observation.collateral, observation.raw_rs,
+                observation.at, observation.value, observation.rework_share))
         elif isinstance(observation, Probe):
             self._record_probe(node_id, ProbeSample(observation.sent, observation.rtt_ms))
         elif isinstance(observation, GpuReport):

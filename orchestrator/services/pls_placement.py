@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
 from orchestrator.db.placement import Admission
-from orchestrator.domain.chain_actions import LockCollateral
+from orchestrator.domain.chain_actions import AssignCollateral, ReserveCollateral
 from orchestrator.domain.matching import Candidate, eligible
 from orchestrator.domain.reliability import RsComponents
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
@@ -50,7 +50,7 @@ class PlsPlacement(PlsState):
         free: dict[str, int] = {}
         for provider in sorted(providers):
             try:
-                free[provider] = self.stake.free(provider, now)
+                free[provider] = self.listing.free(provider, now)
             except StakeUnavailable as exc:  # fail closed: this provider's nodes wait
                 log.warning("placement refused: %s", exc)
                 free[provider] = 0
@@ -59,7 +59,8 @@ class PlsPlacement(PlsState):
     def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float
              ) -> list[tuple[str, Admission]]:
         """The engine's ranking of these candidates for a task, best first, each with what
-        its placement locks; the caller takes the first whose provider still `covers` it."""
+        its placement locks, over the listing's free stake (the indexed events); the caller
+        takes the first whose provider still `covers` it."""
         usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
         free = self._free_stake({c.spec.provider for c in usable}, now)
         with self._lock:
@@ -68,8 +69,9 @@ class PlsPlacement(PlsState):
                 for p in placements]
 
     def covers(self, provider: str, amount: int, now: float) -> bool:
-        """The provider's free stake, less what this process locked since the read, still
-        covers `amount` (an earlier placement of the batch may have used it)."""
+        """The provider's free stake on the chain (the decision's read, not the listing's),
+        less what this process locked since the read, still covers `amount` (an earlier
+        placement of the batch may have used it)."""
         try:
             return self.stake.free(provider, now) >= amount
         except StakeUnavailable as exc:
@@ -77,23 +79,41 @@ class PlsPlacement(PlsState):
             return False
 
     def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
-        """One node pulling work: the engine's ranking with that node alone; None refuses."""
+        """One node pulling work: the engine's ranking with that node alone, then the
+        decision's check of its provider's stake; None refuses."""
         ranked = self.rank([Candidate(spec, 1)], needs, now)
-        return ranked[0][1] if ranked else None
+        if not ranked or not self.covers(spec.provider, ranked[0][1].collateral, now):
+            return None
+        return ranked[0][1]
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
                  provider: str, admission: Admission, now: float) -> None:
-        """Lock the collateral of a placement, in the placement's transaction, with the raw
-        RS it was made at (the recalibrator learns from it when the attempt ends)."""
+        """Back the collateral of a placement, in the placement's transaction, with the raw
+        RS it was made at (the recalibrator learns from it when the attempt ends): an assign
+        leaf (batched into one committed root), after a raise of the provider's standing
+        reservation when it no longer covers its open assignments or runs short of time."""
         attempt = store.task_attempts(session, task_id=task_id)
+        needed = self.stake.open_collateral(provider, now) + admission.collateral
+        reserved, until = self.stake.reservation(provider, now)
+        horizon = self.config.reservation_s
+        if reserved < needed or until < now + horizon / 2:
+            # Twice what is needed, so raises stay rare; never less than the live amount.
+            amount = max(reserved, min(2 * needed, self.stake.stake(provider, now).free))
+            until = max(until, int(now + horizon))
+            outbox.queue_action(
+                session, idempotency_key=f"reserve:{provider}:{task_id}:{attempt}", now=now,
+                action=ReserveCollateral(provider=provider, amount=amount, until=until))
+            self.stake.raised(provider, amount, until)
         store.add_lock(session, task_id=task_id, attempt=attempt, job_id=job_id,
                        node_id=node_id, provider=provider, amount=admission.collateral,
                        raw_rs=admission.raw_rs, at=now)
         outbox.queue_action(
-            session, idempotency_key=f"lock:{task_id}:{attempt}", now=now,
-            action=LockCollateral(job_id=store.unhex(job_id), providers=(provider,),
-                                  amounts=(admission.collateral,), task_id=task_id))
-        self.stake.reserve(provider, admission.collateral)
+            session, idempotency_key=f"assign:{task_id}:{attempt}", now=now,
+            action=AssignCollateral(job_id=store.unhex(job_id), provider=provider,
+                                    collateral=admission.collateral, task_id=task_id))
+        self.stake.assign(provider, admission.collateral)
+        if self.listing is not self.stake:
+            self.listing.assign(provider, admission.collateral)
 
     def checkpoint_interval_s(self, node_id: str, now: float, duration_s: float) -> float:
         """Young/Daly interval from the node's predicted MTBF over the task and its measured

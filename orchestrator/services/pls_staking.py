@@ -9,17 +9,26 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import outbox
+from orchestrator.db import crud, outbox
 from orchestrator.db import pls as store
-from orchestrator.domain.chain_actions import CommitEpoch, SetTier, SlashCollateral
+from orchestrator.db.models import SlashRecord
+from orchestrator.domain.chain_actions import (
+    CommitEpoch,
+    ProveAssignment,
+    SetTier,
+    SlashCollateral,
+)
 from orchestrator.domain.pls_observations import TierDecided
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
+from orchestrator.services.pls_ingest import lapsed_lone_holds
 from orchestrator.services.pls_log import PlsLog
 from orchestrator.services.pls_state import StakeUnavailable
 
 log = logging.getLogger("orchestrator.pls")
+
+SLASH_KEY = "slash:"  # + the decision's id: the idempotency key of its `slash` outbox row
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,9 @@ class PlsStaking(PlsLog):
         anyone proves it on chain with `slashForScore`. Leader-only (the policy's windows
         live in this engine): it first applies the whole log, and logs the tiers it sets so
         every replica gates placements on them."""
+        with self._lock:
+            lapsed = lapsed_lone_holds(session, self.engine, now)
+        self._observe(session, *lapsed)
         self.catch_up(session)
         with self._lock:
             readings = self.engine.readings(self._online(now), now)
@@ -79,6 +91,45 @@ class PlsStaking(PlsLog):
             tiers.append((change.node_id, change.new))
         return DecideResult(actions.slashes, tuple(tiers))
 
+    def slash_overturned(self, session: Session, *, record: SlashRecord, key: str,
+                         chain_prior: Tier, now: float) -> Tier | None:
+        """A dispute reversed the slash `record` carried out: the node gets back the tier the
+        slash took, as the policy's own moves are (stored, logged for every replica's engine,
+        queued for the chain once per `key`). The policy remembers the tier it demoted from;
+        after a rebuild that forgot it, the chain's record of the tier before the slash
+        stands in. A node that has climbed since keeps its tier. Returns the tier restored."""
+        decision = SlashDecision(
+            record.node_id, record.provider, SlashReason(record.reason), record.amount,
+            store.unhex(record.evidence), record.decided_at, record.decided_at,
+            None if record.task_id is None else str(record.task_id), record.detail)
+        with self._lock:
+            change = (self.engine.staking.dispute_upheld(decision, now)
+                      if self.engine.knows(record.node_id) else None)
+        target = chain_prior if change is None else change.new
+        node = crud.get_node(session, node_id=record.node_id)
+        if node is None or node.tier >= target:
+            return None
+        store.set_node_tier(session, node_id=record.node_id, tier=int(target))
+        outbox.queue_action(session, now=now, idempotency_key=f"tier:{key}:{record.node_id}",
+                            action=SetTier(provider=node.provider, tier=int(target),
+                                           node_id=record.node_id,
+                                           detail=f"slash overturned ({key})"))
+        self._observe(session, TierDecided(record.node_id, int(target), now))
+        return target
+
+    def adopt_chain_tier(self, session: Session, *, provider: str, tier: Tier,
+                         now: float) -> list[str]:
+        """The chain moved `provider` to `tier` by itself (`pls_chain.on_tier_changed`): each
+        of its nodes takes it, stored and logged so every replica's engine adopts it, with
+        nothing queued (the chain already holds it). Returns the nodes that moved."""
+        moved = []
+        for node in store.nodes_of_provider(session, provider=provider):
+            if node.tier != int(tier):
+                store.set_node_tier(session, node_id=node.id, tier=int(tier))
+                self._observe(session, TierDecided(node.id, int(tier), now))
+                moved.append(node.id)
+        return moved
+
     def _queue_slash(self, session: Session, decision: SlashDecision, now: float) -> None:
         """Store the decision and queue its `slash` action, once per task, node and reason:
         the ids of abandonment slashes carry their decision time, so a new leader whose policy
@@ -101,8 +152,13 @@ class PlsStaking(PlsLog):
         lock = store.latest_lock(session, task_id=task_id, node_id=decision.node_id)
         if lock is None or min(decision.amount, lock.amount) == 0:
             return
+        job = store.unhex(lock.job_id)
+        # The assignment goes on chain first (a no-op when proven before), then the slash.
         outbox.queue_action(
-            session, idempotency_key=f"slash:{store.hex32(decision.slash_id)}", now=now,
+            session, idempotency_key=f"prove:{lock.job_id}:{decision.provider}", now=now,
+            action=ProveAssignment(job_id=job, provider=decision.provider))
+        outbox.queue_action(
+            session, idempotency_key=SLASH_KEY + store.hex32(decision.slash_id), now=now,
             action=SlashCollateral(job_id=store.unhex(lock.job_id), provider=decision.provider,
                                    amount=min(decision.amount, lock.amount),
                                    reason=int(decision.reason), evidence=decision.evidence))

@@ -1,5 +1,6 @@
 """The state every Predictive Latency Staking use case shares: one `PlsEngine`, the lock
-that guards it (routes run in a thread pool), the chain's free stake (cached), and what only
+that guards it (routes run in a thread pool), providers' free stake (cached) as the indexed
+events show it for ranking and as a chain call shows it for the decision, and what only
 a live service observes (pending probe nonces, last heartbeats, the handshakes' recent RTTs
 and verdicts).
 
@@ -48,50 +49,78 @@ class StakeUnavailable(Exception):
 
 
 class StakeCache:
-    """Free stake per provider, read through the SDK and reused for `ttl_s`; collateral this
-    process locked since the read is subtracted, so one batch cannot overspend a provider."""
+    """Free stake per provider, read through the SDK and reused for `ttl_s`, less the
+    collateral of its open assignments: those in the DB at the read (`open_reader`; the chain
+    holds only the provider's standing reservation) and those this process made since, so one
+    batch cannot overspend a provider. Reservation raises queued since the read count too."""
 
-    def __init__(self, reader: Callable[[], StakeReader], ttl_s: float) -> None:
+    def __init__(self, reader: Callable[[], StakeReader], ttl_s: float,
+                 open_reader: Callable[[str], int] | None = None) -> None:
         self._reader = reader
         self._ttl_s = ttl_s
-        self._cached: dict[str, tuple[float, ProviderStake]] = {}
-        self._reserved: dict[str, int] = defaultdict(int)
+        self._open_reader = open_reader
+        self._cached: dict[str, tuple[float, ProviderStake, int]] = {}
+        self._assigned: dict[str, int] = defaultdict(int)
+        self._raised: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
 
     def stake(self, provider: str, now: float) -> ProviderStake:
+        return self._read(provider, now)[0]
+
+    def _read(self, provider: str, now: float) -> tuple[ProviderStake, int]:
         with self._lock:
             hit = self._cached.get(provider)
             if hit is not None and now - hit[0] < self._ttl_s:
-                return hit[1]
+                return hit[1], hit[2] + self._assigned.get(provider, 0)
         try:
             stake = self._reader().provider_stake(provider)
+            open_collateral = self._open_reader(provider) if self._open_reader else 0
         except Exception as exc:
             raise StakeUnavailable(f"cannot read the stake of {provider}: {exc}") from None
         with self._lock:
-            self._cached[provider] = (now, stake)
-            self._reserved.pop(provider, None)
-        return stake
+            self._cached[provider] = (now, stake, open_collateral)
+            self._assigned.pop(provider, None)
+            self._raised.pop(provider, None)
+        return stake, open_collateral
 
     def free(self, provider: str, now: float) -> int:
+        stake, open_collateral = self._read(provider, now)
+        return stake.free - open_collateral
+
+    def open_collateral(self, provider: str, now: float) -> int:
+        return self._read(provider, now)[1]
+
+    def reservation(self, provider: str, now: float) -> tuple[int, int]:
+        """The provider's reservation (amount, until): the chain's, or a raise queued since."""
         stake = self.stake(provider, now)
         with self._lock:
-            return stake.free - self._reserved.get(provider, 0)
+            return self._raised.get(provider, (stake.reserved, stake.reserved_until))
 
-    def reserve(self, provider: str, amount: int) -> None:
+    def assign(self, provider: str, amount: int) -> None:
         with self._lock:
-            self._reserved[provider] += amount
+            self._assigned[provider] += amount
+
+    def raised(self, provider: str, amount: int, until: int) -> None:
+        with self._lock:
+            self._raised[provider] = (amount, until)
 
 
 class PlsState:
     """The engine and the service-only observations around it (see the module docstring)."""
 
     def __init__(self, config: PlsConfig, *, stake_reader: Callable[[], StakeReader],
-                 metrics: MeshMetrics) -> None:
+                 metrics: MeshMetrics, open_collateral: Callable[[str], int] | None = None,
+                 listing_reader: Callable[[], StakeReader] | None = None) -> None:
         self.config = config
         self.metrics = metrics
         self.engine = PlsEngine(config)
         self.challenges = ChallengeBook(config.popw)
-        self.stake = StakeCache(stake_reader, config.stake_ttl_s)
+        # `stake` decides (a chain call at the moment a collateral is committed); `listing`
+        # ranks candidates without a call per provider. A lagging index can only make the
+        # ranking stale: the decision still refuses what the chain does not cover.
+        self.stake = StakeCache(stake_reader, config.stake_ttl_s, open_collateral)
+        self.listing = (StakeCache(listing_reader, config.stake_ttl_s, open_collateral)
+                        if listing_reader is not None else self.stake)
         self.replica = uuid.uuid4().hex  # this process's name in `pls_log_cursors`
         self._lock = threading.RLock()
         self._popw_lock = threading.Lock()  # judging: single use of each nonce

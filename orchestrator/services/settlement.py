@@ -5,12 +5,16 @@ settling -> settled, made only when the escrow on chain shows the job Settled.
 settle landed (its mined receipt, or an escrow read showing Settled); the periodic escrow
 sync calls it for every job still settling with the escrow it reads, which also catches a
 settlement someone else sent, and flags jobs the chain closed some other way.
+
+A reorg that removes a settlement sends the job back (`unsettle_reorged`, settled ->
+settling); from then on a receipt is not enough: only a final event (the indexer's
+`on_settled`, or the escrow sync over final events) settles it again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -18,11 +22,14 @@ from sqlalchemy.orm import Session
 from orchestrator.db import crud, outbox
 from orchestrator.db.models import Job
 from orchestrator.domain.chain_actions import SettleJob
+from orchestrator.domain.chain_events import ChainEvent
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator")
+
+REORGED = "settlement reorged out of the chain"
 
 
 def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
@@ -52,18 +59,55 @@ def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
 
 
 def mark_settled(session: Session, *, job_id: str, escrow: EscrowStatus, now: float,
-                 reason: str) -> float | None:
+                 reason: str, final: bool = True) -> float | None:
     """settling -> settled when `escrow` (as the chain shows it) is Settled; returns the
     seconds since the settlement was queued, or None when nothing moved (the escrow does not
-    show it settled, the job is not ours, or it already moved on)."""
+    show it settled, the job is not ours, or it already moved on). `final=False` (a receipt
+    that a reorg could still undo) moves no job whose settlement a reorg already removed."""
     if escrow is not EscrowStatus.SETTLED:
         return None
     job = crud.lock_job(session, job_id=job_id)
     if job is None or job.status != JobStatus.SETTLING.value:
         return None
+    if not final and _reorged(session, job_id):
+        return None
     lag = now - job.updated_at
     crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now, reason=reason)
     return lag
+
+
+def unsettle_reorged(session: Session, *, job_ids: Sequence[str], now: float) -> list[str]:
+    """settled -> settling for the jobs whose settlement a reorg took off the chain (it is
+    sent again); returns those that moved. A disputed job is left alone: its dispute would
+    have gone with the settlement, and the ruling events decide it."""
+    moved = []
+    for job_id in job_ids:
+        job = crud.lock_job(session, job_id=job_id)
+        if job is None or job.status != JobStatus.SETTLED.value:
+            continue
+        crud.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
+                            reason=REORGED)
+        moved.append(job_id)
+    if moved:
+        log.warning("jobs %s: settlement reorged out; settling again", moved)
+    return moved
+
+
+def _reorged(session: Session, job_id: str) -> bool:
+    return any(change.reason == REORGED
+               for change in crud.status_history(session, entity="job", entity_id=job_id))
+
+
+def on_settled(session: Session, event: ChainEvent, now: float) -> None:
+    """Indexer handler for a final `JobSettled` or `JobsSettled`: its jobs move to settled
+    (whoever sent the settlement); jobs that are not ours, or moved on, are left alone."""
+    job_ids = event.args["jobIds"] if event.name == "JobsSettled" else (event.args["jobId"],)
+    for job_id in job_ids:
+        lag = mark_settled(session, job_id="0x" + bytes(job_id).hex(),
+                           escrow=EscrowStatus.SETTLED, now=now,
+                           reason=f"settlement final on chain (block {event.block_number})")
+        if lag is not None:
+            log.info("job 0x%s settled on chain %.1fs after it was queued", job_id.hex(), lag)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,15 +16,13 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from eth_utils import keccak
-from PIL import Image
 from sqlalchemy.orm import Session
 
-from agent.workloads.blender import OutputInvalid, exr_pixels
+from agent.workloads.blender import OutputInvalid, exr_pixels, image_pixels
 from orchestrator.db import crud
 from orchestrator.db import pls as pls_store
 from orchestrator.db import verification as store
@@ -237,7 +235,9 @@ class Verifier:
         payload = dict(task.payload)
         recipe: dict[str, Any] = {"task_id": task.id, "window": window, "windows": windows,
                                   "root": row.root, "env": row.env,
-                                  "excluded_providers": [row.provider]}
+                                  "excluded_providers": [row.provider],
+                                  # a job restricted to named providers is re-checked by them
+                                  "allowed_providers": task.needs.get("providers")}
         if payload.get("kind") == "blender":
             tile, tiles = int(payload.get("tile", 0)), int(payload.get("tiles", 1))
             payload["tile"], payload["tiles"] = tile * windows + window, tiles * windows
@@ -348,14 +348,7 @@ class Verifier:
         return out
 
     def _image(self, sha256: str) -> np.ndarray:
-        path = self.blobs.path_of(sha256)
-        if _is_exr(path):
-            return exr_pixels(path)
-        try:
-            with Image.open(path) as image:
-                return np.asarray(image.convert("RGBA"))
-        except Exception as exc:
-            raise OutputInvalid(f"{sha256[:12]} is neither EXR nor PNG: {exc}") from None
+        return image_pixels(self.blobs.path_of(sha256))
 
     # ----- verdicts ------------------------------------------------------------------------
     def _resolve(self, session: Session, *, commitment: VerificationCommitment,
@@ -542,8 +535,10 @@ class Verifier:
     # ----- settlement ----------------------------------------------------------------------
     def settle_if_verified(self, session: Session, *, job_id: str, now: float) -> bool:
         """A job whose tasks are all done, each with a passed (or not drawn) latest
-        commitment, is accepted through the one settlement path (`services.work`)."""
-        job = crud.get_job(session, job_id=job_id)
+        commitment, is accepted through the one settlement path (`services.work`). The job
+        is locked first: two last checks passing at once (two replicas) would each see the
+        other's commitment undecided."""
+        job = crud.lock_job(session, job_id=job_id)
         if job is None or job.status != JobStatus.VERIFYING.value:
             return False
         tasks = crud.job_tasks(session, job_id=job_id)
@@ -585,11 +580,6 @@ class Verifier:
 
 def _finite(value: float) -> float | None:
     return value if np.isfinite(value) else None
-
-
-def _is_exr(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return handle.read(4) == b"\x76\x2f\x31\x01"
 
 
 def env_of(render: Any) -> RenderEnv | None:

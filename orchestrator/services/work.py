@@ -162,15 +162,16 @@ def report_progress(session: Session, *, task_id: int, node_id: str, progress: f
     """The first report starts the task (reserved -> running); every report renews the lease."""
     task, lease = held_lease(session, task_id=task_id, node_id=node_id)
     recovery = None
-    if task.status == TaskStatus.RESERVED.value:
-        crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
-                             reason=f"started on {node_id}")
+    if lease.state == LeaseState.RESERVED.value:  # a new placement, or one taken back
+        if task.status == TaskStatus.RESERVED.value:
+            crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
+                                 reason=f"started on {node_id}")
+            job = crud.get_job(session, job_id=task.job_id)
+            assert job is not None
+            if job.status == JobStatus.SCHEDULED.value:
+                crud.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
+                                    reason="first task started")
         crud.activate_lease(session, lease=lease)
-        job = crud.get_job(session, job_id=task.job_id)
-        assert job is not None
-        if job.status == JobStatus.SCHEDULED.value:
-            crud.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
-                                reason="first task started")
         event = crud.open_recovery(session, task_id=task.id)
         if event is not None:
             event.resumed_at = now
@@ -205,7 +206,9 @@ def complete_task(session: Session, *, task_id: int, node_id: str, result_sha256
                         is_result=True, now=now)
     crud.release_lease(session, lease=lease, now=now, reason="completed")
     session.flush()
-    job = crud.get_job(session, job_id=task.job_id)
+    # Locked before counting: the last two tasks completed at once (two replicas) would each
+    # see the other's still running, and the job would never move to verifying.
+    job = crud.lock_job(session, job_id=task.job_id)
     assert job is not None
     counts = crud.task_counts(session, job_id=job.id)
     if set(counts) == {TaskStatus.DONE.value}:
@@ -260,7 +263,7 @@ def drain_node(session: Session, *, node: Node, now: float) -> int:
 def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reason: str,
                  cause: str | None) -> None:
     """Free the slot and put the task back in line, resuming from its last checkpoint.
-    `cause` (dead, drain, lapsed) records a recovery event with the work lost."""
+    `cause` (dead, drain, lapsed, restart) records a recovery event with the work lost."""
     crud.release_lease(session, lease=lease, now=now, reason=reason)
     was_running = task.status == TaskStatus.RUNNING.value
     crud.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
@@ -270,6 +273,52 @@ def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reas
                                 rework=max(task.progress - task.checkpoint_progress, 0.0))
     task.progress = task.checkpoint_progress
     task.node_id = None
+
+
+@dataclass(frozen=True, slots=True)
+class TakenBack:
+    """What a node's new agent process found of its started tasks: offered to it again, or
+    released because the node as it registered now cannot run them."""
+
+    offered: list[int] = field(default_factory=list)  # task ids
+    released: list[int] = field(default_factory=list)
+
+
+def take_back_leases(session: Session, *, node: Node, now: float,
+                     reservation_ttl_s: float) -> TakenBack:
+    """The node's agent restarted (a login with a new session key): the old process and its
+    work since the last checkpoint are gone, but the node is back, so it keeps its started
+    leases, held through a lone silence or not, as a render grid wants: each goes back to
+    reserved and the new process pulls it and resumes from the checkpoint, on the same slot
+    and under the same collateral; the registration an agent sends before it logs in opened
+    the node's new session, which ended a lone hold without an abandonment. A lease it can no
+    longer run (its slot is gone, its spec no longer fits the task, it drains) is released
+    to be placed again at once. A lease already past its expiry is left to the sweep: a lone
+    hold that lapsed is an abandonment whoever comes back."""
+    spec = crud.node_spec(node)
+    taken = TakenBack()
+    for lease in crud.live_leases(session, node_id=node.id):
+        if lease.state != LeaseState.ACTIVE.value or lease.expires_at <= now:
+            continue
+        task = crud.get_task(session, task_id=lease.task_id)
+        assert task is not None
+        fits = (not node.draining and lease.slot < node.slots
+                and eligible(spec, crud.needs_from_json(task.needs)))
+        if not fits:
+            requeue_task(session, task=task, lease=lease, now=now,
+                         reason="node restarted, cannot take it back", cause="restart")
+            taken.released.append(task.id)
+            continue
+        crud.add_recovery_event(session, task_id=task.id, from_node=node.id, cause="restart",
+                                lost_at=now,
+                                rework=max(task.progress - task.checkpoint_progress, 0.0))
+        task.progress = task.checkpoint_progress
+        crud.reserve_again(session, lease=lease, now=now, ttl_s=reservation_ttl_s)
+        taken.offered.append(task.id)
+    if taken.offered or taken.released:
+        log.warning("node %s restarted: tasks %s offered again, %s released", node.id,
+                    taken.offered, taken.released)
+    return taken
 
 
 def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str) -> int:
@@ -284,13 +333,16 @@ def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str
 
 
 def expire_leases(session: Session, *, now: float) -> int:
-    """Release reservations never started and running leases whose renewals stopped."""
+    """Release reservations never started and running leases whose renewals stopped (cause
+    "dead" when the node is DEAD: a lease held through a silence that did not end)."""
     expired = crud.lapsed_leases(session, now=now)
     for lease in expired:
         task = crud.get_task(session, task_id=lease.task_id)
         assert task is not None
+        node = crud.get_node(session, node_id=lease.node_id)
+        dead = node is not None and node.health == NodeHealth.DEAD.value
         requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
-                     cause="lapsed")
+                     cause="dead" if dead else "lapsed")
     return len(expired)
 
 
@@ -425,7 +477,7 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
           metrics: MeshMetrics, now: float) -> SweepResult:
     """Expire lapsed leases, call silent nodes dead (keeping the leases of a shared silence),
     and tell PLS what happened."""
-    result = _reconcile(session, detector=detector, now=now, lease_holds=pls.lease_holds)
+    result = _reconcile(session, detector=detector, now=now, lease_holds=pls.sweep_holds)
     pls.after_sweep(session, facts=sweep_facts(result), now=now)
     metrics.node_failures.inc(len(result.dead_nodes))
     metrics.retries.labels("lapsed").inc(result.expired_leases)

@@ -72,6 +72,7 @@ class Attempt:
     attempt_id: int
     closed: bool = False
     held_since: float | None = None  # the node went silent and the policy kept its lease
+    lost_s: float = 0.0  # reference work lost since the last checkpoint, once the lease is lost
     excused_until: float = -math.inf  # partitions starting by then were ridden out (held)
 
     def revoking_partition(self, timeline: NodeTimeline, until: float) -> Partition | None:
@@ -184,8 +185,12 @@ class Simulation:
 
     def __init__(self, world: World, profiles: Sequence[NodeProfile], specs: Sequence[NodeSpec],
                  jobs: Sequence[Job], policy: Policy, rng: np.random.Generator,
-                 observers: Sequence[PlacementObserver] = ()) -> None:
+                 observers: Sequence[PlacementObserver] = (), lone_grace_s: float = 0.0
+                 ) -> None:
+        """`lone_grace_s`: how long a lease is kept when the detector calls its node dead and
+        the policy would revoke at once (`LeaseHold.lone_grace_s`, the service's sweep)."""
         self.world = world
+        self.lone_grace_s = lone_grace_s
         self.profiles = profiles
         self.specs = list(specs)
         self.jobs = jobs
@@ -311,7 +316,7 @@ class Simulation:
         attempt = self.running[node]
         if attempt is None or attempt.held_since is not None:
             return
-        hold = self.policy.lease_hold_s(node, self.now)
+        hold = self.policy.lease_hold_s(node, self.now) or self.lone_grace_s
         if hold > 0.0:
             attempt.held_since = self.now
             self.push(self.now + hold, Ev.LEASE_EXPIRY, attempt.attempt_id)
@@ -347,6 +352,7 @@ class Simulation:
             r.waste_revoked_s += lost
         r.wasted_s += max(consumed - saved, 0.0)
         r.useful_s += saved
+        attempt.lost_s = max(consumed - saved, 0.0)
         r.reassignments += 1
         self._record_prediction(attempt, 0)
         task = attempt.task

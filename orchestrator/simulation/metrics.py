@@ -35,6 +35,11 @@ class NodeClasses:
     flaky: np.ndarray
     online_hours: np.ndarray
     gpu: list[str]
+    honest: np.ndarray  # bool per node: not a cheater (ground truth, for reporting only)
+
+    @property
+    def middle(self) -> np.ndarray:
+        return (self.online_hours > 0) & ~self.stable & ~self.flaky
 
 
 def classify_nodes(trace: Trace, profiles: Sequence[NodeProfile], horizon_s: float) -> NodeClasses:
@@ -52,7 +57,21 @@ def classify_nodes(trace: Trace, profiles: Sequence[NodeProfile], horizon_s: flo
     low, high = (np.nanpercentile(means, [100 / 3, 200 / 3]) if known.any()
                  else (math.nan, math.nan))
     return NodeClasses(stable=known & (means >= high), flaky=known & (means <= low),
-                       online_hours=online, gpu=[p.gpu for p in profiles])
+                       online_hours=online, gpu=[p.gpu for p in profiles],
+                       honest=np.asarray([not p.cheater for p in profiles], dtype=bool))
+
+
+def net_per_online_hour_by_class(net: np.ndarray, classes: NodeClasses
+                                 ) -> dict[str, float | None]:
+    """Honest nodes' earnings net of slashes per online GPU-hour, pooled over each class
+    (stable, middle, flaky by mean session length): what a host of that kind takes home."""
+    out: dict[str, float | None] = {}
+    for name, mask in (("stable", classes.stable), ("middle", classes.middle),
+                       ("flaky", classes.flaky)):
+        members = mask & classes.honest & (classes.online_hours > 0)
+        hours = float(classes.online_hours[members].sum())
+        out[name] = round(float(net[members].sum()) / hours, 5) if hours > 0 else None
+    return out
 
 
 def earnings_per_online_hour(earned: np.ndarray, classes: NodeClasses
@@ -136,6 +155,8 @@ def summarise(result: PolicyResult, jobs: Sequence[Job], horizon_s: float,
         "earnings_per_online_gpu_hour": None if gross is None or net is None else {
             "stable": round(gross[0], 5), "flaky": round(gross[1], 5),
             "stable_net_of_slashes": round(net[0], 5), "flaky_net_of_slashes": round(net[1], 5)},
+        "net_earnings_per_gpu_hour": net_per_online_hour_by_class(
+            result.earnings - result.slashed, classes),
         "brier": _rounded(brier_score(predicted, observed) if has_predictions else None),
         "ece": _rounded(expected_calibration_error(predicted, observed)
                         if has_predictions else None),

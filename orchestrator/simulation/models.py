@@ -91,6 +91,63 @@ DEFAULT_CLUSTER_MIX: dict[str, float] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Population:
+    """A host population for generated traces: which availability models its hosts follow,
+    and how far hosts of one model differ in pace. Each host's online and offline lengths are
+    scaled by one factor, `time_scale` times a lognormal draw of spread `pace_spread`, so
+    its uptime share stays the model's while its sessions per week vary from host to host
+    (home machines: some are switched on and off twice a day, some every other day)."""
+
+    mix: dict[str, float]
+    time_scale: float = 1.0
+    pace_spread: float = 0.0
+    about: str = ""
+
+    def host_scales(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        if self.pace_spread == 0.0:
+            return np.full(size, self.time_scale)
+        return self.time_scale * rng.lognormal(0.0, self.pace_spread, size)
+
+
+# Not a published fit, so kept out of the data file: home machines switched on for a few
+# hours at a time (median 4 h online, 7 h off, lognormal, so a session rarely lasts a day),
+# about 12 sessions a week, for the high-churn populations below.
+SYNTHETIC_MODELS: dict[str, AvailabilityModel] = {
+    "home-evenings": AvailabilityModel(
+        "home-evenings", Distribution("lognormal", {"mu": 1.386, "sigma": 0.7}),
+        Distribution("lognormal", {"mu": 1.946, "sigma": 0.8})),
+}
+
+
+def population_models() -> dict[str, AvailabilityModel]:
+    """Every model a `Population` may name: the published fits and the synthetic ones."""
+    return {**load_availability_models(), **SYNTHETIC_MODELS}
+
+
+# `mesh bench churn --population NAME`. "seti" is the default; the others are high-churn
+# populations built on the ComBoS default model (Weibull sessions with a median of about an
+# hour, lognormal absences), alone or mixed with the SETI@home clusters.
+POPULATIONS: dict[str, Population] = {
+    "seti": Population(DEFAULT_CLUSTER_MIX, about="SETI@home clusters 2/4/6, a third each"),
+    "combos": Population({"combos-default": 1.0}, pace_spread=0.5,
+                         about="ComBoS default model, host pace spread 0.5"),
+    "homes": Population({"combos-default": 0.7, "seti-cluster-6": 0.3}, time_scale=0.7,
+                        pace_spread=0.5,
+                        about="ComBoS .7 + SETI cluster 6 .3, sessions x0.7, spread 0.5"),
+    "homes-short": Population({"combos-default": 1.0}, time_scale=0.5, pace_spread=0.4,
+                              about="ComBoS default, sessions x0.5 (a few hours), spread 0.4"),
+    "churn-mix": Population({"combos-default": 0.6, "seti-cluster-6": 0.2,
+                             "seti-cluster-2": 0.1, "seti-cluster-4": 0.1}, time_scale=0.8,
+                            pace_spread=0.5,
+                            about="ComBoS .6 + SETI 6/2/4 .2/.1/.1, sessions x0.8, spread 0.5"),
+    "evenings": Population({"home-evenings": 1.0}, pace_spread=0.3,
+                           about="home machines on a few hours at a time, ~12 sessions a week"),
+    "evenings-mix": Population({"home-evenings": 0.6, "combos-default": 0.4}, pace_spread=0.3,
+                               about="home-evenings .6 + ComBoS .4, spread 0.3"),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class GpuClass:
     name: str
     vram_gb: int

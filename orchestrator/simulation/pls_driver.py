@@ -23,6 +23,7 @@ from orchestrator.domain.reliability import GpuSample, ProbeSample, UploadSample
 from orchestrator.domain.slashing import SlashReason
 from orchestrator.domain.types import NodeSpec, Tier
 from orchestrator.simulation.engine import Attempt, PlacementObserver, Simulation
+from orchestrator.simulation.jobs import VALUE_PER_REF_GPU_HOUR
 from orchestrator.simulation.models import THROTTLE_SLOWDOWN, TOKEN, NodeProfile
 from orchestrator.simulation.policies import Choice, Grid, TaskView
 
@@ -157,7 +158,11 @@ class PlsDriver(PlacementObserver):
         # Dated at the DEAD verdict, also when the lease was held past it: the staking
         # policy judges the departure (partition? outage?), not the revocation.
         left_at = sim.now if attempt.held_since is None else attempt.held_since
-        self.engine.abandoned(node_id, task_id, collateral, raw, left_at)
+        # The task as leased: the work left when it started, and the share of it lost now.
+        leased_s = attempt.compute_s * attempt.speed
+        self.engine.abandoned(node_id, task_id, collateral, raw, left_at,
+                              value=round(leased_s / 3600.0 * VALUE_PER_REF_GPU_HOUR),
+                              rework_share=attempt.lost_s / leased_s if leased_s > 0 else 1.0)
 
     def verification_failed(self, sim: Simulation, attempt: Attempt) -> None:
         collateral, raw = self._unlock(attempt.node)

@@ -17,6 +17,7 @@ from orchestrator.simulation.models import (
     HOUR_S,
     AvailabilityModel,
     NodeProfile,
+    Population,
     generate_link_fields,
 )
 
@@ -121,10 +122,12 @@ def parse_profiles_csv(path: Path, rng: np.random.Generator) -> dict[str, NodePr
 
 
 def generate_sessions(
-    model: AvailabilityModel, rng: np.random.Generator, horizon_s: float, warmup_s: float = WARMUP_S
+    model: AvailabilityModel, rng: np.random.Generator, horizon_s: float,
+    warmup_s: float = WARMUP_S, scale: float = 1.0,
 ) -> list[Session]:
     """One node's online sessions in [0, horizon_s): the renewal process is started `warmup_s`
-    before zero so that nodes are caught mid-session, as a real grid would find them."""
+    before zero so that nodes are caught mid-session, as a real grid would find them. `scale`
+    stretches (> 1) or shortens (< 1) every online and offline length of this host."""
     sessions: list[Session] = []
     now = -warmup_s
     online = bool(rng.random() < model.long_run_uptime())
@@ -134,7 +137,7 @@ def generate_sessions(
         pool, dist = (on_lengths, model.availability) if online else (
             off_lengths, model.unavailability)
         if not pool:
-            pool.extend(float(h) * HOUR_S for h in dist.sample_hours(rng, 32))
+            pool.extend(float(h) * HOUR_S * scale for h in dist.sample_hours(rng, 32))
         end = now + pool.pop()
         if online and end > 0.0:
             sessions.append(Session(max(now, 0.0), math.inf if end >= horizon_s else end))
@@ -145,17 +148,20 @@ def generate_sessions(
 
 def generate_trace(
     models: dict[str, AvailabilityModel], mix: dict[str, float], node_ids: list[str],
-    rng: np.random.Generator, horizon_s: float,
+    rng: np.random.Generator, horizon_s: float, population: Population | None = None,
 ) -> tuple[Trace, dict[str, str]]:
     """Sessions for every node, each node drawn from one cluster of `mix`; also returns the
-    cluster each node follows (ground truth, for reporting only)."""
+    cluster each node follows (ground truth, for reporting only). `population` adds each
+    host's own pace (`Population.host_scales`); without it every host keeps its model's."""
     names = list(mix)
     weights = np.asarray([mix[n] for n in names], dtype=float)
     picks = rng.choice(len(names), size=len(node_ids), p=weights / weights.sum())
+    scales = (np.ones(len(node_ids)) if population is None
+              else population.host_scales(rng, len(node_ids)))
     trace: Trace = {}
     clusters: dict[str, str] = {}
-    for node_id, pick in zip(node_ids, picks, strict=True):
+    for node_id, pick, scale in zip(node_ids, picks, scales.tolist(), strict=True):
         clusters[node_id] = names[pick]
-        trace[node_id] = generate_sessions(models[names[pick]], rng, horizon_s)
+        trace[node_id] = generate_sessions(models[names[pick]], rng, horizon_s, scale=scale)
     return trace, clusters
 

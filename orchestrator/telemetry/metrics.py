@@ -1,8 +1,18 @@
-"""Prometheus metrics, one registry per app so tests and replicas never share counters."""
+"""Prometheus metrics, one registry per app so tests and replicas never share counters.
+
+The service figures an operator reads to tell overload from a bad provider (`ServiceFigures`)
+are derived here from the counters themselves, and exported on `/metrics` as gauges too, so the
+dashboard and a Prometheus scrape show the same numbers."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 
@@ -33,6 +43,14 @@ class MeshMetrics:
             "mesh_execution_settlement_divergence_total",
             "Jobs whose chain state disagrees with the orchestrator's", registry=r)
         self.heartbeats = Counter("mesh_heartbeats_total", "Heartbeats accepted", registry=r)
+        self.chain_reorgs = Counter("mesh_chain_reorgs_total",
+                                    "Reorgs the event indexer rolled back", registry=r)
+        self.chain_events_dropped = Counter(
+            "mesh_chain_events_dropped_total", "Indexed events a reorg took off the chain",
+            ["finality"], registry=r)
+        self.chain_events_applied = Counter(
+            "mesh_chain_events_applied_total", "Final chain events handed to their handlers",
+            registry=r)
         self.auth_failures = Counter("mesh_auth_failures_total", "Refused signatures/tokens",
                                      ["code"], registry=r)
         self.reliability_score = Histogram(
@@ -45,3 +63,88 @@ class MeshMetrics:
         self.slashes_withdrawn = Counter(
             "mesh_slashes_withdrawn_total", "Pending abandonments withdrawn because the node's "
             "process showed it rendered on through the network cut", registry=r)
+        self.started_at = time.monotonic()
+        r.register(_FiguresCollector(lambda: self.figures()))
+
+    def figures(self) -> ServiceFigures:
+        """The operator's figures of this process, from its counters since it started."""
+        assignments, assignment_s = _histogram_sum(self.time_to_assignment)
+        placements, retries = _total(self.placements), _total(self.retries)
+        failures = _total(self.node_failures)
+        settled, lag_s = _histogram_sum(self.settlement_lag)
+        hours = max(time.monotonic() - self.started_at, 1.0) / 3600
+        return ServiceFigures(
+            assignments=int(assignments),
+            time_to_assignment_mean_s=assignment_s / assignments if assignments else None,
+            time_to_assignment_p95_s=_quantile(self.time_to_assignment, 0.95),
+            placements=int(placements), retries=int(retries),
+            rerun_share=retries / placements if placements else None,
+            node_failures=int(failures), node_failures_per_hour=failures / hours,
+            upload_errors=int(_total(self.upload_errors)),
+            divergence=int(_total(self.divergence)),
+            settlement_lag_mean_s=lag_s / settled if settled else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceFigures:
+    """Slow assignments with a low re-run share point at overload; re-runs, node failures and
+    upload errors concentrated on some providers point at them; divergence at the chain."""
+
+    assignments: int
+    time_to_assignment_mean_s: float | None
+    time_to_assignment_p95_s: float | None  # the bucket bound 95 % of assignments fall under
+    placements: int
+    retries: int
+    rerun_share: float | None  # tasks sent back to the queue per lease granted
+    node_failures: int
+    node_failures_per_hour: float
+    upload_errors: int
+    divergence: int  # jobs whose chain state disagreed with the orchestrator's
+    settlement_lag_mean_s: float | None
+
+
+# The derived figures as gauges (the counters they come from are exported as they are).
+_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("mesh_time_to_assignment_p95_seconds", "time_to_assignment_p95_s",
+     "Bucket bound 95 % of task assignments fall under"),
+    ("mesh_task_rerun_share", "rerun_share", "Tasks sent back to the queue per lease granted"),
+    ("mesh_node_failures_per_hour", "node_failures_per_hour",
+     "Nodes declared dead per hour since this process started"),
+)
+
+
+class _FiguresCollector(Collector):
+    def __init__(self, figures: Callable[[], ServiceFigures]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self._figures()
+        for name, field, documentation in _GAUGES:
+            value = getattr(figures, field)
+            if value is not None:
+                yield GaugeMetricFamily(name, documentation, value=value)
+
+    def describe(self) -> Iterator[Metric]:  # registration must not read the counters yet
+        for name, _, documentation in _GAUGES:
+            yield GaugeMetricFamily(name, documentation)
+
+
+def _total(metric: Counter) -> float:
+    return sum(sample.value for family in metric.collect() for sample in family.samples
+               if sample.name.endswith("_total"))
+
+
+def _histogram_sum(metric: Histogram) -> tuple[float, float]:
+    """(count, sum) of an unlabelled histogram."""
+    samples = {s.name: s.value for family in metric.collect() for s in family.samples}
+    return samples.get(metric._name + "_count", 0.0), samples.get(metric._name + "_sum", 0.0)
+
+
+def _quantile(metric: Histogram, q: float) -> float | None:
+    """The smallest bucket bound under which a share `q` of the observations fall."""
+    buckets = [(float(s.labels["le"]), s.value) for family in metric.collect()
+               for s in family.samples if s.name.endswith("_bucket")]
+    total = buckets[-1][1] if buckets else 0.0
+    if total == 0:
+        return None
+    return next(bound for bound, cumulative in buckets if cumulative >= q * total)

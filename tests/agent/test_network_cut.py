@@ -15,8 +15,8 @@ import pytest
 
 from orchestrator.chain.anvil import Anvil
 from orchestrator.chain.sdk import MeshChain
+from orchestrator.cutproxy import CutProxy, signal_tree
 from orchestrator.localgrid import STAKE, AgentProcess, Grid, wait_for
-from tests.agent.cutproxy import CutProxy, signal_tree
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
@@ -24,7 +24,8 @@ GRACE_S = 3.0
 DECISION_DELAY_S = 30.0  # at least the outage window, which is at least LeaseHold's 30 s
 CUT_ENV = {"MESH_PLS_RECONNECT_GRACE_S": str(GRACE_S), "MESH_PLS_OUTAGE_WINDOW_S": "30",
            "MESH_PLS_DECISION_DELAY_S": str(DECISION_DELAY_S), "MESH_PLS_DECIDE_INTERVAL_S": "1",
-           "MESH_LEASE_TTL_S": "60"}  # the DEAD verdict (~6 s of silence) comes first
+           "MESH_LEASE_TTL_S": "60",  # the DEAD verdict (~6 s of silence) comes first
+           "MESH_PLS_LONE_GRACE_S": "1"}  # the lone hold lapses before the node is back
 # 200 chunks of 0.3-1 s: the frame renders on well past the DEAD verdict, which comes no
 # sooner than the detector's 30 s grace after the agent's first heartbeat
 FRAME = {"frames": {"start": 5, "end": 5}, "samples": 16000, "chunk_samples": 80,
@@ -58,7 +59,7 @@ def cut_mid_frame(grid: Grid, proxy: CutProxy, scene: Path) -> tuple[AgentProces
     grid.submit(scene, **FRAME)
     agent = grid.agent("cutter").start(orchestrator=proxy.url)
     wait_for("a first checkpoint", lambda: "checkpoint 1/200" in agent.log(), timeout_s=180)
-    assert [a["status"] for a in grid.outbox("lock")] != []  # collateral at stake on chain
+    assert [a["status"] for a in grid.outbox("assign")] != []  # collateral at stake on chain
     proxy.cut()
     wait_for("the DEAD verdict", lambda: "nodes declared dead: ['cutter']" in service_log(grid),
              timeout_s=90)
@@ -73,7 +74,7 @@ def wait_past_the_decision(grid: Grid, dead_at: float) -> None:
     """Until the abandonment has matured and a slash, if decided, has reached the chain."""
     time.sleep(max(dead_at + DECISION_DELAY_S + 3 - time.monotonic(), 0))
     wait_for("the outbox to settle", lambda: all(
-        a["status"] == "confirmed" for a in grid.outbox("slash") + grid.outbox("lock")),
+        a["status"] == "confirmed" for a in grid.outbox("slash") + grid.outbox("assign")),
         timeout_s=30)
 
 

@@ -1,8 +1,8 @@
 """Verification end to end: `mesh agent run` processes (honest ones on both CPU kernels, and
-cheaters: the real agent with a dishonest renderer, `agent.workloads.cheaters`) against the
-orchestrator under uvicorn and the contracts on anvil; real Cycles renders, tiny (32x24, two
-shared cores). Every cheat is caught, no honest node is ever rejected, and the job settles on
-its own, paying only for results that passed."""
+cheaters: the real agent with a dishonest renderer, `python -m agent.workloads.cheaters`)
+against the orchestrator under uvicorn and the contracts on anvil; real Cycles renders, tiny
+(32x24, two shared cores). Every cheat is caught, no honest node is ever rejected, and the job
+settles on its own, paying only for results that passed."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def grid(chain: MeshChain, anvil: Anvil, tmp_path: Path) -> Iterator[Grid]:
 
 
 def cheater(cheat: str) -> list[str]:
-    return [sys.executable, "-m", "tests.agent.cheater_agent", cheat]
+    return [sys.executable, "-m", "agent.workloads.cheaters", cheat]
 
 
 def admin(grid: Grid, path: str) -> Any:

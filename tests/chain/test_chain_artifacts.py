@@ -38,7 +38,7 @@ def test_load_artifacts_isCachedPerPath(tmp_path: Path) -> None:
 
 
 def test_load_artifacts_failsClearlyWhenManifestIsMissing(tmp_path: Path) -> None:
-    with pytest.raises(ArtifactError, match="ape compile"):
+    with pytest.raises(ArtifactError, match="run `make compile`"):
         load_artifacts(tmp_path / "absent.json")
 
 

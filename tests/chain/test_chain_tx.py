@@ -9,6 +9,8 @@ from orchestrator.chain.errors import ErrorDecoder
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import TransactionSender
 
+TOKEN = 10**18
+
 
 def test_transact_sendsDynamicFeeTransactionsWithConsecutiveNonces(chain: MeshChain) -> None:
     sender = TransactionSender(chain.w3, dev_account(8), ErrorDecoder([]))
@@ -57,3 +59,25 @@ def test_transact_rereadsTheBaseFeeWhenTheNodeRefusesACachedOne(chain: MeshChain
 
     mined = chain.w3.eth.get_transaction(receipt.tx_hash)
     assert mined["maxFeePerGas"] >= ten_gwei
+
+
+
+def test_a_transaction_estimated_within_the_second_of_the_last_block_lands_in_a_later_one(
+        chain: MeshChain) -> None:
+    # A stake writes a checkpoint keyed by its block's second: a second stake estimated
+    # within that second rewrites it in place, and mined a minute later takes a fresh slot.
+    provider = chain.account(dev_account(6))
+    provider.ensure_allowance(chain.stake_manager.address, 2 * TOKEN)
+    provider.stake(TOKEN)
+    bonded = chain.provider_stake(provider.address).bonded
+    last = int(chain.w3.eth.get_block("latest")["timestamp"])
+    chain.w3.provider.make_request(RPCEndpoint("evm_setNextBlockTimestamp"), [last])
+    signed = provider.sender.sign(chain.stake_manager.address,
+                                  chain.stake_manager.encode_abi("stake", [TOKEN]))
+    chain.w3.provider.make_request(RPCEndpoint("evm_setNextBlockTimestamp"), [last + 60])
+
+    provider.sender.broadcast(signed.raw)
+
+    receipt = chain.w3.eth.wait_for_transaction_receipt(signed.tx_hash)
+    assert receipt["status"] == 1
+    assert chain.provider_stake(provider.address).bonded == bonded + TOKEN

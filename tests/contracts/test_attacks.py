@@ -115,6 +115,7 @@ GATED: list[tuple[str, str, tuple[Any, ...], str]] = [
     ("stake_manager", "releaseCollateral", ([], []), "ESCROW_ROLE"),
     ("stake_manager", "setTier", ("0x" + "11" * 20, 2), "ORCHESTRATOR_ROLE"),
     ("stake_manager", "commitEpoch", (1, ROOT), "ORCHESTRATOR_ROLE"),
+    ("stake_manager", "reserveCollateral", ([], [], 2**40), "ORCHESTRATOR_ROLE"),
     ("stake_manager", "slash", ("0x" + "11" * 20, 1, 3, ROOT), "SLASHER_ROLE"),
     ("stake_manager", "slashCollateral", (JID, "0x" + "11" * 20, 1, 1, ROOT), "SLASHER_ROLE"),
     ("stake_manager", "freezeSlash", (1,), "DISPUTES_ROLE"),
@@ -126,6 +127,7 @@ GATED: list[tuple[str, str, tuple[Any, ...], str]] = [
     ("stake_manager", "setTreasury", ("0x" + "11" * 20,), "DEFAULT_ADMIN_ROLE"),
     ("stake_manager", "setJobEscrow", ("0x" + "11" * 20,), "DEFAULT_ADMIN_ROLE"),
     ("escrow", "lockCollateral", (JID, [], []), "ORCHESTRATOR_ROLE"),
+    ("escrow", "commitAssignments", (ROOT,), "ORCHESTRATOR_ROLE"),
     ("escrow", "settle", (JID, [], [], ROOT), "ORCHESTRATOR_ROLE"),
     ("escrow", "settleBatch", ([],), "ORCHESTRATOR_ROLE"),
     ("escrow", "settleBatchSolo", ([],), "ORCHESTRATOR_ROLE"),
@@ -171,6 +173,7 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
                 "releaseCollateral",
                 "setTier",
                 "commitEpoch",
+                "reserveCollateral",
                 "slash",
                 "slashCollateral",
                 "freezeSlash",
@@ -187,6 +190,7 @@ def test_roleGatedFunctions_listCoversEveryGatedFunction(mesh: Mesh) -> None:
             ("escrow", n)
             for n in (
                 "lockCollateral",
+                "commitAssignments",
                 "settle",
                 "settleBatch",
                 "settleBatchSolo",

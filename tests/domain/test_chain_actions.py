@@ -8,16 +8,20 @@ from typing import Any
 import pytest
 
 from orchestrator.domain.chain_actions import (
+    AssignCollateral,
     ChainAction,
     CommitEpoch,
-    LockCollateral,
     PayloadError,
+    ProveAssignment,
+    ReserveCollateral,
     SetTier,
     SettleJob,
     SlashCollateral,
+    assignment_tree,
     decode,
     encode,
 )
+from orchestrator.domain.merkle import assignment_leaf, verify
 
 JOB = "0x" + "11" * 32
 ROOT = "0x" + "22" * 32
@@ -29,8 +33,6 @@ BOB_CHECKSUMMED = "0xCdCDCdCdcdcdcdCdcDcDCdcDcDCdCdcdCdcDCDcD"
 # Payloads exactly as the code before the codec wrote them (hand-built dicts): a stored row of
 # each kind must read back as this action, and the codec must write the same payload again.
 LEGACY_ROWS: list[tuple[str, dict[str, Any], ChainAction]] = [
-    ("lock", {"job_id": JOB, "providers": [ALICE], "amounts": ["500"], "task_id": 7},
-     LockCollateral(bytes.fromhex("11" * 32), (ALICE,), (500,), task_id=7)),
     ("settle", {"job_id": JOB, "providers": [ALICE], "payouts": ["9"], "merkle_root": ROOT},
      SettleJob(bytes.fromhex("11" * 32), (ALICE,), (9,), bytes.fromhex("22" * 32))),
     ("settle", {"job_id": JOB, "providers": [], "payouts": [], "merkle_root": None},
@@ -43,8 +45,17 @@ LEGACY_ROWS: list[tuple[str, dict[str, Any], ChainAction]] = [
      SlashCollateral(bytes.fromhex("11" * 32), ALICE, 40, 1, bytes.fromhex("ee" * 32))),
 ]
 
+# The collateral kinds of standing reservations, as the codec writes them.
+COLLATERAL_ROWS: list[tuple[str, dict[str, Any], ChainAction]] = [
+    ("reserve", {"provider": ALICE, "amount": "900", "until": 1_700_000_000},
+     ReserveCollateral(ALICE, 900, 1_700_000_000)),
+    ("assign", {"job_id": JOB, "provider": ALICE, "collateral": "500", "task_id": 7},
+     AssignCollateral(bytes.fromhex("11" * 32), ALICE, 500, task_id=7)),
+    ("prove", {"job_id": JOB, "provider": ALICE}, ProveAssignment(bytes.fromhex("11" * 32), ALICE)),
+]
 
-@pytest.mark.parametrize(("kind", "payload", "action"), LEGACY_ROWS)
+
+@pytest.mark.parametrize(("kind", "payload", "action"), LEGACY_ROWS + COLLATERAL_ROWS)
 def test_rows_written_before_the_codec_read_back_and_are_written_the_same(
         kind: str, payload: dict[str, Any], action: ChainAction) -> None:
     assert decode(kind, payload) == action
@@ -53,14 +64,30 @@ def test_rows_written_before_the_codec_read_back_and_are_written_the_same(
 
 
 def test_every_action_round_trips_and_addresses_are_checksummed_once() -> None:
-    for action in (LockCollateral(bytes(32), (BOB,), (1,)),
+    for action in (AssignCollateral(bytes(32), BOB, 1), ReserveCollateral(BOB, 0, 5),
+                   ProveAssignment(bytes(32), BOB),
                    SettleJob(bytes(32), (BOB, ALICE), (2**256 - 1, 0)),
                    SetTier(BOB, 2), SlashCollateral(bytes(32), BOB, 3, 2, bytes(32)),
                    CommitEpoch(0, bytes(32))):
         assert decode(action.kind, encode(action)) == action
-    assert LockCollateral(bytes(32), (BOB,), (1,)).providers == (BOB_CHECKSUMMED,)
+    assert AssignCollateral(bytes(32), BOB, 1).provider == BOB_CHECKSUMMED
     assert encode(SetTier(BOB, 2)) == {"provider": BOB_CHECKSUMMED, "tier": 2}
-    assert "task_id" not in encode(LockCollateral(bytes(32), (BOB,), (1,)))
+    assert "task_id" not in encode(AssignCollateral(bytes(32), BOB, 1))
+
+
+def test_a_lock_row_from_before_reservations_is_refused_as_an_unknown_kind() -> None:
+    with pytest.raises(PayloadError, match=r"^unknown outbox kind 'lock'$"):
+        decode("lock", {"job_id": JOB, "providers": [ALICE], "amounts": ["500"]})
+
+
+def test_the_assignment_tree_proves_each_assign_of_its_batch_and_nothing_else() -> None:
+    batch = [AssignCollateral(bytes([i]) * 32, ALICE, 10 + i) for i in range(5)]
+    tree = assignment_tree(batch)
+    for assign in batch:
+        leaf = assignment_leaf(assign.job_id, assign.provider, assign.collateral)
+        assert verify(tree.proof(leaf), tree.root, leaf)
+    forged = assignment_leaf(batch[0].job_id, ALICE, 11)  # another collateral
+    assert not verify(tree.proof(assignment_leaf(batch[0].job_id, ALICE, 10)), tree.root, forged)
 
 
 def test_decoding_reads_version_one_and_refuses_other_versions_and_kinds() -> None:
@@ -74,8 +101,9 @@ def test_decoding_reads_version_one_and_refuses_other_versions_and_kinds() -> No
 
 @pytest.mark.parametrize(("make", "reason"), [
     (lambda: SettleJob(bytes(32), (ALICE, BOB), (1,)), "2 providers but 1 payouts"),
-    (lambda: LockCollateral(bytes(31), (ALICE,), (1,)), "job_id must be 32 bytes"),
-    (lambda: LockCollateral(bytes(32), ("0x12",), (1,)), "providers holds '0x12', not an"),
+    (lambda: AssignCollateral(bytes(31), ALICE, 1), "job_id must be 32 bytes"),
+    (lambda: AssignCollateral(bytes(32), "0x12", 1), "provider holds '0x12', not an"),
+    (lambda: ReserveCollateral(ALICE, 1, -5), "until holds -5, out of"),
     (lambda: SlashCollateral(bytes(32), ALICE, -1, 1, bytes(32)), "amount holds -1, out of"),
     (lambda: SlashCollateral(bytes(32), ALICE, 1, 1, b"e"), "evidence must be 32 bytes"),
     (lambda: SetTier(ALICE, True), "tier holds True, not an unsigned integer"),
@@ -88,12 +116,13 @@ def test_an_action_with_a_bad_field_cannot_be_made(make: Any, reason: str) -> No
 
 
 @pytest.mark.parametrize(("kind", "payload", "reason"), [
-    ("lock", {"job_id": JOB, "providers": [ALICE], "amounts": ["1"], "task_id": "x"},
+    ("assign", {"job_id": JOB, "provider": ALICE, "collateral": "1", "task_id": "x"},
      "task_id holds 'x', not an unsigned integer"),
     ("tier", {"provider": ALICE, "tier": 1, "detail": 5}, "detail holds 5, not text"),
+    ("tier", {"provider": ALICE, "tier": 1, "node_id": 7}, "node_id holds 7, not text"),
     ("slash", {"job_id": JOB, "provider": ALICE, "amount": "1", "reason": 1},
      "evidence must be 32 bytes as 0x-hex, got None"),
-    ("lock", {"job_id": JOB, "providers": [ALICE]}, "amounts must be a list"),
+    ("reserve", {"provider": ALICE, "amount": "1"}, "until holds None, not an unsigned"),
 ])
 def test_a_malformed_row_is_refused_naming_its_field(kind: str, payload: dict[str, Any],
                                                      reason: str) -> None:

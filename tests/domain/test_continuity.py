@@ -228,3 +228,63 @@ def test_a_malformed_signature_has_no_signer() -> None:
     signed = sign_progress(KNOWN_KEY, "n0", "t1", marks, 30.0)
     assert ProgressProof("n0", "t1", marks, 30.0, signed.signature[:64]).signer() is None
     assert ProgressProof("n0", "t1", marks, 30.0, b"\x00" * 65).signer() is None
+
+
+def test_a_chunk_rendered_at_the_verdict_is_no_progress_one_rendered_just_now_is() -> None:
+    """Rendered after the verdict and no later than now: the instant of the verdict is not
+    after it; the moment of the proof itself is within it."""
+    key = os.urandom(32)
+    policy = cut_node(key)
+    at_verdict = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT),), BACK_AT)
+    assert show(policy, at_verdict) is ProgressVerdict.NO_PROGRESS
+    just_now = sign_progress(key, "n0", "t1", (chunk("c2", BACK_AT),), BACK_AT)
+    assert show(policy, just_now) is ProgressVerdict.WITHDRAWN
+
+
+def test_a_withdrawn_task_reported_abandoned_again_is_not_slashed() -> None:
+    key = os.urandom(32)
+    policy = cut_node(key)
+    proof = sign_progress(key, "n0", "t1", (chunk("c1", CUT_AT + 600),), BACK_AT)
+    assert show(policy, proof) is ProgressVerdict.WITHDRAWN
+    policy.task_abandoned("n0", "t1", 10**18, BACK_AT + 1, EVIDENCE)  # reported once more
+    assert policy.pending_since("t1") is None
+    assert policy.decide(BACK_AT + CONFIG.decision_delay_s + 2, BONDED).slashes == ()
+
+
+def test_every_chunk_that_withdrew_a_slash_stays_spent() -> None:
+    """Two withdrawals, each with a chunk of its own; a third cut cannot reuse the first's."""
+    key = os.urandom(32)
+    policy = cut_node(key)
+    first = chunk("c1", CUT_AT + 600)
+    assert show(policy, sign_progress(key, "n0", "t1", (first,), BACK_AT)) is (
+        ProgressVerdict.WITHDRAWN)
+    at = BACK_AT
+    for task, name in (("t2", "c2"), ("t3", None)):
+        at += 100.0
+        policy.node_departed("n0", at)
+        policy.task_abandoned("n0", task, 10**18, at, EVIDENCE)
+        marks = (chunk(name, at + 5) if name else ChunkMark(first.sha256, at + 5),)
+        verdict = policy.progress_shown(sign_progress(key, "n0", task, marks, at + 10),
+                                        [m.sha256 for m in marks], at + 10)
+        assert verdict is (ProgressVerdict.WITHDRAWN if name else ProgressVerdict.NO_PROGRESS)
+        policy.node_returned("n0", at + 10)
+
+
+def test_a_replayed_withdrawal_settles_the_task_and_spends_its_chunks() -> None:
+    """After a restart the stored withdrawals are replayed: the task is never slashed, even
+    if reported again, and no replayed chunk can withdraw another slash."""
+    key = os.urandom(32)
+    policy = cut_node(key)
+    policy.withdrawal_replayed("t0", [hashlib.sha256(b"c0").digest()])  # not pending here
+    policy.withdrawal_replayed("t1", [hashlib.sha256(b"c1").digest()])
+    assert policy.pending_since("t1") is None
+    policy.task_abandoned("n0", "t1", 10**18, BACK_AT, EVIDENCE)
+    assert policy.pending_since("t1") is None
+    later = BACK_AT + 100.0
+    policy.task_abandoned("n0", "t2", 10**18, later, EVIDENCE)
+    for name, verdict in (("c0", ProgressVerdict.NO_PROGRESS), ("c1", ProgressVerdict.NO_PROGRESS),
+                          ("c2", ProgressVerdict.WITHDRAWN)):
+        marks = (chunk(name, later + 5),)
+        proof = sign_progress(key, "n0", "t2", marks, later + 10)
+        assert policy.progress_shown(proof, [marks[0].sha256], later + 10) is verdict
+    assert slashes_after_delay(policy) == []

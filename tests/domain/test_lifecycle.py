@@ -5,12 +5,14 @@ import itertools
 import pytest
 
 from orchestrator.domain.lifecycle import (
+    DISPUTE_TRANSITIONS,
     JOB_TRANSITIONS,
     LEASE_TRANSITIONS,
     NODE_DRAIN_TRANSITIONS,
     NODE_HEALTH_TRANSITIONS,
     OUTBOX_TRANSITIONS,
     TASK_TRANSITIONS,
+    DisputeState,
     InvalidTransition,
     JobStatus,
     LeaseState,
@@ -18,6 +20,7 @@ from orchestrator.domain.lifecycle import (
     OutboxStatus,
     StatusChange,
     TaskStatus,
+    dispute_transition,
     job_transition,
     lease_transition,
     node_drain_transition,
@@ -41,7 +44,7 @@ ALLOWED_JOB_MOVES = {
     ("verifying", "completed"), ("verifying", "failed"), ("verifying", "running"),
     ("completed", "settling"),
     ("settling", "settled"),
-    ("settled", "disputed"),
+    ("settled", "disputed"), ("settled", "settling"),  # the latter: a reorg removed it
     ("disputed", "settled"),
 }
 ALLOWED_TASK_MOVES = {
@@ -52,7 +55,8 @@ ALLOWED_TASK_MOVES = {
     ("retry", "reserved"), ("retry", "failed"),
 }
 
-ALLOWED_LEASE_MOVES = {("reserved", "active"), ("reserved", "released"), ("active", "released")}
+ALLOWED_LEASE_MOVES = {("reserved", "active"), ("reserved", "released"), ("active", "released"),
+                       ("active", "reserved")}  # the latter: the node's agent restarted
 ALLOWED_NODE_HEALTH_MOVES = {
     ("alive", "suspect"), ("alive", "dead"),
     ("suspect", "alive"), ("suspect", "dead"),
@@ -62,6 +66,7 @@ ALLOWED_NODE_DRAIN_MOVES = {("accepting", "draining")}
 ALLOWED_OUTBOX_MOVES = {
     ("pending", "sent"), ("pending", "confirmed"), ("pending", "failed"),
     ("sent", "confirmed"), ("sent", "failed"), ("sent", "pending"),
+    ("confirmed", "sent"),  # its mined transaction was reorged out
 }
 
 
@@ -112,9 +117,9 @@ def test_terminal_statuses_have_no_way_out() -> None:
     assert not TASK_TRANSITIONS[TaskStatus.FAILED]
 
 
-def test_settled_job_cannot_be_settled_again() -> None:
+def test_settled_job_cannot_have_its_settlement_queued_again() -> None:
     with pytest.raises(InvalidTransition, match="settled"):
-        job_transition(JobStatus.SETTLED, JobStatus.SETTLING, at=0.0, reason="again")
+        job_transition(JobStatus.SETTLED, JobStatus.COMPLETED, at=0.0, reason="again")
 
 
 def test_every_status_is_reachable_from_the_start() -> None:
@@ -207,8 +212,23 @@ def test_outbox_transition_accepts_exactly_the_allowed_moves(current: OutboxStat
             outbox_transition(current, target)
 
 
-def test_released_leases_and_settled_outbox_rows_are_terminal() -> None:
+def test_released_leases_and_failed_outbox_rows_are_terminal() -> None:
     assert not LEASE_TRANSITIONS[LeaseState.RELEASED]
-    assert not OUTBOX_TRANSITIONS[OutboxStatus.CONFIRMED]
+    assert OUTBOX_TRANSITIONS[OutboxStatus.CONFIRMED] == {OutboxStatus.SENT}  # reorged out
     assert not OUTBOX_TRANSITIONS[OutboxStatus.FAILED]
     assert not NODE_DRAIN_TRANSITIONS[NodeDrain.DRAINING]
+
+
+ALLOWED_DISPUTE_MOVES = {("open", "granted"), ("open", "dismissed"), ("open", "defaulted")}
+
+
+@pytest.mark.parametrize(("current", "target"),
+                         list(itertools.product(DisputeState, DisputeState)))
+def test_dispute_transition_accepts_exactly_the_allowed_moves(current: DisputeState,
+                                                             target: DisputeState) -> None:
+    assert set(DISPUTE_TRANSITIONS) == set(DisputeState)
+    if (current.value, target.value) in ALLOWED_DISPUTE_MOVES:
+        dispute_transition(current, target)
+    else:
+        with pytest.raises(InvalidTransition, match=r"^dispute cannot move from "):
+            dispute_transition(current, target)

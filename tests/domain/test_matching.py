@@ -24,6 +24,14 @@ def test_eligible_refusesEachUnmetNeed() -> None:
     assert not eligible(node(gpu_model="A100"), TaskNeeds(gpu_models=frozenset({"RTX4090"})))
     assert not eligible(node(region="us"), TaskNeeds(regions=frozenset({"eu"})))
     assert not eligible(node(price_per_gpu_hour=101), TaskNeeds(max_price_per_gpu_hour=100))
+    assert not eligible(node(), TaskNeeds(providers=frozenset({"0x" + "2" * 40})))
+
+
+def test_eligible_keepsASensitiveJobOnItsNamedProviders() -> None:
+    trusted = frozenset({"0x" + "1" * 40, "0x" + "3" * 40})
+    assert eligible(node(), TaskNeeds(providers=trusted, regions=frozenset({"eu"})))
+    assert not eligible(node(region="us"), TaskNeeds(providers=trusted,
+                                                     regions=frozenset({"eu"})))
 
 
 def test_eligible_matchesPriorityToTier() -> None:

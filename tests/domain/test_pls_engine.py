@@ -8,9 +8,10 @@ import pytest
 
 from orchestrator.domain.checkpointing import CheckpointCost
 from orchestrator.domain.collateral import CollateralPolicy
+from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
 from orchestrator.domain.matching import Candidate
 from orchestrator.domain.pls import LeaseHold
-from orchestrator.domain.pls_engine import NO_EVIDENCE, PlsConfig, PlsEngine, Reading
+from orchestrator.domain.pls_engine import NO_EVIDENCE, LoneHold, PlsConfig, PlsEngine, Reading
 from orchestrator.domain.reliability import (
     GpuSample,
     ProbeSample,
@@ -19,7 +20,7 @@ from orchestrator.domain.reliability import (
     UploadSample,
     telemetry_digest,
 )
-from orchestrator.domain.slashing import SlashingConfig
+from orchestrator.domain.slashing import ProgressVerdict, SlashingConfig
 from orchestrator.domain.types import NodeSpec, SlashReason, TaskNeeds, Tier
 
 TOKEN = 10**18
@@ -333,3 +334,165 @@ def test_ranking_rows_takes_online_rows_best_first_with_the_wall_times_given() -
                          needs, 100.0, wall_durations_s=np.array([60.0, 60.0, 60.0]))
     assert ranked.rows.tolist() == [rows[1], rows[0]]  # the cheaper of two equal nodes first
     assert ranked.positions.tolist() == [1, 0]
+
+
+GRACE = 300.0  # LeaseHold's lone grace in the tests below
+
+
+def held(*node_ids: str) -> PlsEngine:
+    return engine_with(*node_ids, config=PlsConfig(lease_hold=LeaseHold(lone_grace_s=GRACE)))
+
+
+def test_lone_holds_fall_due_once_the_grace_has_passed_oldest_verdict_first() -> None:
+    engine = held("a", "b", "c")
+    engine.hold_lone("b", LoneHold("t5", TOKEN, 0.5, at=200.0))
+    engine.hold_lone("a", LoneHold("t3", TOKEN, 0.5, at=200.0))
+    engine.hold_lone("a", LoneHold("t0", TOKEN, 0.5, at=200.0))
+    engine.hold_lone("a", LoneHold("t9", TOKEN, 0.5, at=100.0))
+    assert engine.lone_held("a") and engine.lone_held("b") and not engine.lone_held("c")
+    assert engine.lone_holds_due(399.0) == []  # t9's grace ends at 400
+    assert [(n, h.task_id) for n, h in engine.lone_holds_due(400.0)] == [("a", "t9")]
+    # Same verdict time: by node, then by task.
+    assert [(n, h.task_id) for n, h in engine.lone_holds_due(500.0)] == [
+        ("a", "t9"), ("a", "t0"), ("a", "t3"), ("b", "t5")]
+
+
+def test_a_node_back_within_its_lone_grace_keeps_its_leases_one_back_late_does_not() -> None:
+    engine = held("a", "b")
+    for node in ("a", "b"):
+        engine.hold_lone(node, LoneHold("t-old-" + node, TOKEN, 0.5, at=100.0))
+        engine.hold_lone(node, LoneHold("t-new-" + node, TOKEN, 0.5, at=250.0))
+    engine.session_started("a", 399.0)  # both holds still within the grace: nothing lapsed
+    assert not engine.lone_held("a") and engine.lone_holds_due(10_000.0)[0][0] == "b"
+    engine.session_started("b", 400.0)  # the older hold's grace ended exactly now
+    assert [(n, h.task_id) for n, h in engine.lone_holds_due(400.0)] == [("b", "t-old-b")]
+    assert [(n, h.task_id) for n, h in engine.lone_holds_due(10_000.0)] == [("b", "t-old-b")]
+
+
+def test_reporting_a_held_abandonment_drops_that_hold_and_counts_once() -> None:
+    engine = engine_with("a", "b", config=PlsConfig(
+        lease_hold=LeaseHold(lone_grace_s=GRACE), recalibrate_after=3, recalibrate_every=1))
+    engine.hold_lone("a", LoneHold("t1", TOKEN, 0.2, at=100.0))
+    engine.hold_lone("a", LoneHold("t2", TOKEN, 0.2, at=100.0))
+    engine.hold_lone("b", LoneHold("t3", TOKEN, 0.2, at=100.0))
+    engine.completed("a", 0.9)  # the recalibrator's first outcome
+    engine.abandoned("a", "t1", TOKEN, 0.2, at=100.0)  # its second
+    assert [(n, h.task_id) for n, h in engine.lone_holds_due(1_000.0)] == [
+        ("a", "t2"), ("b", "t3")]
+    engine.abandoned("a", "t1", TOKEN, 0.2, at=100.0)  # the same lapse reported again
+    assert engine.recalibrator.fitted is None  # still two outcomes, three needed
+    engine.abandoned("a", "t2", TOKEN, 0.2, at=100.0)
+    assert engine.recalibrator.fitted is not None  # the third
+    assert not engine.lone_held("a") and engine.lone_held("b")
+
+
+def test_an_abandonment_is_slashed_at_the_damage_done_capped_at_the_collateral() -> None:
+    engine = engine_with("a")
+    engine.session_started("a", 0.0)
+    value, collateral = 10 * TOKEN, 20 * TOKEN
+    # Damage: 10 % of the value for re-placing the task, plus the share of it redone.
+    for task_id, kwargs in (("quarter", {"value": value, "rework_share": 0.25}),  # 35 %
+                            ("over", {"value": value, "rework_share": 1.7}),  # read as 100 %
+                            ("under", {"value": value, "rework_share": -0.5}),  # read as 0 %
+                            ("no-share", {"value": value}),
+                            ("no-value", {"rework_share": 0.5}),
+                            ("drained", {"value": value, "rework_share": 0.5,
+                                         "announced": True})):
+        engine.abandoned("a", task_id, collateral, 0.4, at=1_000.0, **kwargs)
+    actions = engine.decide({}, {}, 1_000.0 + engine.config.slashing.decision_delay_s)
+    assert {s.task_id: s.amount for s in actions.slashes} == {
+        "quarter": 35 * TOKEN // 10, "over": 11 * TOKEN, "under": TOKEN,
+        "no-share": collateral, "no-value": collateral}
+
+
+def _cut_with_a_pending_abandonment(key: bytes) -> PlsEngine:
+    """a and b alike: two abrupt sessions, then a third that ends at 6 h, a cut while a held
+    t1, a drain for b; both are back at 6 h 5 min."""
+    engine = engine_with("a", "b")
+    engine.staking.session_bound("a", session_address(key))
+    for node in ("a", "b"):
+        _flaky_history(engine, node, 0.0, 2)
+        engine.session_started(node, 5 * HOUR)
+    engine.session_ended("a", 6 * HOUR, abrupt=True)
+    engine.session_ended("b", 6 * HOUR, abrupt=False)  # b drained instead
+    engine.departed(["a"], 6 * HOUR)
+    engine.abandoned("a", "t1", TOKEN, 0.4, at=6 * HOUR)
+    for node in ("a", "b"):
+        engine.session_started(node, 6 * HOUR + 300.0)
+    return engine
+
+
+def test_proof_of_progress_through_a_cut_also_clears_the_departure_from_the_record() -> None:
+    key = b"\x05" * 32
+    engine = _cut_with_a_pending_abandonment(key)
+    now = 6 * HOUR + 600.0
+    before = engine.book.score("a", now, HOUR)
+    assert before < engine.book.score("b", now, HOUR)
+    mark = ChunkMark(b"\x42" * 32, 6 * HOUR + 200.0)  # rendered after the verdict
+    proof = sign_progress(key, "a", "t1", (mark,), now)
+    assert engine.progress_shown(proof, [b"\x33" * 32], now, 6 * HOUR) is (
+        ProgressVerdict.NO_PROGRESS)  # the chunk's content is not held: nothing changes
+    assert engine.book.score("a", now, HOUR) == before
+    assert engine.progress_shown(proof, [mark.sha256], now, 6 * HOUR) is (
+        ProgressVerdict.WITHDRAWN)
+    # The cut now counts as b's drain does: a's record is b's.
+    assert engine.book.score("a", now, HOUR) == pytest.approx(
+        engine.book.score("b", now, HOUR), rel=1e-9)
+    assert engine.decide({}, {}, now + engine.config.slashing.decision_delay_s).slashes == ()
+
+
+def test_a_failed_verification_teaches_the_recalibrator_a_failure_and_keeps_its_evidence(
+        ) -> None:
+    engine = engine_with("a", config=PlsConfig(recalibrate_after=2, recalibrate_every=1))
+    engine.session_started("a", 0.0)
+    engine.completed("a", 0.9)
+    evidence = b"\x09" * 32
+    engine.verification_failed("a", "t1", TOKEN, 0.2, at=100.0, evidence=evidence)
+    assert engine.recalibrator.fitted is not None  # one finished, one not: fitted
+    high, low = engine.recalibrator(np.array([0.9, 0.2]))
+    assert high > low
+    (slash,) = engine.decide({}, {}, 101.0).slashes
+    assert slash.evidence == evidence
+
+
+def test_a_replayed_completion_counts_as_a_pass() -> None:
+    engine = engine_with("a")
+    engine.outcome("a", TaskOutcome.COMPLETED)
+    row = np.array([engine.book.index_of("a")])
+    assert [v.tolist() for v in engine.book.verified_many(row)] == [[1.0], [0.0]]
+
+
+def test_a_node_registers_at_the_tier_it_is_given() -> None:
+    engine = PlsEngine()
+    engine.register("a", provider_of("a"), region="eu", network="AS1", at=0.0, tier=Tier.HIGH)
+    assert engine.staking.tier("a") is Tier.HIGH
+
+
+def test_the_refit_boundary_is_the_next_one_after_the_arming_event_and_after_each_refit(
+        ) -> None:
+    engine = engine_with("a", config=PlsConfig(prior_refit_s=DAY))
+    for day in range(3):  # abrupt departures the book knows before the engine saw an event
+        engine.book.session_started("a", day * DAY)
+        engine.book.session_ended("a", day * DAY + HOUR, abrupt=True)
+    engine.session_started("a", 3 * DAY + 100.0)  # arms 4 DAY
+    engine.session_ended("a", 3 * DAY + 200.0, abrupt=True)
+    assert engine.prior_refits == 0
+    engine.session_started("a", 4 * DAY + 5.0)
+    assert engine.prior_refits == 1
+    engine.session_ended("a", 5 * DAY + 5.0, abrupt=True)  # the next boundary, 5 DAY
+    assert engine.prior_refits == 2
+
+
+
+def test_placements_lock_the_collateral_of_the_configured_policy() -> None:
+    policy = CollateralPolicy(floor=0, cap=10**24, base_bps=5_000)  # half the value at least
+    engine = engine_with("a", config=PlsConfig(min_rs=0.0, collateral=policy))
+    engine.session_started("a", 0.0)
+    spec = NodeSpec("a", provider_of("a"), "rtx4090", 24, 8.9, "eu", TOKEN // 10, 1)
+    needs = TaskNeeds(expected_duration_s=0.0, value=10 * TOKEN)
+    (placement,) = engine.rank_candidates([Candidate(spec, 1)], needs, 60.0,
+                                          {provider_of("a"): 10**24})
+    # 50 % base + 3 x P(fail) of the value, rounded up to a thousandth of a token.
+    assert placement.collateral == pytest.approx(10 * TOKEN * (0.5 + 3 * placement.p_fail),
+                                                 abs=10**15)
+    assert placement.collateral >= 5 * TOKEN

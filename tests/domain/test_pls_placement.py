@@ -6,7 +6,9 @@ import time
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
+from orchestrator.domain.calibration import IsotonicCalibrator
 from orchestrator.domain.collateral import CollateralPolicy
 from orchestrator.domain.matching import Candidate, rank
 from orchestrator.domain.pls import CostModel, LeaseHold, PlsPolicy, Probation
@@ -323,6 +325,45 @@ def test_only_the_first_placement_of_an_exploring_ranking_is_marked_explored() -
     assert ranked[0].candidate.spec.node_id.startswith("new")
 
 
+def test_the_rs_floor_gives_way_only_when_the_online_grid_is_short_of_steady_nodes() -> None:
+    """A grid of short-lived hosts: nobody clears the floor for a long task, so it goes to the
+    cheapest risky node anyway, also to one pulling work alone; once enough of the grid
+    clears it, a risky node is refused, pulling alone or ranked with the steady one."""
+    shaky = {"a": (1800.0, 20, 60.0), "b": (1200.0, 20, 60.0)}
+    book = book_of(shaky)
+    a, b = spec("a", price=TOKEN // 10), spec("b", price=TOKEN // 10)
+    long_task = TaskNeeds(expected_duration_s=8 * HOUR, value=5 * TOKEN)
+    floored = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24), min_rs=0.9)
+    stake = {a.provider: 10**24, b.provider: 10**24}
+    ranked = floored.rank([Candidate(a, 1), Candidate(b, 1)], long_task, NOW, stake)
+    assert ranked and all(p.rs < 0.9 for p in ranked)  # placed anyway, risk priced
+    assert floored.rank([Candidate(b, 1)], long_task, NOW, stake) != []  # the pull path
+    assert ranked[0].collateral > floored.collateral.required(long_task.value, 0.0,
+                                                              long_task.expected_duration_s)
+    mixed = book_of({**shaky, "steady": (3 * 86_400.0, 20, 86_400.0)})
+    steady = spec("steady", price=TOKEN // 5)
+    stake[steady.provider] = 10**24
+    floored = PlsPolicy(mixed, CollateralPolicy(floor=0, cap=10**24),
+                        min_rs=float(mixed.score("steady", NOW, 8 * HOUR)) - 1e-9,
+                        floor_share=0.25)
+    ranked = floored.rank([Candidate(a, 1), Candidate(b, 1), Candidate(steady, 1)],
+                          long_task, NOW, stake)
+    assert [p.candidate.spec.node_id for p in ranked] == ["steady"]
+    assert floored.floor_holds(NOW, long_task.expected_duration_s)  # 1 of 3 clears it
+    assert floored.rank([Candidate(a, 1)], long_task, NOW, stake) == []  # pulling alone
+    strict = PlsPolicy(mixed, CollateralPolicy(floor=0, cap=10**24), min_rs=floored.min_rs,
+                       floor_share=0.5)
+    assert not strict.floor_holds(NOW, long_task.expected_duration_s)  # 1 of 3 is short
+    assert strict.rank([Candidate(a, 1)], long_task, NOW, stake) != []
+
+
+def test_lone_grace_is_apart_from_the_shared_silence_judgement() -> None:
+    hold = LeaseHold(lone_grace_s=300.0)
+    assert hold.hold_for([(1, 40), (1, 200)]) == 0.0  # a lone silence is still its own
+    with pytest.raises(ValueError):
+        LeaseHold(lone_grace_s=-1.0)
+
+
 # ----- the expected cost, by hand --------------------------------------------------------------
 # expected_cost = compute + P(fail) x (rework x compute + rescheduling + delay x value)
 #                 + latency share x value x hours past the critical path
@@ -404,6 +445,7 @@ def test_a_node_exactly_at_the_rs_floor_is_a_candidate() -> None:
 @pytest.mark.parametrize("share", [0.0, 1.0])
 def test_the_edges_of_the_shares_are_allowed(share: float) -> None:
     PlsPolicy(BOOK, explore_share=share, min_rs=share)
+    PlsPolicy(BOOK, floor_share=share)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -411,9 +453,11 @@ def test_the_edges_of_the_shares_are_allowed(share: float) -> None:
     ({"explore_share": 1.01}, r"explore_share must lie in \[0, 1\]"),
     ({"min_rs": -0.01}, r"min_rs must lie in \[0, 1\]"),
     ({"min_rs": 1.01}, r"min_rs must lie in \[0, 1\]"),
+    ({"floor_share": -0.01}, r"floor_share must lie in \[0, 1\]"),
+    ({"floor_share": 1.01}, r"floor_share must lie in \[0, 1\]"),
 ])
 def test_shares_outside_zero_to_one_are_refused(kwargs: dict[str, float], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
         PlsPolicy(BOOK, **kwargs)  # type: ignore[arg-type]
 
 
@@ -453,3 +497,256 @@ def test_a_single_candidate_is_never_marked_explored() -> None:
         row, np.array([float(TOKEN)]), np.array([1e24]),
         TaskNeeds(expected_duration_s=60.0, value=TOKEN // 100), NOW)
     assert ranked.rows.tolist() == row.tolist() and ranked.explored is False
+
+
+# ----- the RS floor's reading of the grid, and the stake filter's edges --------------------
+SHAKY = {"a": (1800.0, 20, 60.0), "b": (1200.0, 20, 60.0)}  # short sessions, just back
+STEADY = (3 * 86_400.0, 20, 86_400.0)  # sessions of days, up for one
+MINUTE0 = (NOW // 60 + 1) * 60  # the start of a clock minute
+
+
+def offline(book: ReliabilityBook, *nodes: str) -> ReliabilityBook:
+    for node in nodes:
+        book.session_ended(node, NOW - 10, abrupt=True)
+    return book
+
+
+def test_the_floor_holds_without_a_floor_and_on_an_empty_grid() -> None:
+    """No floor: nothing to give way, even with nobody online; an empty grid has nobody a
+    floor could keep waiting."""
+    gone = offline(book_of({"gone": (HOUR, 2, HOUR)}), "gone")
+    assert PlsPolicy(gone, min_rs=0.0).floor_holds(NOW, HOUR)
+    assert PlsPolicy(ReliabilityBook(PRIOR), min_rs=0.9).floor_holds(NOW, HOUR)
+    assert not PlsPolicy(gone, min_rs=0.9).floor_holds(NOW, HOUR)  # a floor, nobody online
+
+
+def test_the_floor_share_counts_online_nodes_only_and_an_exact_share_holds() -> None:
+    # One steady node online, three offline: 1 of 1 online clears it.
+    grid = offline(book_of({"steady": STEADY, "o1": STEADY, "o2": STEADY, "o3": STEADY}),
+                   "o1", "o2", "o3")
+    assert PlsPolicy(grid, min_rs=0.5, floor_share=0.5).floor_holds(NOW, 8 * HOUR)
+    # One steady of four online: exactly a quarter clears it.
+    four = book_of({**SHAKY, "c": (1500.0, 20, 60.0), "steady": STEADY})
+    assert PlsPolicy(four, min_rs=0.5, floor_share=0.25).floor_holds(NOW, 8 * HOUR)
+    assert not PlsPolicy(four, min_rs=0.5, floor_share=0.26).floor_holds(NOW, 8 * HOUR)
+
+
+def test_a_node_exactly_at_the_floor_clears_it_and_durations_apart_are_read_apart() -> None:
+    """One node; the floor exactly its RS for a 1 s task. A 2 s task (100 % longer, so a
+    reading of its own) it survives a little less often: that one does not clear it."""
+    book = book_of({"solo": STEADY})
+    one_s = float(book.raw_score_many(None, MINUTE0, 1.0)[0])
+    assert float(book.raw_score_many(None, MINUTE0, 2.0)[0]) < one_s
+    pls = PlsPolicy(book, min_rs=one_s, floor_share=1.0)
+    assert not pls.floor_holds(MINUTE0, 2.0)
+    assert pls.floor_holds(MINUTE0, 1.0)
+    assert pls.floor_holds(MINUTE0, 0.5)  # under a second: read as a 1 s task
+
+
+def test_short_and_long_tasks_read_the_floor_apart_in_the_same_minute() -> None:
+    """At 200 s all three clear RS 0.5; at 8 h only the steady one (1 of 3, under half)."""
+    book = book_of({**SHAKY, "steady": STEADY})
+    for durations in ((200.0, 8 * HOUR), (8 * HOUR, 200.0)):
+        pls = PlsPolicy(book, min_rs=0.5, floor_share=0.5)
+        answers = {d: pls.floor_holds(MINUTE0, d) for d in durations}
+        assert answers == {200.0: True, 8 * HOUR: False}
+
+
+def test_the_floor_reading_is_reused_for_a_minute_then_read_again() -> None:
+    book = book_of({**SHAKY, "steady": STEADY})
+    pls = PlsPolicy(book, min_rs=0.5, floor_share=0.25)
+    assert pls.floor_holds(MINUTE0, 8 * HOUR)  # 1 of 3 clears it
+    book.session_ended("steady", MINUTE0 + 1, abrupt=True)
+    assert pls.floor_holds(MINUTE0 + 30, 8 * HOUR)  # the same minute: the same reading
+    assert not pls.floor_holds(MINUTE0 + 60, 8 * HOUR)  # read again: nobody clears it
+
+
+def test_the_batch_placer_reads_the_floor_share_over_its_own_online_candidates() -> None:
+    """Grid: one steady node, three shaky ones and two offline (1 of 4 online clears RS 0.5,
+    under half). The steady node's provider has no stake, so it cannot take the task: the
+    floor decides whether a shaky node may."""
+    book = offline(book_of({**SHAKY, "c": (1500.0, 20, 60.0), "steady": STEADY,
+                            "o1": STEADY, "o2": STEADY}), "o1", "o2")
+    pls = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24), min_rs=0.5, floor_share=0.5)
+    long_task = TaskNeeds(expected_duration_s=8 * HOUR, value=TOKEN)
+    a, steady, o1, o2 = (spec(n, TOKEN // 10) for n in ("a", "steady", "o1", "o2"))
+    stake = {s.provider: 10**24 for s in (a, o1, o2)}  # none for the steady node
+    assert not pls.floor_holds(NOW, long_task.expected_duration_s)
+    assert [p.candidate.spec.node_id for p in pls.rank([Candidate(a, 1)], long_task, NOW,
+                                                        stake)] == ["a"]  # pulling alone
+    # Offered with the steady node: 1 of 2 online candidates clears it, so "a" waits...
+    assert pls.rank([Candidate(a, 1), Candidate(steady, 1)], long_task, NOW, stake) == []
+    # With two shaky ones beside it, 1 of 3 is under half: a shaky node takes the task.
+    b = spec("b", TOKEN // 10)
+    stake[b.provider] = 10**24
+    ranked = pls.rank([Candidate(a, 1), Candidate(b, 1), Candidate(steady, 1)], long_task,
+                      NOW, stake)
+    assert {p.candidate.spec.node_id for p in ranked} == {"a", "b"}
+    # ...and offline candidates do not count towards the share.
+    assert pls.rank([Candidate(a, 1), Candidate(steady, 1), Candidate(o1, 1),
+                     Candidate(o2, 1)], long_task, NOW, stake) == []
+
+
+def test_a_recalibrated_score_never_places_an_offline_or_hopeless_node() -> None:
+    """One recalibrator maps raw 0 (offline) to 0.3, another maps raw <= 0.5 to 0 (no
+    chance): neither node is placed, and a placement carries its raw and recalibrated RS."""
+    book = offline(book_of({"on": STEADY, "off": STEADY, "flaky": (600.0, 20, 60.0)}), "off")
+    rows = np.array([book.index_of(n) for n in ("on", "off", "flaky")])
+    raw = book.raw_score_many(rows, NOW, HOUR)
+    assert raw[1] == 0.0 and 0.0 < raw[2] < 0.5 < raw[0]
+    needs = TaskNeeds(expected_duration_s=HOUR, value=TOKEN)
+    lifted = IsotonicCalibrator(np.array([0.0, 1.0]), np.array([0.3, 1.0]))
+    hopeless = IsotonicCalibrator(np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.0, 1.0]))
+    cases = ((lifted, 0.3 + 0.7 * raw[0], [rows[0], rows[2]]),  # "flaky" at 0.3 + 0.7 raw
+             (hopeless, (raw[0] - 0.5) / 0.5, [rows[0]]))
+    for calibrator, on_rs, placed in cases:
+        book.set_recalibrator(calibrator)
+        pls = policy(book)
+        ranked = pls.rank_rows(rows, np.full(3, 1e17), np.full(3, 1e24), needs, NOW)
+        assert ranked.rows.tolist() == placed
+        assert ranked.raw_rs[0] == raw[0]
+        assert ranked.rs[0] == pytest.approx(on_rs, rel=1e-12)
+        names = ("on", "off", "flaky")
+        placement = pls.rank([Candidate(spec(n, TOKEN // 10), 1) for n in names], needs,
+                             NOW, {spec(n, 1).provider: 10**24 for n in names})[0]
+        assert placement.candidate.spec.node_id == "on" and placement.raw_rs == raw[0]
+        assert placement.rs == pytest.approx(on_rs, rel=1e-12)
+
+
+def test_a_task_exactly_at_the_probation_limit_needs_no_record() -> None:
+    book = book_of({"new": STEADY, "proven": STEADY})
+    for _ in range(5):
+        book.record_task_outcome("proven", TaskOutcome.COMPLETED)
+    rows = np.array([book.index_of("new"), book.index_of("proven")])
+    pls = policy(book)
+    limit = pls.probation.max_task_s
+    for duration, placed in ((limit, {rows[0], rows[1]}), (limit + 1.0, {rows[1]})):
+        needs = TaskNeeds(expected_duration_s=duration, value=TOKEN)
+        ranked = pls.rank_rows(rows, np.array([1e17, 5e17]), np.full(2, 1e24), needs, NOW)
+        assert set(ranked.rows.tolist()) == placed
+
+
+def test_a_stake_that_exactly_covers_a_large_collateral_is_enough() -> None:
+    """10**24 + 1 token units is no float64: the stake filter must not round it away."""
+    amount = 10**24 + 1
+    book = book_of({"stable": STEADY})
+    pls = PlsPolicy(book, CollateralPolicy(floor=amount, cap=amount),
+                    CostModel(latency_share_per_hour=0.0, record_share=0.0), explore_share=0.0)
+    node = spec("stable", TOKEN // 10)
+    (placement,) = pls.rank([Candidate(node, 1)], TaskNeeds(expected_duration_s=HOUR,
+                                                            value=TOKEN), NOW,
+                            {node.provider: amount})
+    assert placement.collateral == amount
+    assert pls.rank([Candidate(node, 1)], TaskNeeds(expected_duration_s=HOUR, value=TOKEN),
+                    NOW, {node.provider: amount - 1}) == []
+
+
+def test_a_task_worth_nothing_can_go_to_a_provider_without_stake() -> None:
+    """Its collateral is 0 (no floor), which a provider missing from the stake map covers."""
+    node = spec("stable", TOKEN // 10)
+    (placement,) = policy().rank([Candidate(node, 1)], TaskNeeds(expected_duration_s=HOUR,
+                                                                 value=0), NOW, {})
+    assert placement.candidate.spec.node_id == "stable" and placement.collateral == 0
+
+
+def test_a_provider_without_stake_does_not_shut_out_the_next_rung() -> None:
+    """Every task locks 1 token unit. The only node with a record has no stake, so the long
+    task goes to the node without one (the next rung) rather than wait."""
+    book = book_of({"new": STEADY, "proven": STEADY})
+    for _ in range(5):
+        book.record_task_outcome("proven", TaskOutcome.COMPLETED)
+    pls = PlsPolicy(book, CollateralPolicy(floor=1, cap=1),
+                    CostModel(latency_share_per_hour=0.0, record_share=0.0), explore_share=0.0)
+    new, proven = spec("new", TOKEN // 10), spec("proven", TOKEN // 10)
+    ranked = pls.rank([Candidate(new, 1), Candidate(proven, 1)],
+                      TaskNeeds(expected_duration_s=2 * HOUR, value=TOKEN), NOW,
+                      {new.provider: 1})
+    assert [p.candidate.spec.node_id for p in ranked] == ["new"]
+
+
+def test_by_default_there_is_no_rs_floor() -> None:
+    """Beside a node the recalibrator calls certain (RS 1), the shakier ones stay
+    candidates: a floor applies only when one is set."""
+    book = book_of({"sure": STEADY, **SHAKY, "c": (1500.0, 20, 60.0)})
+    rows = np.arange(len(book))
+    raw = book.raw_score_many(rows, NOW, HOUR)
+    book.set_recalibrator(IsotonicCalibrator(np.array([0.0, float(raw[0]), 1.0]),
+                                             np.array([0.0, 1.0, 1.0])))
+    rs = book.score_many(rows, NOW, HOUR)
+    assert rs[0] == 1.0 and np.all(rs[1:] < 1.0)
+    pls = PlsPolicy(book, CollateralPolicy(floor=0, cap=10**24),
+                    CostModel(latency_share_per_hour=0.0, record_share=0.0), explore_share=0.0)
+    ranked = pls.rank_rows(rows, np.full(4, 1e17), np.full(4, 1e24),
+                           TaskNeeds(expected_duration_s=HOUR, value=TOKEN), NOW)
+    assert sorted(ranked.rows.tolist()) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("share", [0.5, 1.0])
+def test_a_track_record_weight_up_to_one_still_counts(share: float) -> None:
+    needs = TaskNeeds(expected_duration_s=HOUR, value=TOKEN)
+    row = np.array([BOOK.index_of("flaky")])
+    price, stake = np.array([float(TOKEN)]), np.array([1e24])
+
+    def cost(record_share: float) -> float:
+        pls = PlsPolicy(BOOK, CollateralPolicy(floor=0, cap=10**24),
+                        CostModel(record_share=record_share, latency_share_per_hour=0.0),
+                        explore_share=0.0)
+        return float(pls.rank_rows(row, price, stake, needs, NOW).expected_cost[0])
+
+    record = float(BOOK.record_survival_many(row, NOW, HOUR)[0])
+    assert cost(share) == pytest.approx(cost(0.0) * (1.0 + share * (1.0 - record)), rel=1e-12)
+
+
+def test_ties_keep_the_callers_order_among_many_equal_nodes() -> None:
+    """43 nodes of one history: three cheaper, forty dearer. Equal costs keep their order."""
+    book = book_of({f"n{i:02}": STEADY for i in range(43)})
+    rows = np.arange(43)
+    prices = np.array([1e17] * 40 + [5e16] * 3)
+    ranked = policy(book).rank_rows(rows, prices, np.full(43, 1e24),
+                                    TaskNeeds(expected_duration_s=HOUR, value=TOKEN), NOW)
+    assert ranked.rows.tolist() == [40, 41, 42, *range(40)]
+
+
+def newcomer_pair(newcomer_price: float) -> tuple[ReliabilityBook, NDArray[np.float64]]:
+    book = book_of({"vet": (2 * 86_400.0, 10, 86_400.0), "new": (HOUR, 0, 600.0)})
+    return book, np.array([TOKEN / 100, newcomer_price])
+
+
+def test_exploration_moves_a_newcomer_ranked_second_to_the_front() -> None:
+    book, prices = newcomer_pair(float(TOKEN))
+    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN // 100)
+    plain = policy(book).rank_rows(np.arange(2), prices, np.full(2, 1e24), needs, NOW)
+    assert plain.rows.tolist() == [0, 1] and not plain.explored
+    ranked = policy(book, explore_share=1.0).rank_rows(np.arange(2), prices, np.full(2, 1e24),
+                                                       needs, NOW)
+    assert ranked.rows.tolist() == [1, 0] and ranked.explored
+
+
+def test_a_newcomer_already_ranked_first_is_not_marked_explored() -> None:
+    book, _ = newcomer_pair(0.0)
+    prices = np.array([float(TOKEN), 0.0])  # the newcomer is the cheapest by far anyway
+    ranked = policy(book, explore_share=1.0).rank_rows(
+        np.arange(2), prices, np.full(2, 1e24),
+        TaskNeeds(expected_duration_s=60.0, value=TOKEN // 100), NOW)
+    assert ranked.rows.tolist() == [1, 0] and ranked.explored is False
+
+
+def test_a_single_candidate_ranking_draws_nothing_from_the_exploration_generator() -> None:
+    """The draws of the rankings with a choice are the same with or without lone pulls
+    between them, so a run's exploration does not hang on how often nodes pull alone."""
+    book = exploring_book()
+    rows = np.arange(len(book))
+    prices = np.array([TOKEN // 100] * 5 + [TOKEN] * 5, dtype=np.float64)
+    stake = np.full(len(book), 1e24)
+    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN // 100)
+
+    def firsts(lone_pulls: bool) -> list[bool]:
+        pls = policy(book, explore_share=0.5, seed=4)
+        out = []
+        for _ in range(40):
+            if lone_pulls:
+                pls.rank_rows(rows[5:6], prices[5:6], stake[5:6], needs, NOW)
+            out.append(pls.rank_rows(rows, prices, stake, needs, NOW).explored)
+        return out
+
+    assert firsts(lone_pulls=True) == firsts(lone_pulls=False)

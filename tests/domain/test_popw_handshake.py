@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from orchestrator.config import Settings
 from orchestrator.domain.popw import (
     DEFAULT_GPU_CLASSES,
     MODULUS,
+    Challenge,
     ChallengeBook,
     GpuClass,
     KernelSpec,
@@ -25,6 +27,7 @@ from orchestrator.domain.popw import (
     PopwConfig,
     PopwFacts,
     PopwReason,
+    PopwVerdict,
     PositionalTree,
     SpotOpening,
     check_answer,
@@ -304,7 +307,7 @@ def test_prune_forgets_old_challenges_and_replays_still_fail() -> None:
 
 
 @pytest.mark.parametrize(("size", "rounds", "spot_checks"), [
-    (4, 1, 1), (4, 3, 2), (8, 7, 4), (16, 15, 8), (8, 3, 100)])
+    (2, 1, 1), (4, 1, 1), (4, 3, 2), (8, 7, 4), (16, 15, 8), (8, 3, 100)])
 def test_answer_size_bound_is_reached_when_every_tree_is_full(size: int, rounds: int,
                                                               spot_checks: int) -> None:
     """Power-of-two rows and rounds + 1 states: no odd node is carried up, every path has
@@ -321,3 +324,153 @@ def test_a_challenge_is_pending_up_to_its_deadline_and_kept_a_day_after_it() -> 
     assert book.prune(now=deadline + 86_400.0) == 0  # exactly a day: kept
     assert book.prune(now=deadline + 86_400.5) == 1
     assert book.prune(now=deadline + 10 * 86_400.0) == 0  # gone already
+
+
+def test_a_malformed_answer_is_refused_saying_what_is_wrong() -> None:
+    answer = solved(KernelSpec(NONCE, 32, 20, 8))
+    wire = answer.to_bytes()
+    head = 64  # root and final digest; then the start path's depth byte
+    cases = [
+        (wire[:-1], "answer is truncated"),
+        (wire + b"\x00", "trailing bytes after the answer"),
+        (wire[:head] + bytes([65]), "a Merkle path has at most 64 siblings"),
+    ]
+    for broken, message in cases:
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            PopwAnswer.from_bytes(broken)
+    # A path of 64 siblings, the deepest any challenge allows, is read.
+    deep = PopwAnswer(answer.root, answer.final_digest, (b"\x07" * 32,) * 64,
+                      (), ())
+    assert PopwAnswer.from_bytes(deep.to_bytes()) == deep
+    no_paths = answer.root + answer.final_digest + b"\x00\x00"
+    with pytest.raises(ValueError, match=r"^at most 1024 openings$"):
+        PopwAnswer.from_bytes(no_paths + b"\xff\xff")  # counts are unsigned
+    with pytest.raises(ValueError, match=r"^row length outside 1..2\*MAX_SIZE bytes$"):
+        PopwAnswer.from_bytes(no_paths + b"\x00\x01" + b"\x80\x00" + bytes(40_000))
+
+
+def test_a_failed_handshake_names_its_node_and_fails_at_background() -> None:
+    book = ChallengeBook(CONFIG)
+    verdict = book.judge(facts(solved(KernelSpec(NONCE, 32, 20, 8)), 1000.0, node="ghost"),
+                         now=1000.0)
+    assert verdict == PopwVerdict("ghost", False, Tier.BACKGROUND, 1000.0,
+                                  1000.0 + CONFIG.standard_validity_s,
+                                  (PopwReason.UNKNOWN_CHALLENGE,))
+
+
+def test_a_pruned_nonce_is_forgotten_entirely() -> None:
+    """Pruned after its day, a nonce is no longer used nor answered: issued again (the caller
+    picks nonces), its new challenge is pending like any other."""
+    book, answer, expected_s = issued()
+    book.judge(facts(answer, 1000.0 + expected_s), now=1000.0 + expected_s)
+    assert book.prune(now=1e9) == 1
+    again = book.issue("node-1", "slow", NONCE, now=1e9)
+    assert book.pending(1e9) == [again]
+
+
+def test_a_challenge_carries_its_class_pings_and_deadline() -> None:
+    """The "slow" class does 10 rounds a second: 2 s is 20 rounds; the deadline is twice the
+    expected 2 s plus 5 s of slack."""
+    book = ChallengeBook(CONFIG)
+    challenge = book.issue("node-1", "slow", NONCE[:16], now=1000.0)  # 16 bytes suffice
+    assert challenge == Challenge(NONCE[:16], "node-1", "slow", 32, 20, 8, 20, 1000.0, 2.0,
+                                  1000.0 + 2.0 * 2.0 + 5.0)
+    tiny = ChallengeBook(PopwConfig(size=32, target_s=0.01,
+                                    gpu_classes={"slow": GpuClass("slow", 10.0)}))
+    assert tiny.issue("n", "slow", NONCE, 0.0).rounds == 1  # never fewer than one round
+    with pytest.raises(ValueError, match=r"^a challenge nonce needs at least 16 bytes$"):
+        book.issue("n", "slow", NONCE[:15], 0.0)
+    with pytest.raises(ValueError, match=r"^nonce already used for a challenge$"):
+        book.issue("n", "slow", NONCE[:16], 1.0)
+
+
+def judged(at_offset: float = 0.0, **kwargs: Any) -> PopwVerdict:
+    book, answer, expected_s = issued()
+    at = 1000.0 + expected_s + at_offset
+    return book.judge(facts(answer, at, **kwargs), now=at)
+
+
+def test_every_verdict_names_its_node_time_and_validity() -> None:
+    _, _, expected_s = issued()
+    at = 1000.0 + expected_s
+    assert judged() == PopwVerdict("node-1", True, Tier.HIGH, at,
+                                   at + CONFIG.high_validity_s, ())
+    jittery = tuple(20.0 + (60.0 if i % 2 else 0.0) for i in range(20))
+    assert judged(pings=jittery) == PopwVerdict("node-1", True, Tier.STANDARD, at,
+                                                at + CONFIG.standard_validity_s,
+                                                (PopwReason.HIGH_JITTER,))
+    assert judged(signed=False) == PopwVerdict("node-1", False, Tier.BACKGROUND, at,
+                                               at + CONFIG.standard_validity_s,
+                                               (PopwReason.FORGED,))
+
+
+def test_the_edges_of_the_handshake_rules_are_passes() -> None:
+    _, _, expected_s = issued()
+    deadline = 1000.0 + expected_s * CONFIG.too_slow_factor + CONFIG.deadline_slack_s
+    # Answered exactly at the deadline is in time (then too slow for the class, not late).
+    assert judged(at_offset=deadline - 1000.0 - expected_s).reasons == (
+        PopwReason.TOO_SLOW_FOR_CLASS,)
+    # Exactly the allowed probe loss (2 of 20 = 10 %) passes.
+    assert judged(pings=(None, None) + (20.0,) * 18).passed
+    # Two pings 40 ms apart: jitter 20 ms, exactly the HIGH limit; 42 ms apart is over it.
+    assert judged(pings=(20.0, 60.0)).tier is Tier.HIGH
+    assert judged(pings=(20.0, 62.0)).reasons == (PopwReason.HIGH_JITTER,)
+    # 85 C is the margin's edge under a 90 C slowdown: already too hot for HIGH.
+    edge = (GpuSample(1001.0, 85.0, 1800.0, 1900.0, 0, 99.0, 4000.0, 24000.0, 300.0, 350.0),)
+    assert judged(load=edge).reasons == (PopwReason.THERMAL,)
+    throttled = (GpuSample(1001.0, 60.0, 1500.0, 1900.0, 0x40, 99.0, 4000.0, 24000.0, 340.0,
+                           350.0),)
+    assert judged(load=throttled).reasons == (PopwReason.THERMAL,)
+
+
+def test_the_kernel_time_is_the_answer_time_less_one_round_trip() -> None:
+    """Pings of exactly 1 s (0.5 s each way); the slow class expects 2 s and allows up to 4 s.
+    Answered 5 s after issue: 4 s of kernel, at the limit; 5.25 s: 4.25 s, too slow."""
+    _, _, expected_s = issued()
+    second = (1000.0,) * 20
+    assert judged(at_offset=5.0 - expected_s, pings=second).tier is Tier.HIGH
+    assert judged(at_offset=5.25 - expected_s, pings=second).reasons == (
+        PopwReason.TOO_SLOW_FOR_CLASS,)
+    # With instant pings, a quarter of the expected time (0.5 s) is just not too fast.
+    assert judged(at_offset=0.5 - expected_s, pings=(0.0,) * 20).tier is Tier.HIGH
+    # A single ping, answered: no loss.
+    assert judged(pings=(20.0,)).tier is Tier.HIGH
+
+
+@pytest.mark.parametrize("proof", ["row_proof", "next_row_proof"])
+def test_a_row_path_of_the_wrong_length_fails_the_check(proof: str) -> None:
+    """A path one sibling short fits no tree of the row's size: a wrong answer, not an
+    error."""
+    spec = KernelSpec(NONCE, 32, 20, 8)
+    answer = solved(spec)
+    first = answer.openings[0]
+    short = replace(first, **{proof: getattr(first, proof)[:-1]})
+    assert check_answer(spec, answer)
+    assert check_answer(spec, replace(answer, openings=(short, *answer.openings[1:]))) is False
+
+
+def test_the_kernel_takes_sizes_from_1_to_1024() -> None:
+    for size in (1, 1024):
+        a, x = kernel_start(NONCE, size)
+        assert a.shape == x.shape == (size, size)
+    for size in (0, 1025):
+        with pytest.raises(ValueError, match=r"^kernel needs 1 <= size <= 1024$"):
+            kernel_start(NONCE, size)
+
+
+def test_a_positional_tree_of_no_leaves_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"^a Merkle tree needs at least one leaf$"):
+        PositionalTree([])
+
+
+def test_a_probe_loss_of_exactly_the_limit_passes() -> None:
+    """One of four pings lost is exactly a 25 % limit (0.1 is no binary fraction, 0.25 is)."""
+    book = ChallengeBook(replace(CONFIG, max_probe_loss=0.25))
+    challenge = book.issue("node-1", "slow", NONCE, now=1000.0)
+    at = 1000.0 + challenge.expected_s
+    answer = solved(challenge.kernel)
+    assert book.judge(facts(answer, at, pings=(None, 20.0, 20.0, 20.0)), now=at).passed
+    book = ChallengeBook(replace(CONFIG, max_probe_loss=0.24))
+    book.issue("node-1", "slow", NONCE, now=1000.0)
+    assert book.judge(facts(answer, at, pings=(None, 20.0, 20.0, 20.0)), now=at).reasons == (
+        PopwReason.PROBE_LOSS,)

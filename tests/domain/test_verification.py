@@ -4,7 +4,9 @@ pixel comparison, k-of-n agreement, and the verification state tables."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -22,18 +24,23 @@ from orchestrator.domain.merkle import verify
 from orchestrator.domain.verification import (
     CROSS_KERNEL,
     EXACT,
+    Agreement,
     Commitment,
+    Comparison,
     Leaf,
     LeafPart,
     ProviderRecord,
     Redundancy,
     RenderEnv,
     SamplingPolicy,
+    Tolerance,
     agreement,
     catch_probability,
     challenge_seed,
     compare,
+    draw,
     pixel_digest,
+    pooled_floor,
     sampled_windows,
     tolerance_for,
     window_rows,
@@ -179,3 +186,100 @@ def test_k_of_n_accepts_the_majority_and_names_dissenters() -> None:
     assert stuck.accepted is None and stuck.exhausted
     with pytest.raises(ValueError):
         Redundancy(k=1, n=2)  # no majority: two different answers would both win
+
+
+
+# ----- comparisons, field by field ---------------------------------------------------------
+def pixels(*rows: list[list[float]]) -> np.ndarray:
+    return np.array(rows, dtype=np.float32)
+
+
+def test_a_window_of_another_shape_or_an_empty_one_is_judged_before_any_pixel() -> None:
+    a = np.zeros((2, 2, 4), dtype=np.float32)
+    assert compare(a, np.zeros((2, 3, 4), dtype=np.float32), EXACT) == Comparison(
+        False, math.inf, 1.0, "shape (2, 2, 4) != (2, 3, 4)")
+    empty = np.zeros((0, 2, 4), dtype=np.float32)
+    assert compare(empty, empty.copy(), EXACT) == Comparison(True, 0.0, 0.0, "empty window")
+    # One pixel of one channel is a window, not an empty one.
+    assert compare(pixels([[0.5]]), pixels([[0.25]]), EXACT) == Comparison(
+        False, 0.25, 1.0, "not bit-identical")
+
+
+def test_an_exact_comparison_counts_each_pixel_by_its_worst_channel() -> None:
+    """2 x 3 pixels of 4 channels; one pixel differs in two channels (0.125 and 0.5)."""
+    claimed = np.zeros((2, 3, 4), dtype=np.float32)
+    checked = claimed.copy()
+    assert compare(claimed, checked, EXACT) == Comparison(True, 0.0, 0.0, "bit-identical")
+    checked[1, 2, 0], checked[1, 2, 3] = 0.125, 0.5
+    assert compare(claimed, checked, EXACT) == Comparison(False, 0.5, 1 / 6,
+                                                          "not bit-identical")
+
+
+def test_a_tolerant_comparison_allows_its_share_of_pixels_over_up_to_the_hard_limit() -> None:
+    """Four one-channel pixels differing by 0, 0.25, 0.25 and 0.5: only 0.5 is over 0.25."""
+    tolerance = Tolerance(max_abs=0.25, max_share=0.25, hard_abs=0.5)
+    claimed = pixels([[0.0], [0.25]], [[0.25], [0.5]])
+    checked = np.zeros_like(claimed)
+    assert compare(claimed, checked, tolerance) == Comparison(
+        True, 0.5, 0.25, "max 0.5, 25.000% over 0.25")
+    stricter_share = Tolerance(max_abs=0.25, max_share=0.2, hard_abs=0.5)
+    assert not compare(claimed, checked, stricter_share).match
+    stricter_hard = Tolerance(max_abs=0.25, max_share=0.25, hard_abs=0.49)
+    assert not compare(claimed, checked, stricter_hard).match
+
+
+def test_eight_bit_pixels_are_compared_on_the_zero_to_one_scale() -> None:
+    claimed = np.array([[[255, 0, 0]]], dtype=np.uint8)
+    checked = np.array([[[0, 0, 51]]], dtype=np.uint8)
+    assert compare(claimed, checked, EXACT) == Comparison(False, 1.0, 1.0, "not bit-identical")
+    assert compare(checked, np.zeros_like(checked), CROSS_KERNEL).max_abs == pytest.approx(0.2)
+
+
+# ----- the challenge, as a third party given the secret reproduces it ------------------------
+def test_the_challenge_seed_and_draws_follow_the_published_layout() -> None:
+    """HMAC-SHA256(secret, "mesh-verification/1" || root || task id (8 bytes, big-endian) ||
+    attempt (4 bytes, big-endian)); a draw is the first 8 bytes of HMAC(seed, label) over
+    2^64."""
+    secret, root = b"s" * 32, bytes(range(32))
+    message = (b"mesh-verification/1" + root + bytes([0, 0, 0, 0, 0, 0, 1, 2])
+               + bytes([0, 0, 0, 3]))
+    seed = hmac.new(secret, message, hashlib.sha256).digest()
+    assert challenge_seed(secret, root, 258, 3) == seed
+    label = hmac.new(seed, b"window:7", hashlib.sha256).digest()
+    assert draw(seed, "window:7") == int(label[:8].hex(), 16) / 2**64
+    assert draw(seed, "window:7") != draw(seed, "window:8")
+
+
+def test_k_of_n_says_whether_the_runs_are_exhausted() -> None:
+    rule = Redundancy(k=2, n=3)
+    assert agreement({"a": "h1", "b": "h1", "c": "h2"}, rule) == Agreement("h1", ("c",), False)
+    assert agreement({"a": "h1", "b": "h2"}, rule) == Agreement(None, (), False)
+    assert agreement({"a": "h1", "b": "h2", "c": "h3"}, rule) == Agreement(None, (), True)
+
+
+def test_a_window_past_the_last_is_refused_by_name() -> None:
+    assert window_rows(2, 3, 90) == (60, 90)
+    with pytest.raises(ValueError, match=r"^window 3 outside 0..2$"):
+        window_rows(3, 3, 90)
+
+
+@pytest.mark.parametrize(("height", "preferred", "windows"), [
+    (1, 8, 1), (2, 8, 1), (3, 8, 1), (5, 8, 2), (8, 8, 4), (9, 8, 4), (100, 8, 8)])
+def test_every_window_keeps_at_least_two_rows(height: int, preferred: int,
+                                              windows: int) -> None:
+    assert windows_for(height, preferred) == windows
+
+
+def test_the_pooled_floor_catches_the_target_share_with_the_target_probability() -> None:
+    # 1,000 windows: 1 - 0.005^(1/1000) = 0.0052843 of them, over a 10 % share.
+    assert pooled_floor(0.995, 0.10, 1000) == pytest.approx(0.052843, rel=1e-4)
+    for windows in (100, 1000, 100_000):
+        floor = pooled_floor(0.995, 0.10, windows)
+        assert catch_probability(floor, 0.10, windows) == pytest.approx(0.995, rel=1e-9)
+    assert pooled_floor(0.995, 0.10, 10) == 1.0  # ten windows cannot reach it: check them all
+    assert pooled_floor(0.995, 0.10, 0) == pooled_floor(0.995, 0.10, 1)
+
+
+def test_a_single_window_of_a_whole_tamperer_is_checked_with_the_target_probability() -> None:
+    assert pooled_floor(0.995, 1.0, 1) == pytest.approx(0.995)
+    assert pooled_floor(0.995, 1.0, 0) == pytest.approx(0.995)  # none delivered yet: as one

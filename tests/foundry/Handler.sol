@@ -74,6 +74,12 @@ contract Handler {
     mapping(bytes32 => uint256) internal _jobIndex; // index + 1
     mapping(bytes32 => mapping(address => uint256)) public ghostLocked; // collateral locked, not yet released/slashed
 
+    // ---- ghost: standing reservations and proven assignments
+    mapping(address => uint256) public ghostReserved; // as last set (before slashes)
+    mapping(address => uint256) public ghostReservedUntil;
+    mapping(bytes32 => mapping(address => uint256)) public ghostAssigned; // proven collateral
+    mapping(bytes32 => mapping(address => uint256)) public ghostAssignedSlashed;
+
     // ---- ghost: payouts
     struct Credit {
         uint256 amount;
@@ -498,11 +504,82 @@ contract Handler {
         try sm.slashCollateral(job.id, p, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
             calls[keccak256("ok:slashCollateral")] += 1;
             if (!open) _fail("collateral slashed after its slash window");
+            // No job lock: the contract took it from the backer's proven assignment.
+            if (locked == 0) ghostAssignedSlashed[job.id][p] += sm.slashOf(id).amount;
             _slashIds.push(id);
         } catch {
             if (open && locked != 0) _fail("locked collateral not slashable inside its window");
         }
         _noteSlashes(u, s);
+    }
+
+    // ================================================================ reservations
+
+    function reserveCollateral(uint256 who, uint256 share, uint256 days_) external {
+        _count("reserveCollateral");
+        address p = _provider(who);
+        IStakeManager.StakeInfo memory info = sm.stakeOf(p);
+        (uint256 live, uint256 liveUntil) = sm.reservationOf(p);
+        uint256 jobLocks = info.locked - live;
+        uint256 amount = share % (info.bonded - jobLocks + 1);
+        uint256 until = block.timestamp + 1 + days_ % 30 days;
+        vm.prank(orchestrator);
+        try sm.reserveCollateral(_one(p), _amounts(amount), uint64(until)) {
+            calls[keccak256("ok:reserveCollateral")] += 1;
+            if (live != 0 && (amount < live || until < liveUntil)) _fail("a live reservation shrank or shortened");
+            (ghostReserved[p], ghostReservedUntil[p]) = (amount, until);
+        } catch {
+            if (live == 0 || (amount >= live && until >= liveUntil)) _fail("a covered reservation was refused");
+        }
+    }
+
+    /// @dev Commits a one-leaf assignment root (the root is the leaf) and proves it.
+    function assign(uint256 jobSeed, uint256 who, uint256 collateral) public {
+        _count("assign");
+        if (_jobs.length == 0) return;
+        GhostJob storage job = _pick(jobSeed, 1);
+        address p = _provider(who);
+        collateral = collateral % (100 * TOKEN);
+        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(job.id, p, collateral))));
+        vm.prank(orchestrator);
+        try escrow.commitAssignments(leaf) {} catch {}
+        vm.prank(stranger); // anyone may prove
+        escrow.proveAssignment(job.id, p, collateral, new bytes32[](0));
+        (bool proven, uint256 onChain) = escrow.assignmentOf(job.id, p);
+        if (!proven || !escrow.isBacker(job.id, p)) _fail("a proven assignee is not a backer");
+        if (ghostAssigned[job.id][p] == 0 && onChain == collateral) ghostAssigned[job.id][p] = collateral;
+        if (onChain != ghostAssigned[job.id][p] && ghostAssigned[job.id][p] != 0) _fail("a proven assignment changed");
+    }
+
+    function slashAssigned(uint256 jobSeed, uint256 who, uint256 amount) external {
+        _count("slashAssigned");
+        if (_jobs.length == 0) return;
+        GhostJob storage job = _jobs[jobSeed % _jobs.length];
+        address p = _provider(who);
+        if (sm.lockedFor(job.id, p) != 0) return; // the job-lock path: `slashCollateral`
+        uint256 closedAt = job.status == 2 ? job.settledAt : job.deadline + escrow.gracePeriod();
+        bool open = block.timestamp < closedAt + escrow.collateralSlashWindow();
+        (uint256 live,) = sm.reservationOf(p);
+        uint256 left = ghostAssigned[job.id][p] - ghostAssignedSlashed[job.id][p];
+        (uint256[3] memory u, uint256[3] memory s) = (_unbondings(), _stakes());
+        vm.prank(orchestrator);
+        try sm.slashCollateral(job.id, p, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
+            calls[keccak256("ok:slashAssigned")] += 1;
+            uint256 taken = sm.slashOf(id).amount;
+            if (!open) _fail("assigned collateral slashed after its slash window");
+            if (taken > left || taken > live) _fail("a slash took more than the assignment or the live reservation");
+            if (sm.slashOf(id).beneficiary != job.customer) _fail("an assignment slash did not go to the customer");
+            ghostAssignedSlashed[job.id][p] += taken;
+            _slashIds.push(id);
+        } catch {
+            if (open && left != 0 && live != 0) _fail("a proven assignment not slashable inside its window");
+        }
+        _noteSlashes(u, s);
+    }
+
+    function _amounts(uint256 a) internal pure returns (uint256[] memory xs) {
+        xs = new uint256[](1);
+        xs[0] = a;
     }
 
     function scoreSlash(uint256 who, uint256 by, uint256 score, uint256 age) external {

@@ -10,11 +10,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud, outbox
 from orchestrator.db.models import Base, Job, Lease, OutboxAction
+from orchestrator.domain.fees import Fees
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
 from orchestrator.domain.types import NodeHealth
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services import work
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
+
+SENDER = "0x" + "ab" * 20
+FEES = Fees(max_fee_per_gas=20, max_priority_fee_per_gas=2)
 
 NodeMaker = Callable[..., list[str]]
 JobMaker = Callable[..., str]
@@ -172,8 +176,8 @@ def test_outbox_status_moves_write_exactly_their_fields(factory: sessionmaker[Se
         assert outbox_rows(session) == [
             ("a", "pending", None, None, None, 1, 5.0, "transient", 1.0),
             ("b", "pending", None, None, None, 1, 5.0, "transient", 1.0)]
-        outbox.record_signed(session, action_ids=[a, b], tx_hash="0xh", nonce=3, raw_tx="0xraw",
-                             now=2.0)
+        outbox.record_signed(session, action_ids=[a, b], tx_hash="0xh", sender=SENDER,
+                             nonce=3, fees=FEES, raw_tx="0xraw", now=2.0)
         assert outbox_rows(session) == [  # the signed bytes once, on the batch's first row
             ("a", "sent", "0xh", 3, "0xraw", 2, None, "transient", 2.0),
             ("b", "sent", "0xh", 3, None, 2, None, "transient", 2.0)]
@@ -181,17 +185,56 @@ def test_outbox_status_moves_write_exactly_their_fields(factory: sessionmaker[Se
         assert outbox.pending_actions(session, limit=10) == []
         with pytest.raises(outbox.OutboxConflict, match=rf"outbox rows \[{a}, {b}\] are no "
                            "longer pending"):
-            outbox.record_signed(session, action_ids=[a, b], tx_hash="0xi", nonce=4,
-                                 raw_tx="0xother", now=3.0)
+            outbox.record_signed(session, action_ids=[a, b], tx_hash="0xi", sender=SENDER,
+                                 nonce=4, fees=FEES, raw_tx="0xother", now=3.0)
         outbox.return_to_pending(session, action_ids=[b], now=3.0, note="nonce spent")
         outbox.record_confirmed(session, action_ids=[a], expected=sent, now=4.0, note="done")
         assert outbox_rows(session) == [
-            ("a", "confirmed", "0xh", 3, None, 2, None, "done", 4.0),
+            ("a", "confirmed", "0xh", 3, "0xraw", 2, None, "done", 4.0),
             ("b", "pending", None, None, None, 2, None, "nonce spent", 3.0)]
         outbox.record_failed(session, action_ids=[b], expected=pending, now=5.0, note="bad")
         assert outbox_rows(session)[1] == ("b", "failed", None, None, None, 2, None, "bad", 5.0)
         with pytest.raises(outbox.OutboxConflict):
             outbox.record_confirmed(session, action_ids=[b], expected=sent, now=6.0)
+
+
+def test_outbox_keeps_every_version_of_a_nonce_and_owns_the_next_nonce(
+        factory: sessionmaker[Session]) -> None:
+    sent = outbox.OutboxStatus.SENT
+    bumped = Fees(max_fee_per_gas=23, max_priority_fee_per_gas=3)
+    with factory.begin() as session:
+        for key in ("a", "b"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory.begin() as session:
+        a, b = (e.id for e in outbox.pending_actions(session, limit=10))
+        assert outbox.next_nonce(session, address=SENDER) is None
+        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 0
+        outbox.record_signed(session, action_ids=[a], tx_hash="0xa1", sender=SENDER, nonce=7,
+                             fees=FEES, raw_tx="0xraw1", now=1.0)
+        outbox.record_signed(session, action_ids=[b], tx_hash="0xb1", sender=SENDER, nonce=8,
+                             fees=FEES, raw_tx="0xrawb", now=1.0)
+        assert outbox.next_nonce(session, address=SENDER) == 9
+        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 9
+        assert outbox.in_flight_nonce_floor(session, address="0x" + "11" * 20) == 0
+        outbox.record_replacement(session, action_ids=[a], tx_hash="0xa2", sender=SENDER,
+                                  nonce=7, fees=bumped, raw_tx="0xraw2", now=2.0)
+        assert [(v.tx_hash, v.nonce, v.fees, v.signed_at)
+                for v in outbox.versions(session, "0xa2")] == [
+            ("0xa1", 7, FEES, 1.0), ("0xa2", 7, bumped, 2.0)]
+        assert outbox.versions(session, "0xnever") == []
+        assert outbox_rows(session)[0][2:5] == ("0xa2", 7, "0xraw2")
+        outbox.record_mined_version(session, action_ids=[a], tx_hash="0xa1", now=3.0)
+        outbox.record_confirmed(session, action_ids=[a], expected=sent, now=3.0)
+        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 9  # b is still out
+        assert outbox.reorged_rows(session, tx_hashes=["0xA2"]) == []  # a version not mined
+        assert outbox.reorged_rows(session, tx_hashes=["0xA1", "0xb1"]) == [a]  # b: in flight
+        outbox.reopen_reorged(session, action_ids=[a], now=4.0, note="reorged")
+        assert outbox_rows(session)[0][1:5] == ("sent", "0xa1", 7, "0xraw2")
+        with pytest.raises(outbox.OutboxConflict):
+            outbox.reopen_reorged(session, action_ids=[a], now=4.0, note="twice")
+        outbox.set_next_nonce(session, address=SENDER, nonce=20, now=5.0)
+        assert outbox.next_nonce(session, address=SENDER) == 20
 
 
 def test_heartbeat_buffer_writes_a_batch_and_renews_started_leases_only(

@@ -60,6 +60,21 @@ def test_placement_respects_needs(factory: sessionmaker[Session], make_nodes: No
     assert [(p.node_id, p.slot) for p in placed] == [(big[0], 0)]
 
 
+def test_placement_keeps_a_job_on_its_named_providers_and_region(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    trusted = "0x" + "b" * 40
+    make_nodes(3, prefix="stranger", slots=2)  # PROVIDER's nodes: idle, cheaper, not named
+    make_nodes(1, prefix="trusted-us", provider=trusted, region="us", price_per_gpu_hour=500)
+    wanted = make_nodes(1, prefix="trusted-eu", provider=trusted, price_per_gpu_hour=500)
+    job_id = make_job(4, needs=TaskNeeds(providers=frozenset({trusted}),
+                                         regions=frozenset({"eu"})))
+    placed = Placer(factory).place_all().placed
+    assert sorted(p.node_id for p in placed) == [wanted[0], wanted[0]]
+    with factory() as session:  # the constraint survives the task row's JSON
+        (task, *_) = crud.job_tasks(session, job_id=job_id)
+        assert crud.needs_from_json(task.needs).providers == {trusted}
+
+
 def test_database_refuses_a_second_live_lease_on_one_slot(
         factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
     (node_id,) = make_nodes(1, slots=1)

@@ -11,10 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from orchestrator.chain.anvil import revert_to, snapshot
+from orchestrator.chain.sdk import MeshChain
 from orchestrator.config import Settings
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.popw import DEFAULT_GPU_CLASSES, GpuClass, PopwConfig
 from orchestrator.main import create_app
+from orchestrator.telemetry.metrics import MeshMetrics
 from tests.orchestrator.apiclient import VirtualClock, Wallet, registration
 from tests.services.pls_harness import ADMIN_KEY, Agent, FixedStake
 
@@ -24,6 +27,21 @@ AppMaker = Callable[..., TestClient]
 @pytest.fixture
 def clock() -> VirtualClock:
     return VirtualClock()
+
+
+@pytest.fixture
+def mesh(session_chain: MeshChain) -> Iterator[MeshChain]:
+    """The session deployment inside an evm snapshot. Not named `chain`: ape's pytest plugin
+    owns that fixture name and wins over `tests/chain_fixtures.py`."""
+    snapshot_id = snapshot(session_chain.w3)
+    yield session_chain
+    revert_to(session_chain.w3, snapshot_id)
+    session_chain.resync_nonces()
+
+
+@pytest.fixture
+def metrics() -> MeshMetrics:
+    return MeshMetrics()
 
 
 @pytest.fixture
@@ -41,8 +59,9 @@ def pls_config() -> PlsConfig:
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
+    # node_stake 0: these tests are not about the registration gate (test_api_bad_input is)
     return Settings(database_url=db_url, data_dir=tmp_path, periodic_enabled=False,
-                    json_logs=False, admin_key=SecretStr(ADMIN_KEY))
+                    json_logs=False, admin_key=SecretStr(ADMIN_KEY), node_stake=0)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ stand-in for tests that are not about the chain (a fixed free-stake map), job bu
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,6 +59,14 @@ class Agent:
 
     def beat(self) -> None:
         assert self.post(f"/v1/nodes/{self.node_id}/heartbeat").status_code == 200
+
+    def upload(self, data: bytes) -> str:
+        """Store a blob (a checkpoint or a result) under the node's session; its sha256."""
+        sha = hashlib.sha256(data).hexdigest()
+        put = self.client.put(f"/v1/blobs/{sha}", content=data,
+                              headers={"authorization": f"Bearer {self.token}"})
+        assert put.status_code == 200, put.text
+        return sha
 
     def probe(self, *, rtt_s: float = 0.0, clock: VirtualClock | None = None) -> float:
         """One ping-pong round the orchestrator times (the clock moves `rtt_s` in between)."""

@@ -1,5 +1,5 @@
 """GET /v1/nodes/{id}/score: the RS placement uses for a task duration, with its factors and
-the tier work may use now (what `mesh demo` and operators show per node)."""
+the tier work may use now (what `mesh up` and operators show per node)."""
 
 from __future__ import annotations
 

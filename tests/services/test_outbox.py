@@ -4,9 +4,11 @@ outages and competing orchestrator processes."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +18,16 @@ from hexbytes import HexBytes
 from pydantic import SecretStr
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from web3 import HTTPProvider
+from web3 import HTTPProvider, Web3
 from web3.types import RPCEndpoint
 
-from orchestrator.chain.anvil import dev_account, increase_time, revert_to, snapshot
+from orchestrator.chain.anvil import dev_account, increase_time
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
 from orchestrator.config import Settings
 from orchestrator.db import crud
 from orchestrator.db.models import OutboxAction
+from orchestrator.domain.chain_actions import AssignCollateral, assignment_tree
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
@@ -39,6 +42,7 @@ from orchestrator.services.outbox import (
     build_sender,
 )
 from orchestrator.telemetry.metrics import MeshMetrics
+from tests.orchestrator.apiclient import VirtualClock
 
 pytestmark = pytest.mark.anvil
 
@@ -51,38 +55,8 @@ LEASE_TTL_S = 30.0
 _job_numbers = itertools.count(1)
 
 
-class Clock:
-    """Test time for leases and backoff; moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class Crash(Exception):
     """The orchestrator process dying at an injected point."""
-
-
-@pytest.fixture
-def mesh(session_chain: MeshChain) -> Iterator[MeshChain]:
-    """The session deployment inside an evm snapshot. Not named `chain`: ape's pytest plugin
-    owns that fixture name and wins over `tests/chain_fixtures.py`."""
-    snapshot_id = snapshot(session_chain.w3)
-    yield session_chain
-    revert_to(session_chain.w3, snapshot_id)
-    session_chain.resync_nonces()
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def metrics() -> MeshMetrics:
-    return MeshMetrics()
 
 
 @pytest.fixture
@@ -98,11 +72,28 @@ def fresh_sender(mesh: MeshChain, *, hooks: FaultHooks | None = None,
                         config=config)
 
 
-def drain(factory: sessionmaker[Session], sender: OutboxSender, clock: Clock, *,
+def drain(factory: sessionmaker[Session], sender: OutboxSender, clock: VirtualClock, *,
           holder: str = "orchestrator-a") -> bool:
-    """One leader-locked pass, exactly as the service's periodic job runs it."""
+    """One leader-locked pass, exactly as the service's periodic job runs it, then the time
+    the service leaves between passes: with automine on, anvil mines what the pass broadcast
+    (it mines after answering `eth_sendRawTransaction`, later on a busy machine)."""
     runner = LeaderRunner(factory, holder=holder, clock=clock)
-    return runner.run_if_leader(LEASE_NAME, ttl_s=LEASE_TTL_S, work=sender.work)
+    ran = runner.run_if_leader(LEASE_NAME, ttl_s=LEASE_TTL_S, work=sender.work)
+    automined(sender.tx.chain.w3)
+    return ran
+
+
+def automined(w3: Web3) -> None:
+    """Wait (30 s at most) until anvil, automining, has mined every transaction in its pool;
+    nothing to wait for with automine off or the node out of reach (a cut proxy)."""
+    def call(method: str) -> Any:
+        return w3.provider.make_request(RPCEndpoint(method), [])["result"]
+
+    deadline = time.monotonic() + 30
+    with contextlib.suppress(OSError):  # requests' connection errors and timeouts
+        while (call("anvil_getAutomine") and int(call("txpool_status")["pending"], 16)
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
 
 
 def rows(factory: sessionmaker[Session]) -> list[OutboxAction]:
@@ -194,7 +185,7 @@ def grant(mesh: MeshChain, contract_name: str, role_getter: str, account: str) -
 
 def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        metrics: MeshMetrics, clock: Clock) -> None:
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
     amount = 100 * TOKEN + 1  # not divisible by 3: the customer gets the rounding back
     job_id = accepted_job(factory, mesh, amount=amount, now=clock.now - 5,
                           task_providers=[PROVIDER, PROVIDER, OTHER_PROVIDER])
@@ -210,7 +201,11 @@ def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
     assert drain(factory, sender, clock)  # nothing left: no further transaction
 
     (row,) = rows(factory)
-    assert (row.status, row.raw_tx) == ("confirmed", None)
+    # The bytes stay: if a reorg removes the transaction, the same one is sent again.
+    assert (row.status, "0x" + keccak(HexBytes(row.raw_tx or "")).hex()) == (
+        "confirmed", row.tx_hash)
+    assert row.gas_used == mesh.w3.eth.get_transaction_receipt(HexBytes(row.tx_hash or ""))[
+        "gasUsed"] > 21_000
     assert tx_count(mesh) == sent_before + 1
     assert job_status(factory, job_id) == JobStatus.SETTLED
     with factory() as session:
@@ -231,7 +226,7 @@ def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
 
 def test_thirty_settles_go_out_in_one_settleBatch_transaction(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     jobs = [escrow(mesh, 10 * TOKEN) for _ in range(30)]
     for job_id in jobs:
         queue_settle(factory, job_id, {PROVIDER: 7 * TOKEN})
@@ -245,6 +240,7 @@ def test_thirty_settles_go_out_in_one_settleBatch_transaction(
     assert len({row.tx_hash for row in outbox}) == 1
     assert tx_count(mesh) == sent_before + 1
     receipt = mesh.w3.eth.get_transaction_receipt(HexBytes(outbox[0].tx_hash or ""))
+    assert {row.gas_used for row in outbox} == {receipt["gasUsed"]}  # the batch's, shared
     (event,) = mesh.job_escrow.events.JobsSettled().process_receipt(receipt)
     assert ["0x" + bytes(j).hex() for j in event["args"]["jobIds"]] == jobs
     increase_time(mesh.w3, mesh.settlement_dispute_window() + mesh.payout_period())
@@ -253,7 +249,7 @@ def test_thirty_settles_go_out_in_one_settleBatch_transaction(
 
 def test_settle_runs_are_capped_at_the_batch_size_and_keep_queue_order_around_other_kinds(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
                           config=SenderConfig(settle_batch_size=2))
     jobs = [escrow(mesh, 10 * TOKEN) for _ in range(4)]
@@ -274,7 +270,7 @@ def test_settle_runs_are_capped_at_the_batch_size_and_keep_queue_order_around_ot
 
 def test_row_is_confirmed_only_after_the_configured_blocks_on_top_of_its_receipt(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
                           config=SenderConfig(confirmations=2))
     job_id = accepted_job(factory, mesh, amount=3 * TOKEN, task_providers=[PROVIDER],
@@ -295,7 +291,7 @@ def test_row_is_confirmed_only_after_the_configured_blocks_on_top_of_its_receipt
 @pytest.mark.parametrize("crash_point", ["before_broadcast", "after_broadcast"])
 def test_crash_between_persisting_and_recording_the_receipt_still_settles_once(
         crash_point: str, factory: sessionmaker[Session], mesh: MeshChain,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     payment, payout = 100 * TOKEN, 80 * TOKEN
     job_id = escrow(mesh, payment)
     queue_settle(factory, job_id, {PROVIDER: payout})
@@ -344,7 +340,7 @@ def test_crash_between_persisting_and_recording_the_receipt_still_settles_once(
 
 def test_job_settled_out_of_band_is_recognised_and_the_rest_of_the_batch_settles(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        metrics: MeshMetrics, clock: Clock) -> None:
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
     queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
     assert drain(factory, sender, clock)  # the sender now counts the key's nonces itself
     jobs = [accepted_job(factory, mesh, amount=9 * TOKEN, task_providers=[PROVIDER],
@@ -369,7 +365,7 @@ def test_job_settled_out_of_band_is_recognised_and_the_rest_of_the_batch_settles
 
 
 def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_resends_the_rest(
-        factory: sessionmaker[Session], mesh: MeshChain, clock: Clock) -> None:
+        factory: sessionmaker[Session], mesh: MeshChain, clock: VirtualClock) -> None:
     jobs = [escrow(mesh, 5 * TOKEN) for _ in range(2)]
     for job_id in jobs:
         queue_settle(factory, job_id, {PROVIDER: TOKEN})
@@ -401,7 +397,7 @@ def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_re
 
 def test_epoch_committed_with_the_same_root_is_confirmed_and_another_root_fails(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     root, other_root = b"\x11" * 32, b"\x22" * 32
     mesh.account(ORCHESTRATOR).commit_epoch(7, root)
     queue(factory, "commit", "commit:7", {"epoch": 7, "root": "0x" + root.hex()})
@@ -418,32 +414,96 @@ def test_epoch_committed_with_the_same_root_is_confirmed_and_another_root_fails(
     assert fresh.status == "confirmed" and mesh.epoch_root(8) == other_root
 
 
-def test_lock_then_slash_with_the_slasher_key_then_settle_move_collateral_in_queue_order(
-        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
-        clock: Clock) -> None:
-    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
-                          slasher=mesh.account(dev_account(2)))
+def queue_collateral(factory: sessionmaker[Session], mesh: MeshChain, job_id: str,
+                     others: int = 1) -> None:
+    """A standing reservation of PROVIDER, then assigns of `job_id` and `others` more jobs."""
+    until = int(mesh.w3.eth.get_block("latest")["timestamp"]) + 7 * 24 * 3600
+    queue(factory, "reserve", "reserve:1", {"provider": PROVIDER, "amount": str(40 * TOKEN),
+                                            "until": until})
+    for index, job in enumerate([job_id] + ["0x" + f"{i:064x}" for i in range(1, others + 1)]):
+        queue(factory, "assign", f"assign:{index}", {"job_id": job, "provider": PROVIDER,
+                                                     "collateral": str(20 * TOKEN)})
+
+
+def staked_job(mesh: MeshChain) -> str:
+    """A job escrowed by the customer, and PROVIDER's stake of 50 tokens to back it."""
     job_id = escrow(mesh, 10 * TOKEN)
     mesh.account(dev_account(5)).stake(50 * TOKEN)
-    queue(factory, "lock", "lock:1", {"job_id": job_id, "providers": [PROVIDER],
-                                      "amounts": [str(20 * TOKEN)], "task_id": 1})
+    return job_id
+
+
+def queue_proof_and_slash(factory: sessionmaker[Session], job_id: str) -> None:
+    """The proof of PROVIDER's assignment to the job, then a slash of 5 tokens of it."""
+    queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER})
     queue(factory, "slash", "slash:1", {"job_id": job_id, "provider": PROVIDER,
                                         "amount": str(5 * TOKEN), "reason": 0,
                                         "evidence": "0x" + "ee" * 32})
+
+
+def test_reserve_assign_prove_then_slash_with_the_slasher_key_then_settle_in_queue_order(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
+                          slasher=mesh.account(dev_account(2)))
+    job_id = staked_job(mesh)
+    queue_collateral(factory, mesh, job_id, others=2)
+    queue_proof_and_slash(factory, job_id)
     queue_settle(factory, job_id, {PROVIDER: 4 * TOKEN})
 
     assert drain(factory, sender, clock)
-    # The slash reverts while the lock is unmined: no verdict, it waits for the next pass.
-    assert [row.status for row in rows(factory)] == ["sent", "pending", "pending"]
-    assert rows(factory)[1].attempts == 0
-    for _ in range(2):
+    # One reservation, one root for the three assigns; the proof waits for the root to land.
+    assert [row.status for row in rows(factory)] == ["sent"] * 4 + ["pending"] * 3
+    assert len({row.tx_hash for row in rows(factory)[1:4]}) == 1
+    for _ in range(3):
         assert drain(factory, sender, clock)
 
     assert {row.status for row in rows(factory)} == {"confirmed"}
     stake = mesh.provider_stake(PROVIDER)
-    assert (stake.bonded, stake.locked) == (45 * TOKEN, 0)  # slashed 5, the rest released
-    assert mesh.locked_for(bytes.fromhex(job_id[2:]), PROVIDER) == 0
+    assert (stake.bonded, stake.reserved) == (45 * TOKEN, 35 * TOKEN)  # 5 of the reservation
+    assert mesh.job_escrow.functions.isBacker(bytes.fromhex(job_id[2:]), PROVIDER).call()
     assert settled_on_chain(mesh, job_id)
+
+
+def test_a_proof_finds_the_committed_root_when_a_later_assign_of_the_same_terms_sent_nothing(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    # Another task of the job on the same provider at the same collateral, assigned alone
+    # after the first landed, builds the same root: it is confirmed as already committed,
+    # with no transaction of its own. The job's proof and slash must still find the root.
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
+                          slasher=mesh.account(dev_account(2)))
+    job_id = staked_job(mesh)
+    queue_collateral(factory, mesh, job_id, others=0)
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+    queue(factory, "assign", "assign:again", {"job_id": job_id, "provider": PROVIDER,
+                                              "collateral": str(20 * TOKEN)})
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+    again = rows(factory)[-1]
+    assert (again.status, again.note, again.tx_hash) == (
+        "confirmed", "this assignment root was already committed", None)
+
+    queue_proof_and_slash(factory, job_id)
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+
+    assert [row.status for row in rows(factory)] == ["confirmed"] * 5
+    assert mesh.provider_stake(PROVIDER).bonded == 45 * TOKEN
+
+
+def test_a_proof_without_a_committed_assign_fails_and_does_not_block_later_rows(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        clock: VirtualClock) -> None:
+    job_id = escrow(mesh, 10 * TOKEN)
+    queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER})
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+
+    assert [(row.status, row.note) for row in rows(factory)] == [
+        ("failed", "no confirmed assign row for this job and provider"), ("confirmed", None)]
 
 
 # ---------------------------------------------------------------------- failures
@@ -451,15 +511,15 @@ def test_lock_then_slash_with_the_slasher_key_then_settle_move_collateral_in_que
 
 def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_rows(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        metrics: MeshMetrics, clock: Clock) -> None:
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
     overpaid, fine = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
     mesh.account(dev_account(5)).stake(50 * TOKEN)
     queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
     queue_settle(factory, fine, {PROVIDER: 5 * TOKEN})
     queue(factory, "slash", "slash:1", {"job_id": fine, "provider": PROVIDER, "amount": "1",
                                         "reason": 0, "evidence": "0x" + "ee" * 32})
-    queue(factory, "lock", "lock:1", {"job_id": overpaid, "providers": [PROVIDER],
-                                      "amounts": [str(20 * TOKEN)]})
+    queue(factory, "assign", "assign:1", {"job_id": overpaid, "provider": PROVIDER,
+                                          "collateral": str(20 * TOKEN)})
     queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": "nope"})
     queue(factory, "tier", "tier:2", {"provider": PROVIDER, "tier": 2})
 
@@ -468,13 +528,15 @@ def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_
 
     statuses = [(row.kind, row.status) for row in rows(factory)]
     assert statuses == [("settle", "failed"), ("settle", "confirmed"), ("slash", "failed"),
-                        ("lock", "confirmed"), ("tier", "failed"), ("tier", "confirmed")]
+                        ("assign", "confirmed"), ("tier", "failed"), ("tier", "confirmed")]
     notes = [row.note or "" for row in rows(factory)]
     assert notes[0].startswith("JobEscrowPayoutExceedsEscrow(job_id=" + overpaid)
     assert notes[2].startswith(f"AccessControlUnauthorizedAccount(account='{ORCHESTRATOR.address}'")
     assert notes[4] == "invalid payload: tier holds 'nope', not an unsigned integer"
     assert settled_on_chain(mesh, fine) and not settled_on_chain(mesh, overpaid)
-    assert mesh.locked_for(bytes.fromhex(overpaid[2:]), PROVIDER) == 20 * TOKEN
+    root = assignment_tree([AssignCollateral(bytes.fromhex(overpaid[2:]), PROVIDER,
+                                             20 * TOKEN)]).root
+    assert mesh.job_escrow.functions.assignmentsCommittedAt(root).call() > 0
     assert mesh.provider_stake(PROVIDER).tier == 2
     assert sample(metrics, "mesh_outbox_failed_total", kind="settle",
                   error="JobEscrowPayoutExceedsEscrow") == 1
@@ -487,7 +549,7 @@ def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_
 
 def test_a_lone_settle_that_reverts_fails_with_its_decoded_error_and_counts_once(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        metrics: MeshMetrics, clock: Clock) -> None:
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
     overpaid = escrow(mesh, 5 * TOKEN)
     queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
     sent_before = tx_count(mesh)
@@ -505,7 +567,7 @@ def test_a_lone_settle_that_reverts_fails_with_its_decoded_error_and_counts_once
 
 def test_rpc_outage_keeps_the_row_pending_with_backoff_then_it_lands(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     job_id = escrow(mesh, 5 * TOKEN)
     queue_settle(factory, job_id, {PROVIDER: TOKEN})
     own = MeshChain(connect(mesh.w3.provider.endpoint_uri),  # type: ignore[attr-defined]
@@ -534,7 +596,7 @@ def test_rpc_outage_keeps_the_row_pending_with_backoff_then_it_lands(
 
 def test_nothing_new_is_signed_while_an_in_flight_row_backs_off(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     first, second = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
     queue_settle(factory, first, {PROVIDER: TOKEN})
     own = MeshChain(connect(mesh.w3.provider.endpoint_uri),  # type: ignore[attr-defined]
@@ -565,7 +627,7 @@ def test_nothing_new_is_signed_while_an_in_flight_row_backs_off(
 
 
 def test_two_orchestrator_processes_never_both_send(
-        factory: sessionmaker[Session], mesh: MeshChain, clock: Clock) -> None:
+        factory: sessionmaker[Session], mesh: MeshChain, clock: VirtualClock) -> None:
     jobs = [escrow(mesh, 5 * TOKEN) for _ in range(12)]
     sent_before = tx_count(mesh)
     broadcasts: dict[str, list[str]] = {"a": [], "b": []}
@@ -610,7 +672,7 @@ def test_two_orchestrator_processes_never_both_send(
 
 def test_service_periodic_job_drains_the_outbox_with_the_configured_key(
         factory: sessionmaker[Session], mesh: MeshChain, db_url: str, tmp_path: Path,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     mesh.deployment.save(tmp_path)
     settings = Settings(database_url=db_url, data_dir=tmp_path, json_logs=False,
                         rpc_url=mesh.w3.provider.endpoint_uri,  # type: ignore[attr-defined]
@@ -622,35 +684,34 @@ def test_service_periodic_job_drains_the_outbox_with_the_configured_key(
 
     for _ in range(2):
         assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+        automined(mesh.w3)
 
     assert rows(factory)[0].status == "confirmed" and settled_on_chain(mesh, job_id)
 
 
 def test_service_sender_takes_its_confirmations_and_slasher_from_the_settings(
         factory: sessionmaker[Session], mesh: MeshChain, db_url: str, tmp_path: Path,
-        clock: Clock) -> None:
+        clock: VirtualClock) -> None:
     mesh.deployment.save(tmp_path)
     settings = Settings(database_url=db_url, data_dir=tmp_path, json_logs=False,
                         rpc_url=mesh.w3.provider.endpoint_uri,  # type: ignore[attr-defined]
                         orchestrator_key=SecretStr(ORCHESTRATOR.key.hex()),
                         slasher_key=SecretStr(dev_account(2).key.hex()),
                         outbox_confirmations=1)
-    job_id = escrow(mesh, 10 * TOKEN)
-    mesh.account(dev_account(5)).stake(50 * TOKEN)
-    queue(factory, "lock", "lock:1", {"job_id": job_id, "providers": [PROVIDER],
-                                      "amounts": [str(20 * TOKEN)]})
-    queue(factory, "slash", "slash:1", {"job_id": job_id, "provider": PROVIDER,
-                                        "amount": str(5 * TOKEN), "reason": 0,
-                                        "evidence": "0x" + "ee" * 32})
+    job_id = staked_job(mesh)
+    queue_collateral(factory, mesh, job_id)
+    queue_proof_and_slash(factory, job_id)
     service_work: Callable[[Session, float], object] = build_sender(settings, MeshMetrics())
     runner = LeaderRunner(factory, holder="service", clock=clock)
 
-    for _ in range(2):  # the lock is signed and mined, but no block is on top of it yet
+    for _ in range(2):  # the root is signed and mined, but no block is on top of it yet
         assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
-    assert rows(factory)[0].status == "sent"
-    for _ in range(4):
+        automined(mesh.w3)
+    assert [row.status for row in rows(factory)][2:] == ["sent", "pending", "pending"]
+    for _ in range(8):
         mesh.w3.provider.make_request(RPCEndpoint("anvil_mine"), [1])
         assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+        automined(mesh.w3)
 
-    assert [row.status for row in rows(factory)] == ["confirmed", "confirmed"]  # slasher key
+    assert {row.status for row in rows(factory)} == {"confirmed"}  # the slash: slasher key
     assert mesh.provider_stake(PROVIDER).bonded == 45 * TOKEN

@@ -1,6 +1,7 @@
 """Placement under PLS, on the lease pull path and in the batch placer: RS floor for the
 task's duration, a fresh HIGH handshake for high-priority work, free stake covering the
-risk-priced collateral, and the collateral lock queued in the placement's transaction."""
+risk-priced collateral, and the collateral assignment (with a reservation raise when the
+provider's standing reservation falls short) queued in the placement's transaction."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def pls_of(client: TestClient) -> PlsService:
     return service
 
 
-def test_lease_waits_for_free_stake_then_locks_the_risk_priced_collateral(
+def test_lease_waits_for_free_stake_then_assigns_the_risk_priced_collateral(
         agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     node = agent("gpu-1")
@@ -38,15 +39,36 @@ def test_lease_waits_for_free_stake_then_locks_the_risk_priced_collateral(
     rs = pls.book.score("gpu-1", clock(), 60.0)
     expected = pls.config.collateral.required(TOKEN, 1.0 - rs, 60.0)
     assert expected > pls.config.collateral.floor  # priced by value and risk, not the floor
-    (action,) = client.get("/v1/admin/outbox", headers=ADMIN).json()
-    assert action["kind"] == "lock"
-    assert action["payload"] == {"job_id": job_id, "providers": [node.wallet.address],
-                                 "amounts": [str(expected)],
+    assign, reserve = client.get("/v1/admin/outbox", headers=ADMIN).json()  # newest first
+    assert assign["kind"] == "assign"
+    assert assign["payload"] == {"job_id": job_id, "provider": node.wallet.address,
+                                 "collateral": str(expected),
                                  "task_id": lease.json()["task_id"]}
+    # The provider had no reservation: one is raised to twice what its open work needs.
+    assert reserve["kind"] == "reserve"
+    assert reserve["payload"] == {"provider": node.wallet.address, "amount": str(2 * expected),
+                                  "until": int(clock() + pls.config.reservation_s)}
     with factory() as session:
         (lock,) = session.scalars(select(CollateralLock))
         assert (lock.amount, lock.node_id) == (expected, "gpu-1")
     assert 30.0 <= lease.json()["checkpoint_interval_s"] <= 3600.0
+
+
+def test_open_assignments_still_count_against_free_stake_after_the_stake_cache_expires(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    first = agent("gpu-1")
+    second = agent("gpu-2", wallet=first.wallet)  # the same provider
+    make_job(factory, tasks=2, value=TOKEN, now=clock())
+    stake.free[first.wallet.address] = 10 * TOKEN
+    assert first.post("/v1/nodes/gpu-1/lease").status_code == 200
+    with factory() as session:
+        (lock,) = session.scalars(select(CollateralLock))
+    # Stake for the open assignment and a fifth more: not for a second one (priced alike).
+    stake.free[first.wallet.address] = lock.amount * 6 // 5
+    clock.advance(60)  # past the stake cache: the chain holds the reservation, not the work
+
+    assert second.post("/v1/nodes/gpu-2/lease").status_code == 204
 
 
 def test_stake_short_of_the_collateral_gets_no_lease(
@@ -73,18 +95,42 @@ def test_high_priority_work_needs_a_fresh_high_handshake(
     assert node.post("/v1/nodes/gpu-1/lease").status_code == 200
 
 
+def lose_probes(node: Agent, clock: VirtualClock) -> None:
+    for _ in range(10):  # probes sent, never echoed
+        node.post(f"/v1/nodes/{node.node_id}/probe")
+        clock.advance(11)
+    node.post(f"/v1/nodes/{node.node_id}/probe")
+
+
 def test_node_losing_its_probes_falls_under_the_rs_floor_and_gets_no_lease(
         agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     stake.free[node.wallet.address] = 10 * TOKEN
-    for _ in range(10):  # probes sent, never echoed
-        node.post("/v1/nodes/gpu-1/probe")
-        clock.advance(11)
-    node.post("/v1/nodes/gpu-1/probe")
-    assert pls_of(client).book.score("gpu-1", clock(), 60.0) < 0.5
+    lose_probes(node, clock)
+    agent("gpu-steady")  # the grid has steady capacity: the risky node waits for it
+    pls = pls_of(client)
+    assert pls.book.score("gpu-1", clock(), 60.0) < pls.config.min_rs
+    assert pls.book.score("gpu-steady", clock(), 60.0) >= pls.config.min_rs
     make_job(factory, value=TOKEN, now=clock())
     assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+
+
+def test_a_grid_with_no_node_over_the_rs_floor_still_places_its_work_priced(
+        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    lose_probes(node, clock)
+    pls = pls_of(client)
+    rs = pls.book.score("gpu-1", clock(), 60.0)
+    assert rs < pls.config.min_rs  # the only node, under the floor: no steady capacity
+    make_job(factory, value=TOKEN, now=clock())
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    with factory() as session:
+        (lock,) = session.scalars(select(CollateralLock))
+    assert lock.amount == pls.config.collateral.required(TOKEN, 1.0 - rs, 60.0)
 
 
 def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batch(
@@ -100,6 +146,6 @@ def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batc
     assert [r.node_id for r in placed.placed] == ["gpu-staked"]  # one slot; cheap has no stake
     with factory() as session:
         leases = list(session.scalars(select(Lease)))
-        locks = list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "lock")))
+        locks = list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "assign")))
         assert [lease.node_id for lease in leases] == ["gpu-staked"]
         assert [a.payload["task_id"] for a in locks] == [leases[0].task_id]

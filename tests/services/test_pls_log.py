@@ -128,13 +128,18 @@ def test_without_the_follow_a_replica_misses_what_the_other_received(
     assert scores(second.engine, end + 30.0) == scores(single, end + 30.0)
 
 
-def test_a_rolled_back_observation_reaches_no_engine(factory: sessionmaker[Session]) -> None:
+def registered_replica(factory: sessionmaker[Session]) -> tuple[PlsService, int]:
+    """A replica that registered node n-0, and the log's head after it."""
     replica = service()
     with factory.begin() as session:
         node = crud.register_node(session, spec=spec("n-0"), now=START)
         replica.node_registered(session, node=node, now=START)
     with factory() as session:
-        before = store.log_head(session)
+        return replica, store.log_head(session)
+
+
+def test_a_rolled_back_observation_reaches_no_engine(factory: sessionmaker[Session]) -> None:
+    replica, before = registered_replica(factory)
     with pytest.raises(RuntimeError), factory.begin() as session:
         replica.record_upload(session, node_id="n-0", mbps=1.0, now=START + 1.0)
         raise RuntimeError("the route failed after the use case")
@@ -148,6 +153,32 @@ def test_a_rolled_back_observation_reaches_no_engine(factory: sessionmaker[Sessi
     assert scores(replica.engine, START + 10.0) == scores(witness, START + 10.0)
     with factory() as session:
         assert store.log_head(session) == before + 1  # the head moved with the commit only
+
+
+def test_observations_in_savepoints_wait_for_the_commit_and_a_failed_one_drops_only_its_own(
+        factory: sessionmaker[Session]) -> None:
+    """As the chain indexer runs its handlers: each in a savepoint, one that fails rolls its
+    savepoint back and the pass commits the rest; the engine applies what was committed, at
+    the commit, not when a savepoint is released."""
+    replica, before = registered_replica(factory)
+    with factory.begin() as session:
+        with session.begin_nested():
+            replica.record_upload(session, node_id="n-0", mbps=80.0, now=START + 2.0)
+        with pytest.raises(RuntimeError), session.begin_nested():
+            replica.record_upload(session, node_id="n-0", mbps=1.0, now=START + 3.0)
+            raise RuntimeError("a handler failed")
+        with session.begin_nested(), session.begin_nested():
+            replica.record_upload(session, node_id="n-0", mbps=60.0, now=START + 4.0)
+    witness = PlsEngine(PlsConfig())
+    witness.register("n-0", spec("n-0").provider, region="eu", network="eu", at=START,
+                     tier=Tier.STANDARD)
+    witness.session_started("n-0", START)
+    witness.upload("n-0", UploadSample(START + 2.0, 80.0))
+    witness.upload("n-0", UploadSample(START + 4.0, 60.0))
+    assert scores(replica.engine, START + 10.0) == scores(witness, START + 10.0)
+    with factory() as session:
+        assert store.log_head(session) == before + 2
+        assert replica.catch_up(session) == 0  # both were applied as the pass committed
 
 
 def test_pruning_keeps_what_live_replicas_need_and_a_replica_left_behind_rebuilds(

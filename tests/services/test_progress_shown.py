@@ -5,18 +5,22 @@ once, across a restart); a new process's key, or nothing new, leaves the slash s
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.config import Settings
 from orchestrator.db import crud
 from orchestrator.db.models import Lease, ProgressWithdrawal, SlashRecord
 from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
 from orchestrator.domain.lifecycle import JobStatus
+from orchestrator.domain.pls import LeaseHold
+from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import TaskNeeds
 from tests.orchestrator.apiclient import VirtualClock
 from tests.services.pls_harness import TOKEN, Agent, FixedStake
@@ -33,12 +37,22 @@ FRAME = {"kind": "blender", "blend_sha256": "b" * 64, "frame": 1, "tile": 0, "ti
          "samples": 12, "chunk_samples": 4, "format": "png"}
 
 
-def upload(node: Agent, data: bytes) -> str:
-    sha = hashlib.sha256(data).hexdigest()
-    put = node.client.put(f"/v1/blobs/{sha}", content=data,
-                          headers={"authorization": f"Bearer {node.token}"})
-    assert put.status_code == 200, put.text
-    return sha
+@pytest.fixture(params=[0.0, 30.0], ids=["revoked_at_the_verdict", "lone_grace_30s"])
+def lone_grace_s(request: pytest.FixtureRequest) -> float:
+    """Every proof is judged both ways a lost lease ends: revoked at the DEAD verdict, and
+    held through a lone grace that lapses, well inside the lease's renewal window."""
+    return float(request.param)
+
+
+@pytest.fixture
+def settings(settings: Settings, lone_grace_s: float) -> Settings:
+    return settings.model_copy(update={"pls_lone_grace_s": lone_grace_s, "lease_ttl_s": 600.0})
+
+
+@pytest.fixture
+def pls_config(pls_config: PlsConfig, lone_grace_s: float) -> PlsConfig:
+    """The app takes its PLS knobs from here, not from `settings`."""
+    return replace(pls_config, lease_hold=LeaseHold(lone_grace_s=lone_grace_s))
 
 
 def cut_holding_a_frame(agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
@@ -60,17 +74,26 @@ def cut_holding_a_frame(agent: Callable[..., Agent], client: TestClient, stake: 
     assert lease.status_code == 200, lease.text
     task_id = int(lease.json()["task_id"])
     node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.0})
-    known = upload(node, b"chunk 0+4 of frame 1")
+    known = node.upload(b"chunk 0+4 of frame 1")
     beat_rounds(client, clock, [node, survivor], 30)
     assert beat_rounds(client, clock, [survivor], 15) == ["gpu-cut"]
+    pls = pls_of(client)
+    # a lone silence: the lease is held for the lone grace, then lapses (without a grace it
+    # is revoked at the verdict)
+    beat_rounds(client, clock, [survivor], int(pls.config.lease_hold.lone_grace_s // 5) + 2)
     with factory() as session:
         revoked = session.scalars(select(Lease).where(Lease.task_id == task_id)).one()
-    assert revoked.released_at is not None and revoked.release_reason == "node dead"
-    clock.advance(pls_of(client).config.slashing.reconnect_grace_s + 60)
+    ended = "lease lapsed" if pls.config.lease_hold.lone_grace_s else "node dead"
+    assert revoked.released_at is not None and revoked.release_reason == ended
+    departed = pls.engine.staking.pending_since(str(task_id))  # the DEAD verdict
+    assert departed is not None and departed <= revoked.released_at
+    # held for the grace after the verdict, not for what was left of the renewal window
+    assert revoked.released_at - departed <= pls.config.lease_hold.lone_grace_s + 5
+    clock.advance(pls.config.slashing.reconnect_grace_s + 60)
     node.login()  # its token outlived
     survivor.login()
     beat_rounds(client, clock, [node, survivor], 2)  # back, past the reconnect grace
-    return node, key, task_id, known, revoked.released_at
+    return node, key, task_id, known, departed
 
 
 def show(node: Agent, key: bytes, task_id: int, chunks: list[tuple[str, float, int]],
@@ -90,7 +113,7 @@ def test_chunks_rendered_through_the_cut_withdraw_the_slash_once_and_for_good(
         make_app: Callable[..., TestClient]) -> None:
     node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
                                                               clock)
-    fresh = upload(node, b"chunk 4+4 of frame 1, rendered offline")
+    fresh = node.upload(b"chunk 4+4 of frame 1, rendered offline")
 
     status, body = show(node, key, task_id, [(known, departed - 5, 0), (fresh, departed + 3, 4)],
                         clock())
@@ -120,7 +143,7 @@ def test_a_new_process_cannot_show_the_old_ones_progress(
     node, _, task_id, _, departed = cut_holding_a_frame(agent, client, stake, factory, clock)
     restarted_key = os.urandom(32)
     assert login(node, session_address(restarted_key)) == 200
-    fresh = upload(node, b"chunk 4+4 of frame 1, rendered offline")
+    fresh = node.upload(b"chunk 4+4 of frame 1, rendered offline")
 
     status, body = show(node, restarted_key, task_id, [(fresh, departed + 3, 4)], clock())
 
@@ -136,7 +159,7 @@ def test_an_idle_node_has_nothing_new_to_show_and_is_slashed(
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
                                                               clock)
-    outside_plan = upload(node, b"samples 5..9: no chunk of this frame")
+    outside_plan = node.upload(b"samples 5..9: no chunk of this frame")
 
     # the chunk it had before the cut, claimed as rendered after it; a chunk off the plan
     status, body = show(node, key, task_id, [(known, departed + 3, 0),
@@ -151,7 +174,7 @@ def test_a_proof_for_a_task_the_node_did_not_lose_is_not_pending(
         agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     node, key, task_id, _, departed = cut_holding_a_frame(agent, client, stake, factory, clock)
-    fresh = upload(node, b"chunk 4+4 of frame 1, rendered offline")
+    fresh = node.upload(b"chunk 4+4 of frame 1, rendered offline")
 
     assert show(node, key, task_id + 1, [(fresh, departed + 3, 4)], clock()) == (
         200, {"verdict": "not_pending", "chunks_credited": 0})

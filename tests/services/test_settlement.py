@@ -55,3 +55,23 @@ def test_the_settled_escrow_moves_the_job_once_with_its_lag(
         assert settlement.mark_settled(session, job_id="0x" + "00" * 32,
                                        escrow=EscrowStatus.SETTLED, now=150.0,
                                        reason="not ours") is None
+
+
+def test_a_reorged_settlement_unsettles_the_job_and_only_a_final_event_settles_it_again(
+        factory: sessionmaker[Session]) -> None:
+    settling_job(factory, at=100.0)
+    with factory.begin() as session:
+        assert settlement.unsettle_reorged(session, job_ids=[JOB], now=110.0) == []  # settling
+        assert settlement.mark_settled(session, job_id=JOB, escrow=EscrowStatus.SETTLED,
+                                       now=120.0, reason="receipt", final=False) == 20.0
+        assert settlement.unsettle_reorged(session, job_ids=[JOB, "0x" + "00" * 32],
+                                           now=130.0) == [JOB]
+    assert status(factory) == "settling"
+    with factory.begin() as session:
+        assert settlement.mark_settled(session, job_id=JOB, escrow=EscrowStatus.SETTLED,
+                                       now=140.0, reason="receipt again", final=False) is None
+    assert status(factory) == "settling"
+    with factory.begin() as session:
+        assert settlement.mark_settled(session, job_id=JOB, escrow=EscrowStatus.SETTLED,
+                                       now=150.0, reason="final event") == 20.0
+    assert status(factory) == "settled"

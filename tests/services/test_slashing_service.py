@@ -68,7 +68,7 @@ def lone_node_goes_silent(agent: Callable[..., Agent], client: TestClient, stake
     return doomed
 
 
-def test_lone_departure_holding_a_task_slashes_its_collateral_once(
+def test_lone_departure_holding_a_task_slashes_its_damage_once(
         agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     doomed = lone_node_goes_silent(agent, client, stake, factory, clock)
@@ -80,7 +80,10 @@ def test_lone_departure_holding_a_task_slashes_its_collateral_once(
         (record,) = session.scalars(select(SlashRecord))
     assert action.payload["job_id"] == lock.job_id
     assert action.payload["provider"] == doomed.wallet.address
-    assert action.payload["amount"] == str(lock.amount)
+    # Priced at the damage done (the 0.2 of the task since its last checkpoint, plus the base
+    # share), never more than the collateral locked for it.
+    damage = pls_of(client).config.slashing.abandonment_damage(TOKEN, 0.2)
+    assert action.payload["amount"] == str(min(lock.amount, damage)) == str(record.amount)
     assert action.payload["reason"] == SlashReason.ABANDONMENT
     assert action.payload["evidence"] == record.evidence and len(record.evidence) == 66
     metrics = client.get("/metrics").text
@@ -185,3 +188,54 @@ def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(
     assert (tier.payload["provider"], tier.payload["tier"]) == (cheat.wallet.address, 0)
     make_job(factory, value=TOKEN, now=clock())
     assert cheat.post("/v1/nodes/gpu-cheat/lease").status_code == 204  # demoted: no NORMAL work
+
+
+def test_a_lone_node_back_within_the_grace_keeps_its_lease_and_is_not_slashed(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    doomed = lone_node_goes_silent(agent, client, stake, factory, clock)
+    held = live_tasks(factory)
+    assert list(held) == ["gpu-doomed"]  # the lone grace: not revoked at the verdict
+    beat_rounds(client, clock, [doomed], 3)  # back well inside the grace
+    assert live_tasks(factory) == held
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []
+    assert ended_sessions(factory)["gpu-doomed"] is True  # still its own departure
+
+
+def test_a_lone_hold_that_lapses_is_an_abandonment_dated_at_the_dead_verdict(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    lone_node_goes_silent(agent, client, stake, factory, clock)
+    dead_at = clock()
+    pls = pls_of(client)
+    clock.advance(pls.config.lease_hold.lone_grace_s + 5)
+    assert client.post("/v1/admin/sweep", headers=ADMIN).json()["expired_leases"] == 1
+    assert live_tasks(factory) == {}
+    # Matured from the verdict: the decision delay counts from then, not from the lapse.
+    clock.advance(pls.config.slashing.decision_delay_s - pls.config.lease_hold.lone_grace_s)
+    with factory.begin() as session:
+        pls.run_decide(session, now=clock())
+    (record,) = _slash_records(factory)
+    assert record.reason == SlashReason.ABANDONMENT
+    assert clock() - dead_at <= pls.config.slashing.decision_delay_s + 10
+    with factory() as session:
+        (lock,) = session.scalars(select(CollateralLock))
+    assert lock.ended_at is not None and not lock.finished
+
+
+def test_a_drained_node_that_goes_silent_is_never_slashed(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    leaving, survivor = agent("gpu-leaving", region="us"), agent("gpu-ok", region="eu")
+    start_tasks([leaving], stake, factory, clock)
+    beat_rounds(client, clock, [leaving, survivor], 30)
+    assert leaving.post("/v1/nodes/gpu-leaving/drain").status_code == 200
+    beat_rounds(client, clock, [survivor], 15)
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == [] and _slash_records(factory) == []
+
+
+def _slash_records(factory: sessionmaker[Session]) -> list[SlashRecord]:
+    with factory() as session:
+        return list(session.scalars(select(SlashRecord)))

@@ -34,8 +34,8 @@ def quiet_world(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(world_module, "REGION_OUTAGES_PER_DAY", 0.0)
 
 
-def run(sessions: list[Session], cut: tuple[float, float] | None, hold_s: float
-        ) -> tuple[Simulation, LostLeases]:
+def run(sessions: list[Session], cut: tuple[float, float] | None, hold_s: float,
+        lone_grace_s: float = 0.0) -> tuple[Simulation, LostLeases]:
     """Node 0 takes one long task (node 1 is always there); its heartbeats stop for `cut`."""
     profiles = [profile("held"), profile("steady")]
     trace = {"held": sessions, "steady": [Session(0.0, math.inf)]}
@@ -51,7 +51,8 @@ def run(sessions: list[Session], cut: tuple[float, float] | None, hold_s: float
         assert timeline.partitions[0].dead_at is not None  # the detector calls it DEAD
     recorder = LostLeases()
     sim = Simulation(world, profiles, [spec(p) for p in profiles], [one_job(WORK_S)],
-                     Prefer(0, hold_s=hold_s), np.random.default_rng(0), [recorder])
+                     Prefer(0, hold_s=hold_s), np.random.default_rng(0), [recorder],
+                     lone_grace_s=lone_grace_s)
     sim.run()
     return sim, recorder
 
@@ -91,3 +92,20 @@ def test_a_node_that_comes_back_as_a_new_process_reports_its_held_lease_lost() -
     assert node == 0 and CUT_AT + 200.0 <= given_up_at < CUT_AT + 300.0  # at reconnect
     assert sim.result.waste_lost_s > 0.0 and sim.result.reassignments == 1
     assert sim.result.useful_s == pytest.approx(WORK_S)
+
+
+def test_the_lone_grace_keeps_a_lease_the_policy_would_revoke_through_a_short_cut() -> None:
+    sim, recorder = run([Session(0.0, math.inf)], (CUT_AT, CUT_AT + 200.0), hold_s=0.0,
+                        lone_grace_s=300.0)
+    assert recorder.lost == [] and sim.result.reassignments == 0
+    assert sim.result.useful_s == pytest.approx(WORK_S)
+
+
+def test_a_lone_grace_that_runs_out_loses_the_lease_then_with_the_same_work_lost() -> None:
+    graced, graced_log = run([Session(0.0, math.inf)], (CUT_AT, CUT_AT + 3_000.0), hold_s=0.0,
+                             lone_grace_s=300.0)
+    now, now_log = run([Session(0.0, math.inf)], (CUT_AT, CUT_AT + 3_000.0), hold_s=0.0)
+    (_, given_up_at), = graced_log.lost
+    (_, revoked_at), = now_log.lost
+    assert given_up_at == pytest.approx(revoked_at + 300.0)
+    assert graced.result.waste_revoked_s == pytest.approx(now.result.waste_revoked_s)

@@ -237,7 +237,8 @@ def test_oracle_goodput_is_at_least_every_other_policy(seed: int) -> None:
 
 REPORT_KEYS = {"useful_gpu_s", "wasted_gpu_s", "waste_ratio", "jobs_completed", "jobs_on_time",
                "p50_completion_s", "p99_completion_s", "reassignments", "slashes",
-               "false_slash_rate", "stable_vs_flaky_earnings_ratio", "brier", "ece"}
+               "false_slash_rate", "stable_vs_flaky_earnings_ratio", "brier", "ece",
+               "net_earnings_per_gpu_hour", "waste_vs_oracle"}
 
 
 def test_mesh_bench_churn_json_end_to_end_with_trace_profiles_and_plots(tmp_path: Path
@@ -262,6 +263,9 @@ def test_mesh_bench_churn_json_end_to_end_with_trace_profiles_and_plots(tmp_path
     assert report["nodes"] == 30 and report["seed"] == 3 and report["days"] == 1.0
     for name in ("random", "uptime", "pls", "oracle"):
         assert set(report["policies"][name]) >= REPORT_KEYS
+    assert report["policies"]["oracle"]["waste_vs_oracle"] == 1.0
+    assert set(report["policies"]["pls"]["net_earnings_per_gpu_hour"]) == {
+        "stable", "middle", "flaky"}
     assert report["policies"]["random"]["brier"] is None
     assert report["policies"]["pls"]["brier"] is not None
     assert sorted(p.name for p in plots.glob("*.png")) == [

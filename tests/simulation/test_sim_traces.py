@@ -99,3 +99,18 @@ def test_availability_models_keep_their_source_citation() -> None:
         "data/availability_models.json").read_text(encoding="utf-8")
     assert "Javadi" in text and "ComBoS" in text
     assert all(m.availability.params["shape"] < 1 for m in load_availability_models().values())
+
+
+def test_high_churn_populations_have_many_short_sessions_per_host() -> None:
+    """`mesh bench churn --population`: the high-churn ones see a host online about ten times
+    a week, several times the SETI mix, and each host keeps its own pace."""
+    from orchestrator.bench import churn
+
+    weekly: dict[str, float] = {}
+    for name in ("seti", "homes", "evenings-mix"):
+        trace, _ = churn.build_inputs(None, None, 300, 7 * 86_400.0, churn._streams(5), name)
+        weekly[name] = float(np.mean([len(sessions) for sessions in trace.values()]))
+    assert weekly["seti"] < 6.0
+    assert 8.0 < weekly["homes"] < 20.0 and 8.0 < weekly["evenings-mix"] < 20.0
+    with pytest.raises(TraceError, match="unknown --population"):
+        churn.build_inputs(None, None, 10, 86_400.0, churn._streams(5), "nowhere")

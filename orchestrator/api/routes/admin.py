@@ -6,13 +6,23 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from orchestrator.api.deps import AdminDep, CtxDep, SessionDep
+from orchestrator.api.deps import AdminDep, CtxDep, NonceAfterValidation, SessionDep
+from orchestrator.api.errors import errors
 from orchestrator.api.routes.jobs import job_out
-from orchestrator.api.schemas import JobOut, OutboxOut, SweepOut, TaskOut, VerificationFailedIn
-from orchestrator.domain.lifecycle import OutboxStatus
+from orchestrator.api.schemas import (
+    JobIdPath,
+    JobOut,
+    OutboxOut,
+    RowId,
+    SweepOut,
+    TaskOut,
+    VerificationFailedIn,
+)
+from orchestrator.domain.lifecycle import Missing, OutboxStatus, Refused
 from orchestrator.services import admin
 
-router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep],
+                   route_class=NonceAfterValidation)
 
 
 @router.post("/sweep", response_model=SweepOut,
@@ -25,15 +35,17 @@ def sweep(session: SessionDep, ctx: CtxDep) -> SweepOut:
 
 
 @router.post("/jobs/{job_id}/accept", response_model=JobOut,
+             responses=errors(Missing, Refused),
              summary="Operator override (logged): accept a job without waiting for its "
                      "verification and queue its settlement (verified jobs settle on their own)")
-def accept(job_id: str, session: SessionDep, ctx: CtxDep) -> JobOut:
+def accept(job_id: JobIdPath, session: SessionDep, ctx: CtxDep) -> JobOut:
     return job_out(admin.accept(session, job_id=job_id, verifier=ctx.verifier, now=ctx.now()))
 
 
 @router.post("/tasks/{task_id}/verification-failed", response_model=TaskOut,
+             responses=errors(Missing, Refused),
              summary="A spot check found the task's result wrong: slash its collateral, demote")
-def verification_failed(task_id: int, body: VerificationFailedIn, session: SessionDep,
+def verification_failed(task_id: RowId, body: VerificationFailedIn, session: SessionDep,
                         ctx: CtxDep) -> TaskOut:
     task = admin.verification_failed(session, task_id=task_id, node_id=body.node_id,
                                      pls=ctx.pls, now=ctx.now())

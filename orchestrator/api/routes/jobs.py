@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from eth_utils import keccak
+from eth_utils import keccak, to_checksum_address
 from fastapi import APIRouter, Header
 from fastapi.responses import FileResponse
 
-from orchestrator.api.deps import CtxDep, EscrowDep, SessionDep, SignedDep
+from orchestrator.api.deps import CtxDep, EscrowDep, NonceAfterValidation, SessionDep, SignedDep
+from orchestrator.api.errors import errors
 from orchestrator.api.routes.blobs import blob_file
-from orchestrator.api.schemas import JobOut, JobSubmission, ResultOut, ResultsOut
+from orchestrator.api.schemas import (
+    JobIdPath,
+    JobOut,
+    JobSubmission,
+    ResultOut,
+    ResultsOut,
+    Sha256Path,
+)
+from orchestrator.domain.lifecycle import Forbidden, Missing, Refused, Unfunded
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.services import jobs
 from orchestrator.services.jobs import JobView, Submission
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=NonceAfterValidation)
 IdempotencyKey = Annotated[str, Header(min_length=8, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
@@ -25,6 +34,7 @@ def job_out(job: JobView) -> JobOut:
 
 
 @router.post("/jobs", response_model=JobOut,
+             responses=errors(Refused, Unfunded, Forbidden),
              summary="Submit a job whose escrow is already funded on chain (signed)")
 def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: CtxDep,
            escrow: EscrowDep, idempotency_key: IdempotencyKey) -> JobOut:
@@ -36,6 +46,8 @@ def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: Ctx
             min_vram_gb=needs.min_vram_gb,
             gpu_models=None if needs.gpu_models is None else frozenset(needs.gpu_models),
             regions=None if needs.regions is None else frozenset(needs.regions),
+            providers=None if needs.providers is None
+            else frozenset(to_checksum_address(p) for p in needs.providers),
             max_price_per_gpu_hour=needs.max_price_per_gpu_hour, priority=needs.priority,
             expected_duration_s=needs.expected_duration_s),
         idempotency_key=idempotency_key,
@@ -43,9 +55,17 @@ def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: Ctx
         read_escrow=lambda job_id: escrow().escrowed_job(job_id), now=ctx.now()))
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut, summary="Job status and task counts")
-def status(job_id: str, session: SessionDep) -> JobOut:
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=errors(Missing),
+            summary="Job status and task counts")
+def status(job_id: JobIdPath, session: SessionDep) -> JobOut:
     return job_out(jobs.status(session, job_id=job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut,
+             responses=errors(Missing, Forbidden, Refused),
+             summary="Cancel a job no node has taken yet (signed, the job's customer only)")
+def cancel(job_id: JobIdPath, signed: SignedDep, session: SessionDep, ctx: CtxDep) -> JobOut:
+    return job_out(jobs.cancel(session, job_id=job_id, customer=signed.address, now=ctx.now()))
 
 
 def result_name(payload: dict[str, Any], index: int) -> str:
@@ -59,9 +79,10 @@ def result_name(payload: dict[str, Any], index: int) -> str:
 
 
 @router.get("/jobs/{job_id}/results", response_model=ResultsOut,
+            responses=errors(Missing, Forbidden),
             summary="The job's results so far: one content-addressed file per task (signed, "
                     "the job's customer only)")
-def results(job_id: str, signed: SignedDep, session: SessionDep) -> ResultsOut:
+def results(job_id: JobIdPath, signed: SignedDep, session: SessionDep) -> ResultsOut:
     found = jobs.results(session, job_id=job_id, customer=signed.address)
     return ResultsOut(job_id=found.job_id, status=found.status, complete=found.complete, results=[
         ResultOut(task_id=task.id, name=result_name(task.payload, task.index),
@@ -71,8 +92,9 @@ def results(job_id: str, signed: SignedDep, session: SessionDep) -> ResultsOut:
 
 
 @router.get("/jobs/{job_id}/results/{sha256}", response_class=FileResponse,
+            responses=errors(Missing, Forbidden),
             summary="Download one result of the job (signed, the job's customer only)")
-def download_result(job_id: str, sha256: str, signed: SignedDep, session: SessionDep,
+def download_result(job_id: JobIdPath, sha256: Sha256Path, signed: SignedDep, session: SessionDep,
                     ctx: CtxDep) -> FileResponse:
     jobs.check_result(session, job_id=job_id, customer=signed.address, sha256=sha256)
     return blob_file(ctx, sha256)

@@ -5,27 +5,30 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from eth_utils import is_hex_address, to_checksum_address
+from eth_utils import to_checksum_address
 from fastapi import APIRouter, Depends, Query, Request
 
 from orchestrator.api.auth import SignedRequest
 from orchestrator.api.deps import (
     CtxDep,
     NodeDep,
+    NonceAfterValidation,
     SessionDep,
     SignedDep,
-    burn_nonce,
-    verify_signature,
+    accept_signed,
+    verify_signed_body,
 )
-from orchestrator.api.errors import ApiError
+from orchestrator.api.errors import ApiError, errors
 from orchestrator.api.schemas import (
     NVML_EXTRAS,
     AcceptedOut,
+    AddressPath,
     AnswerIn,
     ChallengeIn,
     ChallengeOut,
     GpuSampleIn,
     GpuSamplesIn,
+    NodeIdPath,
     NodeScoreOut,
     ProbeEchoIn,
     ProbeEchoOut,
@@ -33,11 +36,12 @@ from orchestrator.api.schemas import (
     ScoreProofOut,
     VerdictOut,
 )
+from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, Refused
 from orchestrator.domain.popw import PopwReason, PopwVerdict
 from orchestrator.domain.reliability import GpuSample
 from orchestrator.services import nodes
 
-router = APIRouter(tags=["pls"])
+router = APIRouter(tags=["pls"], route_class=NonceAfterValidation)
 
 REFUSAL_STATUS = {PopwReason.UNKNOWN_CHALLENGE: 404, PopwReason.REPLAYED: 409,
                   PopwReason.FORGED: 403, PopwReason.WRONG_NODE: 403}
@@ -53,8 +57,9 @@ def nvml_extras(samples: list[GpuSampleIn]) -> list[dict[str, float]]:
 
 
 @router.post("/nodes/{node_id}/telemetry/gpu", response_model=AcceptedOut,
+             responses=errors(Missing, Forbidden, Invalid),
              summary="Agent-reported GPU samples (session token), up to 120 per batch")
-def report_gpu(node_id: str, body: GpuSamplesIn, claims: NodeDep, session: SessionDep,
+def report_gpu(node_id: NodeIdPath, body: GpuSamplesIn, claims: NodeDep, session: SessionDep,
                ctx: CtxDep) -> AcceptedOut:
     nodes.record_gpu(session, node_id=claims.node_id, pls=ctx.pls,
                      samples=gpu_samples(body.samples), extras=nvml_extras(body.samples),
@@ -63,24 +68,27 @@ def report_gpu(node_id: str, body: GpuSamplesIn, claims: NodeDep, session: Sessi
 
 
 @router.post("/nodes/{node_id}/probe", response_model=ProbeOut,
+             responses=errors(Missing, Forbidden),
              summary="Start a ping-pong probe: echo the nonce back at once (RTT is timed here)")
-def start_probe(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> ProbeOut:
+def start_probe(node_id: NodeIdPath, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> ProbeOut:
     now = ctx.now()
     nonce = nodes.issue_probe(session, node_id=claims.node_id, pls=ctx.pls, now=now)
     return ProbeOut(nonce="0x" + nonce.hex(), sent_at=now)
 
 
 @router.post("/nodes/{node_id}/probe/echo", response_model=ProbeEchoOut,
+             responses=errors(Missing, Forbidden),
              summary="Echo a probe nonce; unanswered probes count as lost")
-def echo_probe(node_id: str, body: ProbeEchoIn, claims: NodeDep, session: SessionDep,
+def echo_probe(node_id: NodeIdPath, body: ProbeEchoIn, claims: NodeDep, session: SessionDep,
                ctx: CtxDep) -> ProbeEchoOut:
     return ProbeEchoOut(rtt_ms=nodes.echo_probe(session, node_id=claims.node_id, pls=ctx.pls,
                                                 nonce=body.nonce, now=ctx.now()))
 
 
 @router.post("/nodes/{node_id}/popw/challenge", response_model=ChallengeOut,
+             responses=errors(Missing, Forbidden, Invalid),
              summary="Ask for a PoPW challenge (signed by the node's provider)")
-def challenge(node_id: str, body: ChallengeIn, signed: SignedDep, session: SessionDep,
+def challenge(node_id: NodeIdPath, body: ChallengeIn, signed: SignedDep, session: SessionDep,
               ctx: CtxDep) -> ChallengeOut:
     issued = nodes.issue_challenge(session, node_id=node_id, address=signed.address,
                                    pls=ctx.pls, gpu_class=body.gpu_class, now=ctx.now())
@@ -94,14 +102,17 @@ async def answer_signature(request: Request, ctx: CtxDep) -> SignedRequest | Non
     """The answer's signer, or None when the signature is missing or does not verify: the
     handshake then states `forged` instead of a generic 401. A valid request's nonce is burnt
     like any signed request's."""
+    body = await request.body()
     try:
-        signed = await verify_signature(request, ctx)
+        signed = verify_signed_body(request, ctx, body)
     except ApiError:
         return None
-    if not burn_nonce(ctx, signed):
+
+    def replayed_answer() -> ApiError:
         ctx.metrics.handshakes.labels("failed", PopwReason.REPLAYED.value).inc()
-        raise ApiError(409, "popw_replayed", "this signed answer was already sent")
-    return signed
+        return ApiError(409, "popw_replayed", "this signed answer was already sent")
+
+    return accept_signed(request, ctx, lambda: signed, on_replay=replayed_answer)
 
 
 AnswerSignature = Annotated[SignedRequest | None, Depends(answer_signature)]
@@ -114,8 +125,9 @@ def verdict_out(verdict: PopwVerdict) -> VerdictOut:
 
 
 @router.post("/nodes/{node_id}/popw/answer", response_model=VerdictOut,
+             responses=errors(Missing, Forbidden, Refused, Invalid),
              summary="Answer a PoPW challenge (signed); a failure states its reason code")
-def answer(node_id: str, body: AnswerIn, signed: AnswerSignature, session: SessionDep,
+def answer(node_id: NodeIdPath, body: AnswerIn, signed: AnswerSignature, session: SessionDep,
            ctx: CtxDep) -> VerdictOut:
     verdict = nodes.judge_answer(
         session, node_id=node_id, pls=ctx.pls, nonce=body.nonce, answer_b64=body.answer,
@@ -129,8 +141,9 @@ def answer(node_id: str, body: AnswerIn, signed: AnswerSignature, session: Sessi
 
 
 @router.get("/nodes/{node_id}/popw", response_model=VerdictOut,
+            responses=errors(Missing),
             summary="The node's latest PoPW verdict")
-def latest_verdict(node_id: str, session: SessionDep) -> VerdictOut:
+def latest_verdict(node_id: NodeIdPath, session: SessionDep) -> VerdictOut:
     record = nodes.latest_verdict(session, node_id=node_id)
     return VerdictOut(node_id=record.node_id, passed=record.passed, tier=record.tier,
                       decided_at=record.decided_at, expires_at=record.expires_at,
@@ -138,8 +151,9 @@ def latest_verdict(node_id: str, session: SessionDep) -> VerdictOut:
 
 
 @router.get("/nodes/{node_id}/score", response_model=NodeScoreOut,
+            responses=errors(Missing),
             summary="The node's Reliability Score over a task duration, and its usable tier")
-def node_score(node_id: str, session: SessionDep, ctx: CtxDep,
+def node_score(node_id: NodeIdPath, session: SessionDep, ctx: CtxDep,
                duration_s: Annotated[float, Query(gt=0, le=7 * 86400)] = 3600.0
                ) -> NodeScoreOut:
     score = nodes.node_score(session, node_id=node_id, pls=ctx.pls, duration_s=duration_s,
@@ -151,11 +165,10 @@ def node_score(node_id: str, session: SessionDep, ctx: CtxDep,
 
 
 @router.get("/nodes/{address}/score-proof", response_model=ScoreProofOut,
+            responses=errors(Missing),
             summary="A provider's committed epoch score and its Merkle proof (public)")
-def score_proof(address: str, session: SessionDep, ctx: CtxDep,
-                epoch: Annotated[int, Query(ge=0, lt=2**64)]) -> ScoreProofOut:
-    if not is_hex_address(address):
-        raise ApiError(422, "invalid_address", "not a hex address")
+def score_proof(address: AddressPath, session: SessionDep, ctx: CtxDep,
+                epoch: Annotated[int, Query(ge=0, lt=2**63)]) -> ScoreProofOut:
     proof = ctx.pls.score_proof(session, provider=to_checksum_address(address), epoch=epoch)
     if proof is None:
         raise ApiError(404, "score_not_committed",

@@ -3,30 +3,31 @@ it rendered; operators read the verification counts and a task's evidence."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter, Response
 
-from fastapi import APIRouter, Path, Response
-
-from orchestrator.api.deps import AdminDep, CtxDep, NodeDep, SessionDep
-from orchestrator.api.errors import ApiError
+from orchestrator.api.deps import AdminDep, CtxDep, NodeDep, NonceAfterValidation, SessionDep
+from orchestrator.api.errors import ApiError, errors
 from orchestrator.api.routes.nodes import owned_node
 from orchestrator.api.schemas import (
     CheckLeaseOut,
     CheckOut,
     CheckResultIn,
     CommitmentOut,
+    NodeIdPath,
+    RowId,
     VerificationOut,
 )
+from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, Refused
 from orchestrator.services.verification import CheckResult, ChunkRef, env_of
 
-router = APIRouter(tags=["verification"])
-RowId = Annotated[int, Path(ge=0, lt=2**63)]  # a BIGINT key: larger ones are 422, not a DB error
+router = APIRouter(tags=["verification"], route_class=NonceAfterValidation)
 
 
 @router.post("/nodes/{node_id}/checks/lease", response_model=CheckLeaseOut,
-             responses={204: {"description": "No re-check for this node right now"}},
+             responses={204: {"description": "No re-check for this node right now"},
+                        **errors(Missing, Forbidden, Refused)},
              summary="Pull a re-check: a window of another provider's result to re-render")
-def lease_check(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
+def lease_check(node_id: NodeIdPath, claims: NodeDep, session: SessionDep, ctx: CtxDep
                 ) -> CheckLeaseOut | Response:
     node = owned_node(session, node_id=node_id, address=claims.address)
     check = ctx.verifier.lease_check(session, node=node, now=ctx.now())
@@ -40,6 +41,7 @@ def lease_check(node_id: str, claims: NodeDep, session: SessionDep, ctx: CtxDep
 
 
 @router.post("/checks/{check_id}/result", response_model=CheckOut,
+             responses=errors(Missing, Forbidden, Refused, Invalid),
              summary="Send a re-check's render (chunk and frame blobs uploaded first)")
 def check_result(check_id: RowId, body: CheckResultIn, claims: NodeDep, session: SessionDep,
                  ctx: CtxDep) -> CheckOut:
@@ -66,6 +68,7 @@ def counts(session: SessionDep, ctx: CtxDep) -> VerificationOut:
 
 
 @router.get("/admin/tasks/{task_id}/verification", response_model=list[CommitmentOut],
+            responses=errors(Missing),
             dependencies=[AdminDep],
             summary="A task's commitments, checks and evidence (what a dispute reproduces)")
 def task_verification(task_id: RowId, session: SessionDep, ctx: CtxDep) -> list[CommitmentOut]:

@@ -1,0 +1,35 @@
+"""`mesh up`: a local grid of real processes left running until Ctrl-C: anvil on a free
+loopback port with the contracts deployed, the orchestrator on SQLite, N `mesh agent run`
+processes each funded and staked with its own wallet. `mesh up --demo` (what `make demo`
+runs) plays the demo on such a grid instead (`orchestrator.demo`) and exits. One command, not
+a group: `orchestrator/cli.py` registers `up` itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def up(
+    demo: Annotated[bool, typer.Option(
+        "--demo", help="Play the demo (a kill mid-frame, a cheater caught and slashed, "
+        "settlement, download) and exit.")] = False,
+    providers: Annotated[int, typer.Option(
+        min=1, help="Provider agents, each with its own wallet and stake.")] = 4,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for state and logs (default .mesh/up; with --demo .mesh/demo, where "
+        "the frames and summary.json go).")] = None,
+) -> None:
+    """A local grid: anvil, contracts, orchestrator (SQLite), N agents; Ctrl-C stops it all."""
+    from orchestrator import demo as play
+
+    try:
+        if demo:
+            play.run(providers=providers, out=out or play.OUT)
+        else:
+            play.serve(providers=providers, out=out or Path(".mesh/up"))
+    except play.DemoError as error:
+        typer.echo(f"mesh up: {error}", err=True)
+        raise typer.Exit(2) from None

@@ -1,0 +1,408 @@
+"""The outbox sender under chain faults, against anvil with automine off where blocks must be
+held back: a stuck transaction and its fee-bumped replacement, an earlier version mined after
+all, a transaction the pool dropped (`anvil_dropTransaction`), the key's nonce used by
+someone else (and a gap left below ours), an RPC node that is down or slow (a real proxy on
+loopback), and a transaction a reorg removed (`anvil_reorg`). Every case ends with the job
+paid exactly once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hexbytes import HexBytes
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from web3.exceptions import TransactionNotFound
+from web3.types import RPCEndpoint
+
+from orchestrator.chain import tx
+from orchestrator.chain.anvil import Anvil, reorg
+from orchestrator.chain.sdk import MeshChain
+from orchestrator.chain.tx import connect
+from orchestrator.cutproxy import CutProxy
+from orchestrator.db.models import OutboxTransaction
+from orchestrator.domain.fees import Fees
+from orchestrator.services.outbox import OutboxSender, SenderConfig, resend_reorged
+from orchestrator.telemetry.metrics import MeshMetrics
+from tests.orchestrator.apiclient import VirtualClock
+from tests.services.test_outbox import (
+    ORCHESTRATOR,
+    PROVIDER,
+    TOKEN,
+    automine,
+    drain,
+    escrow,
+    queue_settle,
+    rows,
+    sample,
+    settled_on_chain,
+    tx_count,
+)
+
+pytestmark = pytest.mark.anvil
+
+REPLACE_AFTER_S = 30.0
+CONFIG = SenderConfig(replace_after_s=REPLACE_AFTER_S)
+
+
+def rpc(mesh: MeshChain, method: str, *params: Any) -> Any:
+    return mesh.w3.provider.make_request(RPCEndpoint(method), list(params))
+
+
+def own_sender(mesh: MeshChain, metrics: MeshMetrics, url: str | None = None,
+               timeout_s: float = 30.0) -> OutboxSender:
+    """A sender as its own process builds it: its own connection (to `url`) and nonces."""
+    endpoint = url or mesh.w3.provider.endpoint_uri  # type: ignore[attr-defined]
+    own = MeshChain(connect(endpoint, timeout_s=timeout_s), mesh.deployment)
+    own.w3.provider.exception_retry_configuration = None  # type: ignore[attr-defined]
+    return OutboxSender(own, own.account(ORCHESTRATOR), metrics, config=CONFIG)
+
+
+def in_pool(mesh: MeshChain, tx_hash: str) -> bool:
+    try:
+        return mesh.w3.eth.get_transaction(HexBytes(tx_hash))["blockNumber"] is None
+    except TransactionNotFound:
+        return False
+
+
+def mined(mesh: MeshChain, tx_hash: str) -> bool:
+    try:
+        return int(mesh.w3.eth.get_transaction_receipt(HexBytes(tx_hash))["status"]) == 1
+    except TransactionNotFound:
+        return False
+
+
+def versions(factory: sessionmaker[Session]) -> list[OutboxTransaction]:
+    with factory() as session:
+        return list(session.scalars(select(OutboxTransaction)
+                                    .order_by(OutboxTransaction.signed_at)))
+
+
+def fees_of(version: OutboxTransaction) -> Fees:
+    return Fees(version.max_fee_per_gas, version.max_priority_fee_per_gas)
+
+
+@pytest.fixture
+def held(mesh: MeshChain) -> Iterator[MeshChain]:
+    """Automine off: a broadcast transaction waits in the pool until `evm_mine`."""
+    automine(mesh, False)
+    try:
+        yield mesh
+    finally:
+        rpc(mesh, "anvil_dropAllTransactions")
+        automine(mesh, True)
+
+
+def settle_one(factory: sessionmaker[Session], mesh: MeshChain) -> str:
+    """A funded job (escrowed while blocks are still mined) with its settlement queued."""
+    job_id = escrow(mesh, 10 * TOKEN)
+    queue_settle(factory, job_id, {PROVIDER: 6 * TOKEN})
+    return job_id
+
+
+def assert_paid_once(factory: sessionmaker[Session], mesh: MeshChain, job_id: str,
+                     pending_before: int) -> None:
+    (row,) = rows(factory)
+    assert row.status == "confirmed" and mined(mesh, row.tx_hash or "")
+    assert settled_on_chain(mesh, job_id)
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 6 * TOKEN
+
+
+# ---------------------------------------------------------------------- stuck and replaced
+
+
+def test_a_transaction_unmined_past_the_deadline_is_replaced_and_the_replacement_mined(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+    sender = own_sender(mesh, metrics)
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        (first,) = versions(factory)
+        assert in_pool(mesh, first.tx_hash)
+        clock.now += REPLACE_AFTER_S - 1
+        assert drain(factory, sender, clock)
+        assert len(versions(factory)) == 1  # not yet due: the same bytes again
+
+        clock.now += 1
+        assert drain(factory, sender, clock)
+        first, second = versions(factory)
+        assert (second.nonce, second.sender) == (first.nonce, first.sender)
+        assert second.max_fee_per_gas * 8 >= first.max_fee_per_gas * 9
+        assert second.max_priority_fee_per_gas * 8 >= first.max_priority_fee_per_gas * 9
+        assert rows(factory)[0].tx_hash == second.tx_hash
+        assert in_pool(mesh, second.tx_hash) and not in_pool(mesh, first.tx_hash)
+        rpc(mesh, "evm_mine")
+    finally:
+        automine(mesh, True)
+    assert drain(factory, sender, clock)
+
+    assert mined(mesh, second.tx_hash) and not mined(mesh, first.tx_hash)
+    assert rows(factory)[0].tx_hash == second.tx_hash
+    assert tx_count(mesh) == sent_before + 1
+    assert_paid_once(factory, mesh, job_id, pending_before)
+    assert sample(metrics, "mesh_outbox_replacements_total", kind="settle") == 1
+
+
+def test_a_transaction_evicted_by_a_base_fee_spike_is_replaced_at_once_above_the_new_fee(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        (first,) = versions(factory)
+        spike = 4 * first.max_fee_per_gas
+        rpc(mesh, "anvil_setNextBlockBaseFeePerGas", hex(spike))
+        rpc(mesh, "evm_mine")  # it cannot pay the base fee: anvil drops it from the pool
+        assert not in_pool(mesh, first.tx_hash) and not mined(mesh, first.tx_hash)
+
+        assert drain(factory, sender, clock)  # no waiting: the node refuses the old fees
+        first, second = versions(factory)
+        base_fee = int(mesh.w3.eth.get_block("pending")["baseFeePerGas"])
+        assert second.max_fee_per_gas >= 2 * base_fee + second.max_priority_fee_per_gas
+        assert second.max_priority_fee_per_gas * 8 >= first.max_priority_fee_per_gas * 9
+        rpc(mesh, "evm_mine")
+    finally:
+        automine(mesh, True)
+    assert drain(factory, sender, clock)
+
+    assert rows(factory)[0].tx_hash == second.tx_hash
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_an_earlier_version_mined_after_its_replacement_was_sent_is_the_one_recorded(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+    sender = own_sender(mesh, metrics)
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        first_raw = rows(factory)[0].raw_tx or ""
+        clock.now += REPLACE_AFTER_S
+        assert drain(factory, sender, clock)
+        first, second = versions(factory)
+        # The replacement is lost and a node elsewhere still mines the first version.
+        rpc(mesh, "anvil_dropTransaction", second.tx_hash)
+        mesh.w3.eth.send_raw_transaction(HexBytes(first_raw))
+        rpc(mesh, "evm_mine")
+    finally:
+        automine(mesh, True)
+    assert drain(factory, sender, clock)
+
+    assert mined(mesh, first.tx_hash) and not mined(mesh, second.tx_hash)
+    assert rows(factory)[0].tx_hash == first.tx_hash
+    assert tx_count(mesh) == sent_before + 1
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_a_transaction_the_pool_dropped_is_broadcast_again(
+        factory: sessionmaker[Session], held: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    mesh = held
+    automine(mesh, True)
+    job_id = settle_one(factory, mesh)
+    automine(mesh, False)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    rpc(mesh, "anvil_dropAllTransactions")
+    assert not in_pool(mesh, row.tx_hash or "")
+
+    assert drain(factory, sender, clock)
+    assert in_pool(mesh, row.tx_hash or "") and len(versions(factory)) == 1  # same bytes
+    rpc(mesh, "evm_mine")
+    assert drain(factory, sender, clock)
+
+    assert rows(factory)[0].tx_hash == row.tx_hash
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_a_settlement_that_ran_out_of_gas_is_signed_again_and_paid_once(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    with monkeypatch.context() as short:  # an estimate that came out short: 90 % of the need
+        short.setattr(tx, "GAS_LIMIT_MARGIN", 0.9)
+        short.setattr(tx, "GAS_LIMIT_HEADROOM", 0)
+        assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    exhausted = row.tx_hash or ""
+    assert mesh.w3.eth.get_transaction_receipt(HexBytes(exhausted))["status"] == 0
+
+    assert drain(factory, sender, clock)  # no verdict on the job: its row is signed again
+    (row,) = rows(factory)
+    assert row.status == "sent" and row.tx_hash != exhausted
+    assert drain(factory, sender, clock)
+
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+# ---------------------------------------------------------------------- nonces
+
+
+def test_a_nonce_spent_by_another_sender_of_the_key_is_resynced_and_the_row_re_signed(
+        factory: sessionmaker[Session], held: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    mesh = held
+    automine(mesh, True)
+    job_id = settle_one(factory, mesh)
+    automine(mesh, False)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    nonce = row.nonce or 0
+    # Another process with the orchestrator key takes the same nonce, paying more, and wins.
+    intruder = own_sender(mesh, MeshMetrics()).tx.account.sender
+    rich = Fees(max_fee_per_gas=10**12, max_priority_fee_per_gas=10**11)
+    mesh.w3.eth.send_raw_transaction(intruder.filler(nonce, rich).raw)
+    rpc(mesh, "evm_mine")
+    assert not mined(mesh, row.tx_hash or "")
+
+    assert drain(factory, sender, clock)  # nonce too low, no receipt: re-signed at nonce + 1
+    (row,) = rows(factory)
+    assert (row.status, row.nonce) == ("sent", nonce + 1)
+    rpc(mesh, "evm_mine")
+    assert drain(factory, sender, clock)
+
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_a_gap_below_our_nonce_is_filled_with_an_empty_transfer(
+        factory: sessionmaker[Session], held: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    mesh = held
+    automine(mesh, True)
+    job_id = settle_one(factory, mesh)
+    automine(mesh, False)
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+    # Another process with the key has a transaction waiting at the next nonce...
+    intruder = own_sender(mesh, MeshMetrics()).tx.account.sender
+    foreign = intruder.filler(sent_before, Fees(10**11, 10**9))
+    mesh.w3.eth.send_raw_transaction(foreign.raw)
+    sender = own_sender(mesh, metrics)
+    assert drain(factory, sender, clock)
+    assert rows(factory)[0].nonce == sent_before + 1  # ...so ours goes above it
+    # ...and the pool loses it: ours now waits above a nonce nobody holds.
+    rpc(mesh, "anvil_dropTransaction", foreign.tx_hash)
+    rpc(mesh, "evm_mine")
+    assert tx_count(mesh) == sent_before
+
+    clock.now += REPLACE_AFTER_S
+    assert drain(factory, sender, clock)
+    assert sample(metrics, "mesh_outbox_gap_fillers_total") == 1
+    rpc(mesh, "evm_mine")
+    assert drain(factory, sender, clock)
+
+    assert tx_count(mesh) == sent_before + 2  # the filler and our settlement
+    assert len(versions(factory)) == 1  # filled, not bumped
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+# ---------------------------------------------------------------------- the RPC node
+
+
+@pytest.fixture
+def proxy(anvil: Anvil) -> Iterator[CutProxy]:
+    node = CutProxy(int(anvil.rpc_url.rsplit(":", 1)[1])).restore()
+    yield node
+    node.tap, node.delay_s = None, 0.0
+    node.cut()
+
+
+def test_rpc_down_then_slow_backs_off_and_the_job_is_paid_once_when_it_recovers(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        proxy: CutProxy, clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+    sender = own_sender(mesh, metrics, url=proxy.url, timeout_s=1.0)
+
+    proxy.cut()
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    assert (row.status, row.attempts, row.next_attempt_at) == ("pending", 1, clock.now + 1)
+    assert (row.note or "").startswith("transient ConnectionError")
+
+    proxy.restore()
+    proxy.delay_s = 2.0  # every answer comes after the client's 1 s timeout
+    clock.now += 1
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    assert (row.status, row.attempts, row.next_attempt_at) == ("pending", 2, clock.now + 2)
+    assert (row.note or "").startswith("transient ReadTimeout")
+
+    proxy.delay_s = 0.0
+    clock.now += 2
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+    assert tx_count(mesh) == sent_before + 1
+    assert sample(metrics, "mesh_outbox_transient_errors_total") == 2
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_a_broadcast_that_times_out_but_reaches_the_node_is_not_sent_twice(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        proxy: CutProxy, clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+    sender = own_sender(mesh, metrics, url=proxy.url, timeout_s=1.0)
+    proxy.delay_s, proxy.delay_only = 2.0, b"eth_sendRawTransaction"
+
+    assert drain(factory, sender, clock)  # the broadcast times out; the node gets it later
+    (row,) = rows(factory)
+    assert row.status == "sent"
+    deadline = time.monotonic() + 60  # generous: the proxy holds it 2 s, on a busy machine
+    while not mined(mesh, row.tx_hash or "") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert mined(mesh, row.tx_hash or ""), "the delayed broadcast never reached the node"
+    proxy.delay_s = 0.0
+    assert drain(factory, sender, clock)
+
+    assert tx_count(mesh) == sent_before + 1
+    assert rows(factory)[0].tx_hash == row.tx_hash
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+# ---------------------------------------------------------------------- reorged out
+
+
+def test_a_confirmed_settlement_a_reorg_removed_is_sent_again_with_the_same_bytes(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+    sender = own_sender(mesh, metrics)
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    assert row.status == "confirmed"
+    receipt = mesh.w3.eth.get_transaction_receipt(HexBytes(row.tx_hash or ""))
+    mined_at = int(receipt["blockNumber"])
+    # A real reorg: the block holding it and those above it replaced by empty ones.
+    reorg(mesh.w3, int(mesh.w3.eth.block_number) - mined_at + 1)
+    assert not settled_on_chain(mesh, job_id)
+
+    with factory.begin() as session:
+        assert resend_reorged(session, tx_hashes=[(row.tx_hash or "").upper()],
+                              now=clock.now) == [row.id]
+        assert resend_reorged(session, tx_hashes=[row.tx_hash or ""], now=clock.now) == []
+    assert rows(factory)[0].status == "sent"
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+
+    assert rows(factory)[0].tx_hash == row.tx_hash  # the very same transaction
+    assert tx_count(mesh) == sent_before + 1
+    assert_paid_once(factory, mesh, job_id, pending_before)

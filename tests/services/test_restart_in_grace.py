@@ -1,0 +1,190 @@
+"""A node whose agent restarts (a crash, a reboot, an upgrade) and logs in again with a new
+session key within the lone grace takes its held tasks back: the new process pulls the same
+lease and resumes from the last checkpoint, and nobody is slashed. A task the node as it
+registered now cannot run is released for placement at once, also unslashed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db import crud
+from orchestrator.db.models import CollateralLock, Lease, SlashRecord
+from orchestrator.domain.continuity import session_address
+from orchestrator.domain.lifecycle import LeaseState
+from tests.orchestrator.apiclient import VirtualClock, registration
+from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.services.test_placement_gates import pls_of
+from tests.services.test_session_key_login import login
+from tests.services.test_slashing_service import (
+    beat_rounds,
+    decide_after_delay,
+    live_tasks,
+    slash_actions,
+)
+
+
+def restart(node: Agent, **registered: object) -> None:
+    """What a new agent process does first: register (its spec as it is now), then log in
+    naming its own session key."""
+    again = node.wallet.send("POST", "/v1/nodes", registration(node.node_id, region="us",
+                                                               **registered))
+    assert again.status_code == 200, again.text
+    key = session_address(os.urandom(32))
+    answer = node.wallet.send("POST", "/v1/auth/login", {"node_id": node.node_id,
+                                                         "session_key": key})
+    assert answer.status_code == 200, answer.text
+    node.token = answer.json()["token"]
+
+
+def silent_with_checkpointed_tasks(agent: Callable[..., Agent], client: TestClient,
+                                   stake: FixedStake, factory: sessionmaker[Session],
+                                   clock: VirtualClock, slots: int
+                                   ) -> tuple[Agent, Agent, dict[int, str]]:
+    """gpu-doomed (us, `slots` slots, logged in with a session key) runs one task per slot,
+    each checkpointed at 0.5 and on at 0.7, then goes silent alone while gpu-ok (eu) beats
+    on, until the detector calls it DEAD: its leases are held for the lone grace. Returns
+    both nodes and each held task's checkpoint."""
+    doomed = agent("gpu-doomed", region="us", slots=slots)
+    survivor = agent("gpu-ok", region="eu")
+    assert login(doomed, session_address(os.urandom(32))) == 200
+    stake.free[doomed.wallet.address] = stake.free[survivor.wallet.address] = 10 * TOKEN
+    make_job(factory, tasks=slots, value=TOKEN, now=clock())
+    checkpoints: dict[int, str] = {}
+    for _ in range(slots):
+        lease = doomed.post("/v1/nodes/gpu-doomed/lease")
+        assert lease.status_code == 200, lease.text
+        task_id = int(lease.json()["task_id"])
+        doomed.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.0})
+        checkpoints[task_id] = doomed.upload(f"task {task_id} half done".encode())
+        assert doomed.post(f"/v1/tasks/{task_id}/checkpoints", {
+            "sha256": checkpoints[task_id], "progress": 0.5}).status_code == 200
+        doomed.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.7})
+    beat_rounds(client, clock, [doomed, survivor], 30)
+    held: list[str] = []
+    assert beat_rounds(client, clock, [survivor], 15, held) == ["gpu-doomed"]
+    assert held == ["gpu-doomed"]  # the lone grace: not revoked at the verdict
+    assert set(live_tasks(factory)) == {"gpu-doomed"}
+    return doomed, survivor, checkpoints
+
+
+def test_a_restart_within_the_lone_grace_resumes_the_held_task_on_the_node_unslashed(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    doomed, survivor, checkpoints = silent_with_checkpointed_tasks(agent, client, stake,
+                                                                   factory, clock, slots=1)
+    ((task_id, checkpoint),) = checkpoints.items()
+    with factory() as session:
+        (held,) = crud.live_leases(session, node_id="gpu-doomed")
+        held_id = held.id
+    clock.advance(60)  # back well inside the 300 s grace
+
+    restart(doomed)
+
+    assert survivor.post("/v1/nodes/gpu-ok/lease").status_code == 204  # not offered elsewhere
+    pulled = doomed.post("/v1/nodes/gpu-doomed/lease")
+    assert pulled.status_code == 200, pulled.text
+    assert (pulled.json()["lease_id"], pulled.json()["task_id"],
+            pulled.json()["resume_from_sha256"], pulled.json()["resume_progress"]) == (
+        held_id, task_id, checkpoint, 0.5)
+    clock.advance(2)
+    resumed_at = clock()
+    assert doomed.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.5}).status_code == 200
+    with factory() as session:
+        lease = session.get(Lease, held_id)
+        assert lease is not None and lease.state == LeaseState.ACTIVE.value
+        (event,) = crud.recovery_events(session, task_id=task_id)
+    assert (event.from_node, event.resumed_on, event.cause) == ("gpu-doomed", "gpu-doomed",
+                                                                "restart")
+    assert abs(event.rework - 0.2) < 1e-9 and event.resumed_at == resumed_at
+    # the new process renders on past where the grace would have lapsed, and finishes
+    beat_rounds(client, clock, [doomed, survivor], 70)
+    result = doomed.upload(b"the finished task")
+    done = doomed.post(f"/v1/tasks/{task_id}/complete", {"result_sha256": result})
+    assert done.status_code == 200, done.text
+
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []
+    with factory() as session:
+        assert list(session.scalars(select(SlashRecord))) == []
+        lease = session.get(Lease, held_id)
+        assert lease is not None and lease.release_reason == "completed"
+    assert pls_of(client).engine.staking.pending_since(str(task_id)) is None
+
+
+def test_a_restart_with_fewer_slots_releases_the_task_it_cannot_take_back_at_once(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    doomed, survivor, checkpoints = silent_with_checkpointed_tasks(agent, client, stake,
+                                                                   factory, clock, slots=2)
+    kept, moved = sorted(checkpoints)  # on slots 0 and 1
+    clock.advance(60)
+
+    restart(doomed, slots=1)  # slot 1 is gone
+
+    again = doomed.post("/v1/nodes/gpu-doomed/lease").json()
+    assert (again["task_id"], again["slot"], again["resume_progress"]) == (kept, 0, 0.5)
+    taken = survivor.post("/v1/nodes/gpu-ok/lease")  # placed again at once, from its checkpoint
+    assert taken.status_code == 200, taken.text
+    assert (taken.json()["task_id"], taken.json()["resume_from_sha256"],
+            taken.json()["resume_progress"]) == (moved, checkpoints[moved], 0.5)
+    with factory() as session:
+        (event,) = crud.recovery_events(session, task_id=moved)
+        assert (event.from_node, event.cause) == ("gpu-doomed", "restart")
+    assert 'mesh_task_retries_total{reason="restart"} 1.0' in client.get("/metrics").text
+
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []  # back in time: neither task is an abandonment
+
+
+def test_the_same_process_logging_in_again_keeps_its_running_lease(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    """A token that expired, or an orchestrator that forgot it: the same key, nothing moves."""
+    node = agent("gpu-steady", region="us")
+    key = session_address(os.urandom(32))
+    assert login(node, key) == 200
+    stake.free[node.wallet.address] = 10 * TOKEN
+    make_job(factory, tasks=1, value=TOKEN, now=clock())
+    task_id = node.post("/v1/nodes/gpu-steady/lease").json()["task_id"]
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.3})
+
+    assert login(node, key) == 200
+
+    with factory() as session:
+        (lease,) = crud.live_leases(session, node_id="gpu-steady")
+        assert lease.state == LeaseState.ACTIVE.value
+        assert crud.recovery_events(session, task_id=task_id) == []
+        (lock,) = session.scalars(select(CollateralLock))
+        assert lock.ended_at is None
+    assert node.post("/v1/nodes/gpu-steady/lease").status_code == 204
+
+
+def test_a_restart_after_the_lone_grace_takes_nothing_back(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    """Back too late, even before a sweep released the lapsed hold: the task is not offered
+    to the node again and the sweep moves it; the lapsed hold is an abandonment, judged as
+    any departure (back within the reconnect grace: only partitioned, nobody pays)."""
+    doomed, survivor, checkpoints = silent_with_checkpointed_tasks(agent, client, stake,
+                                                                   factory, clock, slots=1)
+    ((task_id, checkpoint),) = checkpoints.items()
+    clock.advance(pls_of(client).config.lease_hold.lone_grace_s + 5)  # no sweep meanwhile
+
+    restart(doomed)
+
+    assert doomed.post("/v1/nodes/gpu-doomed/lease").status_code == 204
+    survivor.beat()
+    client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+    assert client.post("/v1/admin/sweep", headers=ADMIN).json()["expired_leases"] == 1
+    taken = survivor.post("/v1/nodes/gpu-ok/lease").json()
+    assert (taken["task_id"], taken["resume_from_sha256"]) == (task_id, checkpoint)
+    with factory() as session:
+        (lapsed,) = session.scalars(select(Lease).where(Lease.node_id == "gpu-doomed"))
+    assert lapsed.release_reason == "lease lapsed"
+    decide_after_delay(client, factory, clock)
+    assert slash_actions(factory) == []
