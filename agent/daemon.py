@@ -491,8 +491,8 @@ class Agent:
             log.warning("check %s: cannot re-run %r work; it lapses", check_id,
                         payload.get("kind"))
             return False
-        log.info("check %s (%s): frame %s window %s of task %s", check_id, check["role"],
-                 payload.get("frame"), check["window"], payload.get("tile"))
+        log.info("check %s (%s): frame %s window %s", check_id, check["role"],
+                 payload.get("frame"), check["window"])
         try:
             blend = self.fetch(str(payload["blend_sha256"]), ".blend")
             task = blender.FrameTask.from_payload(payload, blend, self.config.threads)

@@ -130,11 +130,12 @@ class Grid:
         self.customer.upload(digest, data)
         return digest
 
-    def submit_workload(self, workload: dict[str, Any]) -> str:
+    def submit_workload(self, workload: dict[str, Any], needs: dict[str, Any] | None = None
+                        ) -> str:
         """Escrow on chain, then submit the job (signed, with an idempotency key)."""
         assert self.customer is not None
         deadline = int(time.time()) + 3600
-        spec = {"workload": workload, "deadline": deadline}
+        spec = {"workload": workload, "deadline": deadline, **({"needs": needs} if needs else {})}
         spec_hash = JobSpec.model_validate(spec).canonical_hash()
         job_id = keccak(text=f"agent test job {secrets.token_hex(8)}")
         self.escrows["0x" + job_id.hex()] = self.chain.account(dev_account(4)).create_job(

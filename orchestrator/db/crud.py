@@ -178,7 +178,7 @@ def touch_heartbeats(session: Session, *, beats: dict[str, float], lease_ttl_s: 
 
 def needs_to_json(needs: TaskNeeds) -> dict[str, Any]:
     data = asdict(needs)
-    for key in ("gpu_models", "regions", "providers"):
+    for key in ("gpu_models", "regions", "providers", "excluded_providers"):
         if data[key] is not None:
             data[key] = sorted(data[key])
     data["priority"] = needs.priority.value
@@ -191,6 +191,7 @@ def needs_from_json(data: dict[str, Any]) -> TaskNeeds:
         gpu_models=None if data.get("gpu_models") is None else frozenset(data["gpu_models"]),
         regions=None if data.get("regions") is None else frozenset(data["regions"]),
         providers=None if data.get("providers") is None else frozenset(data["providers"]),
+        excluded_providers=frozenset(data.get("excluded_providers", ())),
         max_price_per_gpu_hour=data.get("max_price_per_gpu_hour"),
         priority=Priority(data.get("priority", Priority.NORMAL.value)),
         expected_duration_s=float(data.get("expected_duration_s", 60.0)),

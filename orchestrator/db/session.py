@@ -35,6 +35,18 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
 
+        @event.listens_for(engine, "before_execute")
+        def _lock_for_update(conn: Any, clause: Any, *_args: Any) -> None:
+            # SQLite has no row locks and pysqlite begins its transaction only at the first
+            # write, so a read "FOR UPDATE" would lock nothing and later reads of the same
+            # transaction could be stale: take the database's write lock instead, as
+            # PostgreSQL would take the row's.
+            if getattr(clause, "_for_update_arg", None) is None:
+                return
+            raw = conn.connection.dbapi_connection
+            if not raw.in_transaction:
+                raw.execute("BEGIN IMMEDIATE")
+
         return engine
     kwargs.setdefault("pool_size", 20)
     kwargs.setdefault("max_overflow", 20)

@@ -5,6 +5,7 @@ never hand the same check to two nodes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,19 @@ def latest_commitments(session: Session, *, job_id: str) -> dict[int, Verificati
 
 def get_commitment(session: Session, *, commitment_id: int) -> VerificationCommitment | None:
     return session.get(VerificationCommitment, commitment_id)
+
+
+def lock_check(session: Session, *, check_id: int
+               ) -> tuple[VerificationCheck, VerificationCommitment] | None:
+    """The check and its commitment, re-read under the commitment's row lock: a result's
+    checks are decided one at a time, each seeing what the one before it decided."""
+    check = session.get(VerificationCheck, check_id)
+    if check is None:
+        return None
+    commitment = session.get(VerificationCommitment, check.commitment_id, with_for_update=True,
+                             populate_existing=True)
+    assert commitment is not None  # a foreign key
+    return session.get(VerificationCheck, check_id, populate_existing=True) or check, commitment
 
 
 def set_status(session: Session, *, commitment: VerificationCommitment,
@@ -178,8 +192,12 @@ def record_of(session: Session, *, provider: str) -> ProviderRecord:
                                                                row.failures)
 
 
-def save_record(session: Session, *, provider: str, record: ProviderRecord, now: float) -> None:
-    row = session.get(VerificationRecord, provider)
+def update_record(session: Session, *, provider: str, now: float,
+                  change: Callable[[ProviderRecord], ProviderRecord]) -> ProviderRecord:
+    """Apply `change` to the provider's record under its row lock: two checks of the same
+    provider decided at once would otherwise each write their own streak over the other's."""
+    row = session.get(VerificationRecord, provider, with_for_update=True,
+                      populate_existing=True)
     if row is None:
         try:  # another process may insert the provider's first record meanwhile
             with session.begin_nested():
@@ -187,11 +205,14 @@ def save_record(session: Session, *, provider: str, record: ProviderRecord, now:
                                          updated_at=now)
                 session.add(row)
         except IntegrityError:
-            row = session.get(VerificationRecord, provider, populate_existing=True)
+            row = session.get(VerificationRecord, provider, with_for_update=True,
+                              populate_existing=True)
             assert row is not None
+    record = change(ProviderRecord(row.consecutive_valid, row.failures))
     row.consecutive_valid = record.consecutive_valid
     row.failures = record.failures
     row.updated_at = now
+    return record
 
 
 def add_evidence(session: Session, *, digest: str, commitment_id: int, node_id: str,
@@ -245,10 +266,15 @@ def counts(session: Session) -> VerificationCounts:
                               float(render_s or 0.0), by_node)
 
 
-def redo_task(session: Session, *, task: Task, now: float, reason: str) -> None:
+def redo_task(session: Session, *, task: Task, now: float, reason: str,
+              exclude_provider: str | None = None) -> None:
     """A done task whose result failed goes back in line from scratch: its checkpoints were
-    the failed node's, so nothing of them is resumed."""
+    the failed node's, so nothing of them is resumed. `exclude_provider`: the one whose result
+    failed verification, never given the task again."""
     crud.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
+    if exclude_provider is not None:
+        excluded = {*task.needs.get("excluded_providers", ()), exclude_provider}
+        task.needs = {**task.needs, "excluded_providers": sorted(excluded)}
     task.node_id = None
     task.progress = task.checkpoint_progress = 0.0
     task.checkpoint_sha256 = None

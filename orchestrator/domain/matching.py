@@ -30,6 +30,8 @@ def eligible(node: NodeSpec, needs: TaskNeeds) -> bool:
         return False
     if needs.providers is not None and node.provider not in needs.providers:
         return False
+    if node.provider in needs.excluded_providers:
+        return False
     if needs.max_price_per_gpu_hour is not None and (
         node.price_per_gpu_hour > needs.max_price_per_gpu_hour
     ):

@@ -64,6 +64,8 @@ class TaskNeeds:
     regions: frozenset[str] | None = None  # None: any region
     # Checksummed provider addresses the customer trusts with the scene (None: any provider)
     providers: frozenset[str] | None = None
+    # Providers whose result of this task failed verification: it never goes back to them
+    excluded_providers: frozenset[str] = frozenset()
     max_price_per_gpu_hour: int | None = None
     priority: Priority = Priority.NORMAL
     expected_duration_s: float = 60.0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.orm import Session
@@ -200,11 +201,9 @@ def _reverse_slash(session: Session, *, row: DisputeRow, pls: PlsService, now: f
 
 
 def _forgive_failure(session: Session, *, provider: str, now: float) -> None:
-    held = verification_store.record_of(session, provider=provider)
-    if held.failures > 0:
-        verification_store.save_record(
-            session, provider=provider, now=now,
-            record=type(held)(held.consecutive_valid, held.failures - 1))
+    verification_store.update_record(
+        session, provider=provider, now=now,
+        change=lambda held: replace(held, failures=max(held.failures - 1, 0)))
 
 
 # ---------------------------------------------------------------- reads

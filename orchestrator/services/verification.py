@@ -46,6 +46,7 @@ from orchestrator.domain.verification import (
     Comparison,
     Leaf,
     LeafPart,
+    ProviderRecord,
     Redundancy,
     RenderEnv,
     SamplingPolicy,
@@ -261,16 +262,15 @@ class Verifier:
 
     def submit_check(self, session: Session, *, check_id: int, node_id: str,
                      result: CheckResult, now: float) -> VerificationCheck:
-        check = store.get_check(session, check_id=check_id)
-        if check is None:
+        locked = store.lock_check(session, check_id=check_id)
+        if locked is None:
             raise VerificationNotFound("check_not_found", f"no check {check_id}")
+        check, commitment = locked
         if check.status == CheckStatus.VOID.value and check.checker_node == node_id:
             return check  # decided without it meanwhile: nothing to do, nothing wrong
         if check.status != CheckStatus.LEASED.value or check.checker_node != node_id:
             raise VerificationError("check_not_held", f"node {node_id} holds no lease on "
                                     f"check {check_id}")
-        commitment = store.get_commitment(session, commitment_id=check.commitment_id)
-        assert commitment is not None
         for sha in [c.sha256 for c in result.chunks] + [result.frame_sha256 or ""]:
             if sha and not self.blobs.exists(sha):
                 raise VerificationNotFound("blob_missing", f"upload {sha} first")
@@ -393,10 +393,12 @@ class Verifier:
         windows = sorted({c.window for c in checks})
         store.set_status(session, commitment=commitment, target=VerificationStatus.PASSED,
                          now=now, reason=f"windows {windows} matched")
-        record = store.record_of(session, provider=commitment.provider)
-        for _ in windows:
-            record = record.after(True)
-        store.save_record(session, provider=commitment.provider, record=record, now=now)
+        def matched_all(record: ProviderRecord) -> ProviderRecord:
+            for _ in windows:
+                record = record.after(True)
+            return record
+
+        store.update_record(session, provider=commitment.provider, now=now, change=matched_all)
         self.settle_if_verified(session, job_id=commitment.job_id, now=now)
 
     def _resolve_replicas(self, session: Session, commitment: VerificationCommitment,
@@ -452,8 +454,8 @@ class Verifier:
         """A checker's render disagreed with two others: its provider's record resets and the
         node is demoted (it lied, or its machine is broken)."""
         if check.checker_provider is not None:
-            record = store.record_of(session, provider=check.checker_provider).after(False)
-            store.save_record(session, provider=check.checker_provider, record=record, now=now)
+            store.update_record(session, provider=check.checker_provider, now=now,
+                                change=lambda record: record.after(False))
         if check.checker_node is not None:
             pls_store.set_node_tier(session, node_id=check.checker_node,
                                     tier=int(Tier.BACKGROUND))
@@ -468,19 +470,19 @@ class Verifier:
         store.set_status(session, commitment=commitment, target=VerificationStatus.FAILED,
                          now=now, reason=f"window {first.window}: {first.checker_node} and "
                                          f"{tiebreak.checker_node} agree against it")
-        store.save_record(session, provider=commitment.provider, now=now,
-                          record=store.record_of(session, provider=commitment.provider)
-                          .after(False))
+        store.update_record(session, provider=commitment.provider, now=now,
+                            change=lambda record: record.after(False))
         pls_store.set_node_tier(session, node_id=commitment.node_id, tier=int(Tier.BACKGROUND))
         self.pls.task_outcome(session, node_id=commitment.node_id, task_id=commitment.task_id,
                               outcome=TaskOutcome.FAILED_VERIFICATION, now=now,
                               evidence=digest)
         log.warning("verification failed: task %s by %s (evidence 0x%s)", commitment.task_id,
                     commitment.node_id, digest.hex())
-        self._redo(session, commitment, now, "failed verification")
+        self._redo(session, commitment, now, "failed verification", blame=True)
 
     def _redo(self, session: Session, commitment: VerificationCommitment, now: float,
-              reason: str) -> None:
+              reason: str, *, blame: bool = False) -> None:
+        """The result is rejected and its task goes back in line (elsewhere, when `blame`)."""
         store.void_open_checks(session, commitment=commitment, now=now, reason=reason)
         if commitment.status == VerificationStatus.CHECKING.value:
             store.set_status(session, commitment=commitment, target=VerificationStatus.DISPUTED,
@@ -492,7 +494,8 @@ class Verifier:
         job = crud.get_job(session, job_id=commitment.job_id)
         assert task is not None and job is not None
         if task.status == TaskStatus.DONE.value:
-            store.redo_task(session, task=task, now=now, reason=reason)
+            store.redo_task(session, task=task, now=now, reason=reason,
+                            exclude_provider=commitment.provider if blame else None)
         if job.status == JobStatus.VERIFYING.value:
             crud.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
                                 reason=f"task {task.id} redone: {reason}")

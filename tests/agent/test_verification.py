@@ -1,13 +1,14 @@
 """Verification end to end: `mesh agent run` processes (honest ones on both CPU kernels, and
 cheaters: the real agent with a dishonest renderer, `python -m agent.workloads.cheaters`)
 against the orchestrator under uvicorn and the contracts on anvil; real Cycles renders, tiny
-(32x24, two shared cores). Every cheat is caught, no honest node is ever rejected, and the job
-settles on its own, paying only for results that passed."""
+(32x24, two shared cores). Every cheat is caught, no honest node is ever rejected, and the jobs
+settle on their own, paying only for results that passed."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from orchestrator.chain.anvil import Anvil
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.domain.merkle import verify
 from orchestrator.domain.verification import Leaf
-from orchestrator.localgrid import Grid, wait_for
+from orchestrator.localgrid import AgentProcess, Grid, wait_for
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 ADMIN = {"x-admin-key": "test-admin"}
@@ -42,6 +43,10 @@ def cheater(cheat: str) -> list[str]:
 def admin(grid: Grid, path: str) -> Any:
     assert grid.customer is not None
     return expect(grid.customer.http.get(f"/v1/admin{path}", headers=ADMIN))
+
+
+def delivered(agent: AgentProcess) -> bool:
+    return "acknowledged" in agent.log()
 
 
 def settled(grid: Grid, job_id: str) -> bool:
@@ -70,19 +75,28 @@ def test_lazyStaleAndTamperingNodes_areCaught_honestNodesOnBothKernelsNeverRejec
         grid: Grid, scene: Path) -> None:
     grid.start(MESH_PLS_DECIDE_INTERVAL_S="1")  # slash decisions within the test
     cheats = {"lazy": "lazy", "stale": "stale", "tamper": "tamper:0.25"}
-    cheaters = [grid.agent(name, launcher=cheater(cheat)).start()
-                for name, cheat in cheats.items()]
-    grid.wait_logged_in(cheaters)
-    frames = len(cheats)  # one each: a frame renders for longer than the agents poll
-    job_id = grid.submit(scene, frames={"start": 1, "end": frames}, **SLOWER)
+    cheaters = [grid.agent(name, launcher=cheater(cheat)) for name, cheat in cheats.items()]
+    honest = [grid.agent("honest-avx2"), grid.agent("honest-sse42", "--cpu-kernel", "sse42"),
+              grid.agent("honest-3")]
     for agent in cheaters:
-        wait_for(f"{agent.name} to deliver", lambda a=agent: "acknowledged" in a.log(),
-                 timeout_s=240)
-    honest = [grid.agent("honest-avx2").start(),
-              grid.agent("honest-sse42", "--cpu-kernel", "sse42").start(),
-              grid.agent("honest-3").start()]
+        agent.start()
+    grid.wait_logged_in(cheaters)
+    # A frame each, in a job open only to that cheater and the honest providers, who start
+    # once every cheater has delivered: no cheater can take another's frame (one that
+    # polled late under load would otherwise go without a task and never be caught).
+    blend = grid.upload(scene)
+    jobs = [grid.submit_workload({"kind": "blender", "blend_sha256": blend,
+                                  "frames": {"start": frame, "end": frame}, **SLOWER},
+                                 needs={"providers": [agent.address,
+                                                      *(h.address for h in honest)]})
+            for frame, agent in enumerate(cheaters, start=1)]
+    for agent in cheaters:
+        wait_for(f"{agent.name} to deliver", partial(delivered, agent), timeout_s=240)
+    for agent in honest:
+        agent.start()
 
-    wait_for("the job to settle on its own", lambda: settled(grid, job_id), timeout_s=480)
+    for job_id in jobs:
+        wait_for("the job to settle on its own", partial(settled, grid, job_id), timeout_s=480)
     counts = admin(grid, "/verification")
     by_node = counts["by_node"]
     for name in cheats:
@@ -90,6 +104,7 @@ def test_lazyStaleAndTamperingNodes_areCaught_honestNodesOnBothKernelsNeverRejec
         assert set(by_node[name]) == {"failed"}, by_node  # no cheated result ever passed
     for agent in honest:
         assert "failed" not in by_node.get(agent.name, {}), by_node  # no false rejection
+    frames = len(jobs)  # a task each: task ids 1..frames
     evidence = failed_evidence(grid, frames)
     assert {e["node_id"] for e in evidence} == set(cheats)
     def evidence_digests() -> set[str]:
@@ -107,9 +122,10 @@ def test_lazyStaleAndTamperingNodes_areCaught_honestNodesOnBothKernelsNeverRejec
     assert {a["payload"]["evidence"] for a in slashes} == digests  # each carries its evidence
     assert {a["payload"]["provider"] for a in slashes} == {a.address for a in cheaters}
     outbox = admin(grid, "/outbox")
-    settle = [a for a in outbox if a["kind"] == "settle"]
-    assert len(settle) == 1 and settle[0]["idempotency_key"] == f"settle:{job_id}"
-    assert not {a.address for a in cheaters} & set(settle[0]["payload"]["providers"])
+    settle = {a["idempotency_key"]: a for a in outbox if a["kind"] == "settle"}
+    assert sorted(settle) == sorted(f"settle:{job_id}" for job_id in jobs)  # once each
+    for action in settle.values():
+        assert not {a.address for a in cheaters} & set(action["payload"]["providers"])
     kernels = {c.get("exact") for row in range(1, frames + 1)
                for commitment in admin(grid, f"/tasks/{row}/verification")
                for check in commitment["checks"] if check["comparison"]

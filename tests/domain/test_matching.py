@@ -34,6 +34,12 @@ def test_eligible_keepsASensitiveJobOnItsNamedProviders() -> None:
                                                      regions=frozenset({"eu"})))
 
 
+def test_eligible_neverGivesATaskBackToAProviderWhoseResultOfItFailed() -> None:
+    needs = TaskNeeds(excluded_providers=frozenset({"0x" + "1" * 40}))
+    assert not eligible(node(), needs)
+    assert eligible(node(provider="0x" + "2" * 40), needs)
+
+
 def test_eligible_matchesPriorityToTier() -> None:
     assert not eligible(node(tier=Tier.STANDARD), TaskNeeds(priority=Priority.HIGH))
     assert eligible(node(tier=Tier.HIGH), TaskNeeds(priority=Priority.HIGH))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agent.workloads.blender import write_exr
 from orchestrator.db import crud
+from orchestrator.db import pls as pls_store
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.merkle import verify
-from orchestrator.domain.types import TaskNeeds
-from orchestrator.domain.verification import Leaf, window_rows
+from orchestrator.domain.types import TaskNeeds, Tier
+from orchestrator.domain.verification import Leaf, RenderEnv, window_rows
+from orchestrator.services.verification import CheckResult, ChunkRef
 from tests.orchestrator.conftest import ADMIN_KEY, CUSTOMER, LiveNode
+from tests.races import race
 
 ADMIN = {"x-admin-key": ADMIN_KEY}
 HEIGHT, WIDTH = 8, 6
@@ -108,16 +112,23 @@ def deliver(node: LiveNode, scene: Scene, tmp: Path) -> int:
     return int(task_id)
 
 
+def lease_check(node: LiveNode) -> dict[str, Any] | None:
+    lease = node.post(f"/v1/nodes/{node.node_id}/checks/lease")
+    return None if lease.status_code == 204 else dict(lease.json())
+
+
+def window_of(check: dict[str, Any], truth: Scene) -> Scene:
+    payload = check["payload"]  # a whole-frame task: the window is strip `tile` of `tiles`
+    return truth.window(payload["tile"], payload["tiles"])
+
+
 def run_check(node: LiveNode, truth: Scene, tmp: Path, env: dict[str, str] = ENV
               ) -> dict[str, Any] | None:
     """Pull one check and answer it with `truth`'s pixels of the window."""
-    lease = node.post(f"/v1/nodes/{node.node_id}/checks/lease")
-    if lease.status_code == 204:
+    check = lease_check(node)
+    if check is None:
         return None
-    check = lease.json()
-    payload = check["payload"]
-    windows = payload["tiles"]  # a whole-frame task: the window is strip `tile` of `tiles`
-    chunks, frame = truth.window(payload["tile"], windows).send(node, tmp)
+    chunks, frame = window_of(check, truth).send(node, tmp)
     answer = node.post(f"/v1/checks/{check['check_id']}/result",
                        {"chunks": chunks, "frame_sha256": frame, "render": env})
     assert answer.status_code == 200, answer.text
@@ -155,7 +166,7 @@ def test_honest_result_is_checked_window_by_window_and_the_job_settles_on_its_ow
 
 def test_tampered_result_fails_after_a_tiebreak_with_evidence_and_is_redone_elsewhere(
         live_node: Node, render_job: Callable[[], str], client: TestClient,
-        tmp_path: Path) -> None:
+        factory: sessionmaker[Session], tmp_path: Path) -> None:
     cheat, first, second = live_node("cheat"), live_node("first"), live_node("second")
     job_id = render_job()
     truth = Scene(2)
@@ -177,6 +188,12 @@ def test_tampered_result_fails_after_a_tiebreak_with_evidence_and_is_redone_else
     assert job["status"] == "running" and job["tasks"] == {"retry": 1}
     assert cheat.post("/v1/nodes/cheat/lease").status_code == 204  # demoted: not again
     assert admin(client, "/verification")["by_node"]["cheat"] == {"failed": 1}
+    with factory.begin() as session:  # even once its tier is back, the task is not its again
+        pls_store.set_node_tier(session, node_id="cheat", tier=int(Tier.STANDARD))
+        assert crud.needs_from_json(crud.get_task(session, task_id=task_id).needs
+                                    ).excluded_providers == {cheat.wallet.address}
+    assert cheat.post("/v1/nodes/cheat/lease").status_code == 204
+    assert first.post("/v1/nodes/first/lease").json()["task_id"] == task_id
 
 
 def test_lying_checker_is_overturned_by_the_tiebreak_and_the_honest_node_passes(
@@ -196,6 +213,43 @@ def test_lying_checker_is_overturned_by_the_tiebreak_and_the_honest_node_passes(
     assert admin(client, f"/tasks/{task_id}/verification")[0]["status"] == "passed"
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "settling"
     assert liar.post("/v1/nodes/liar/checks/lease").status_code == 204  # demoted
+
+
+def test_two_checks_of_one_result_decided_at_once_never_pass_a_failed_result(
+        live_node: Node, render_job: Callable[[], str], client: TestClient,
+        factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """The tie-break that fails a result and another window's last check arrive together:
+    the later one sees the failure (its check void) instead of passing the result over it."""
+    cheat, first, second = live_node("cheat"), live_node("first"), live_node("second")
+    job_id = render_job()
+    truth = Scene(6)
+    task_id = deliver(cheat, truth.darkened(), tmp_path)
+    assert (answer := run_check(first, truth, tmp_path)) and answer["status"] == "mismatched"
+    held = lease_check(first)  # first passes every other window but the last, kept leased
+    while (following := lease_check(first)) is not None:
+        assert held is not None
+        chunks, frame = window_of(held, truth.darkened()).send(first, tmp_path)
+        assert first.post(f"/v1/checks/{held['check_id']}/result", {
+            "chunks": chunks, "frame_sha256": frame, "render": ENV}).json()["status"] == "matched"
+        held = following
+    assert held is not None
+    tiebreak = lease_check(second)
+    assert tiebreak is not None and tiebreak["role"] == "tiebreak"
+    verifier = client.app.state.ctx.verifier  # type: ignore[attr-defined]
+
+    def submit(node: LiveNode, check: dict[str, Any], scene: Scene) -> Callable[[Session], None]:
+        chunks, frame = window_of(check, scene).send(node, tmp_path)
+        result = CheckResult(tuple(ChunkRef(c["offset"], c["length"], c["sha256"])
+                                   for c in chunks), frame, None, RenderEnv.from_json(ENV), 1.0)
+        return lambda session: verifier.submit_check(
+            session, check_id=check["check_id"], node_id=node.node_id, result=result,
+            now=time.time()) and None
+
+    race(factory, submit(second, tiebreak, truth), submit(first, held, truth.darkened()))
+    record = admin(client, f"/tasks/{task_id}/verification")
+    assert [r["status"] for r in record] == ["failed"]
+    assert client.get(f"/v1/jobs/{job_id}").json()["tasks"] == {"retry": 1}
+    assert all(a["kind"] != "settle" for a in admin(client, "/outbox"))
 
 
 def test_cross_kernel_check_uses_the_tolerance_and_operator_accept_is_a_logged_override(

@@ -294,8 +294,8 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
     evidence = keccak(text="verification evidence")
     with factory.begin() as session:
         task = crud.job_tasks(session, job_id=job.job_id)[0]
-        verification_store.save_record(session, provider=PROVIDER.address,
-                                       record=ProviderRecord(0, 1), now=clock())
+        verification_store.update_record(session, provider=PROVIDER.address, now=clock(),
+                                         change=lambda _: ProviderRecord(0, 1))
         pls_store.set_node_tier(session, node_id=NODE, tier=int(Tier.BACKGROUND))
         pls.task_outcome(session, node_id=NODE, task_id=task.id,
                          outcome=TaskOutcome.FAILED_VERIFICATION, now=clock(),

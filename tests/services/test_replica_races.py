@@ -1,14 +1,15 @@
-"""Two replicas writing the same rows at once, on PostgreSQL (READ COMMITTED, as deployed):
-each test holds one transaction open at the racing step while a second one, on another
-connection, does the other replica's part, then lets the first commit. Found by
+"""Two replicas writing the same rows at once, on PostgreSQL (READ COMMITTED, as deployed) and
+on SQLite: each test holds one transaction open at the racing step while a second one, on
+another connection, does the other replica's part, then lets the first commit. Found by
 `mesh bench scaleout`: the last two tasks of a job completed at once left the job running
 for good, and a provider's first verification record written twice at once was a 500."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,46 +19,28 @@ from orchestrator.db import crud
 from orchestrator.db import verification as verification_store
 from orchestrator.db.models import VerificationRecord
 from orchestrator.db.placement import Reservation, commit_reservations
-from orchestrator.db.session import make_engine, make_session_factory
+from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.services import work
-
-pytestmark = pytest.mark.postgres
+from tests.races import race
 
 PROVIDER = "0x" + "ab" * 20
 RESULT = "cd" * 32
 
 
-@pytest.fixture
-def factory(postgres_url: str) -> Iterator[sessionmaker[Session]]:
-    with scratch_database(postgres_url) as url:
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sessionmaker[Session]]:
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / 'races.db'}"
+        else:
+            url = stack.enter_context(scratch_database(request.getfixturevalue("postgres_url")))
         engine = make_engine(url)
+        upgrade_to_head(engine)
         yield make_session_factory(engine)
         engine.dispose()
-
-
-def race(factory: sessionmaker[Session], first: Callable[[Session], None],
-         second: Callable[[Session], None]) -> None:
-    """`first` runs and stays uncommitted while `second` runs (and commits) on another
-    connection; `first` commits half a second later, whether `second` is blocked or done."""
-    failures: list[BaseException] = []
-
-    def other() -> None:
-        try:
-            with factory.begin() as session:
-                second(session)
-        except BaseException as exc:
-            failures.append(exc)
-
-    with factory.begin() as session:
-        first(session)
-        thread = threading.Thread(target=other)
-        thread.start()
-        time.sleep(0.5)
-    thread.join(timeout=30)
-    assert not failures, failures
 
 
 def running_job(factory: sessionmaker[Session]) -> list[int]:
@@ -102,16 +85,18 @@ def test_the_last_two_tasks_completed_at_once_move_the_job_to_verifying(
         assert job is not None and job.status == JobStatus.VERIFYING.value
 
 
-def test_a_providers_first_record_written_at_once_by_two_replicas_is_no_error(
+def test_a_providers_record_written_at_once_by_two_replicas_keeps_both_changes(
         factory: sessionmaker[Session]) -> None:
-    def save(streak: int) -> Callable[[Session], None]:
+    def add(streak: int) -> Callable[[Session], None]:
         def write(session: Session) -> None:
-            verification_store.save_record(session, provider=PROVIDER,
-                                           record=ProviderRecord(streak, 0), now=time.time())
+            verification_store.update_record(
+                session, provider=PROVIDER, now=time.time(),
+                change=lambda held: ProviderRecord(held.consecutive_valid + streak, 0))
             session.flush()
         return write
 
-    race(factory, save(1), save(2))
+    race(factory, add(1), add(2))  # the provider's first record: both insert it
+    race(factory, add(4), add(8))  # then both update it
     with factory() as session:
         row = session.get(VerificationRecord, PROVIDER)
-        assert row is not None and row.consecutive_valid == 2  # the later write stands
+        assert row is not None and row.consecutive_valid == 15  # no streak lost
