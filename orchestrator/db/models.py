@@ -323,6 +323,17 @@ class PopwChallengeRecord(Base):
     consumed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class PendingProbe(Base):
+    """A probe sent and not yet echoed. In the DB, not in one replica's memory: behind a
+    balancer the echo may reach any replica, and exactly one records a probe lost."""
+
+    __tablename__ = "pending_probes"
+
+    nonce: Mapped[str] = mapped_column(String(32), primary_key=True)  # 16 bytes, hex
+    node_id: Mapped[str] = mapped_column(String(64), index=True)
+    sent_at: Mapped[float] = mapped_column(Float, index=True)
+
+
 class PopwVerdictRecord(Base):
     __tablename__ = "popw_verdicts"
 

@@ -16,6 +16,7 @@ from orchestrator.db.models import (
     Lease,
     Node,
     NodeSession,
+    PendingProbe,
     PlsLogCursor,
     PlsLogHead,
     PlsObservationRecord,
@@ -82,6 +83,32 @@ def add_samples(session: Session, *, rows: Sequence[tuple[str, str, float, float
         session.execute(insert(TelemetrySample), [
             {"node_id": node_id, "metric": metric, "at": at, "value": value}
             for node_id, metric, at, value in rows])
+
+
+def add_probe(session: Session, *, node_id: str, nonce: bytes, sent_at: float) -> None:
+    session.add(PendingProbe(nonce=nonce.hex(), node_id=node_id, sent_at=sent_at))
+
+
+def take_probe(session: Session, *, node_id: str, nonce: bytes) -> float | None:
+    """The probe's send time, removed (None: unknown, expired or echoed already); of two
+    echoes at once, one gets it."""
+    return session.execute(delete(PendingProbe)
+                           .where(PendingProbe.nonce == nonce.hex(),
+                                  PendingProbe.node_id == node_id)
+                           .returning(PendingProbe.sent_at)
+                           .execution_options(synchronize_session=False)).scalar_one_or_none()
+
+
+def take_expired_probes(session: Session, *, sent_before: float,
+                        node_ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
+    """(node, sent) of the probes sent before `sent_before` (of `node_ids`, or any node),
+    removed: each is lost, and counted once however many replicas look."""
+    query = delete(PendingProbe).where(PendingProbe.sent_at < sent_before)
+    if node_ids is not None:
+        query = query.where(PendingProbe.node_id.in_(list(node_ids)))
+    rows = session.execute(query.returning(PendingProbe.node_id, PendingProbe.sent_at)
+                           .execution_options(synchronize_session=False))
+    return sorted((str(node_id), float(sent)) for node_id, sent in rows)
 
 
 def samples_since(session: Session, *, since: float,

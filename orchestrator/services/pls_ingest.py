@@ -126,8 +126,7 @@ class PlsIngest(PlsLog):
             if store.open_session(session, node_id=node_id, at=now):
                 observations.append(SessionStarted(node_id, now))
         self._observe(session, *observations)
-        with self._lock:
-            self._expire_probes(session, now, list(self._probes))
+        self._expire_probes(session, now)
 
     @staticmethod
     def _damage(session: Session, task_id: int, node_id: str) -> tuple[int | None, float | None]:
@@ -191,39 +190,34 @@ class PlsIngest(PlsLog):
         self._observe(session, Upload(node_id, now, mbps))
 
     def issue_probe(self, session: Session, *, node_id: str, now: float) -> bytes:
-        """A ping nonce; its RTT is what the orchestrator measures until the echo."""
+        """A ping nonce; its RTT is what the orchestrator measures until the echo (which any
+        replica may receive: the pending probe is in the DB)."""
         nonce = secrets.token_bytes(16)
-        with self._lock:
-            self._expire_probes(session, now, [node_id])
-            self._probes[node_id][nonce] = now
+        self._expire_probes(session, now, [node_id])
+        store.add_probe(session, node_id=node_id, nonce=nonce, sent_at=now)
         return nonce
 
     def echo_probe(self, session: Session, *, node_id: str, nonce: bytes, now: float) -> float:
         """The node echoed a probe: record the RTT; a stale or unknown nonce is refused."""
-        with self._lock:
-            self._expire_probes(session, now, [node_id])
-            sent = self._probes[node_id].pop(nonce, None)
-            if sent is None:
-                raise KeyError("unknown or expired probe")
-            rtt_ms = max(now - sent, 0.0) * 1000.0
+        self._expire_probes(session, now, [node_id])
+        sent = store.take_probe(session, node_id=node_id, nonce=nonce)
+        if sent is None:
+            raise KeyError("unknown or expired probe")
+        rtt_ms = max(now - sent, 0.0) * 1000.0
         store.add_samples(session, rows=[(node_id, "rtt_ms", sent, rtt_ms)])
         self._observe(session, Probe(node_id, sent, rtt_ms))
         return rtt_ms
 
-    def _expire_probes(self, session: Session, now: float, node_ids: Sequence[str]) -> None:
-        rows: list[tuple[str, str, float, float]] = []
-        lost: list[Observation] = []
-        for node_id in node_ids:
-            pending = self._probes.get(node_id)
-            if not pending or not self.engine.knows(node_id):
-                continue
-            for nonce, sent in list(pending.items()):
-                if now - sent > self.config.probe_timeout_s:
-                    del pending[nonce]
-                    lost.append(Probe(node_id, sent, None))
-                    rows.append((node_id, "probe_lost", sent, 1.0))
-        store.add_samples(session, rows=rows)
-        self._observe(session, *lost)
+    def _expire_probes(self, session: Session, now: float,
+                       node_ids: Sequence[str] | None = None) -> None:
+        """Probes unanswered past the timeout (of `node_ids`, or every node) are lost."""
+        expired = store.take_expired_probes(
+            session, sent_before=now - self.config.probe_timeout_s, node_ids=node_ids)
+        with self._lock:
+            lost = [(node_id, sent) for node_id, sent in expired if self.engine.knows(node_id)]
+        store.add_samples(session, rows=[(node_id, "probe_lost", sent, 1.0)
+                                         for node_id, sent in lost])
+        self._observe(session, *(Probe(node_id, sent, None) for node_id, sent in lost))
 
     def observe_checkpoint_cost(self, session: Session, *, node_id: str, seconds: float,
                                 now: float) -> None:

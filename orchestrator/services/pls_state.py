@@ -126,7 +126,6 @@ class PlsState:
         self._popw_lock = threading.Lock()  # judging: single use of each nonce
         self._issue_lock = threading.Lock()  # adding challenges apart from pruning them
         self._verdicts: dict[str, PopwVerdict] = {}
-        self._probes: dict[str, dict[bytes, float]] = defaultdict(dict)  # node -> nonce -> sent
         self._recent_rtts: dict[str, deque[tuple[float, float | None]]] = defaultdict(
             lambda: deque(maxlen=4 * config.popw.ping_rounds))
         self._last_beat: dict[str, float] = {}

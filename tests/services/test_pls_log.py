@@ -128,6 +128,32 @@ def test_without_the_follow_a_replica_misses_what_the_other_received(
     assert scores(second.engine, end + 30.0) == scores(single, end + 30.0)
 
 
+def test_a_probe_is_echoed_through_either_replica_and_counted_lost_once(
+        factory: sessionmaker[Session]) -> None:
+    """Behind a balancer a probe's echo may reach the other replica: the pending probe is in
+    the DB, so that replica times it, and a probe nobody echoed is lost once, not per replica."""
+    first, second = registered_replica(factory)[0], service()
+    sent = START + 1.0
+    with factory.begin() as session:
+        echoed = first.issue_probe(session, node_id="n-0", now=sent)
+        first.issue_probe(session, node_id="n-0", now=sent)  # never echoed
+    with factory.begin() as session:
+        second.follow(session, now=sent)
+        rtt = second.echo_probe(session, node_id="n-0", nonce=echoed, now=sent + 0.025)
+    assert abs(rtt - 25.0) < 0.01
+    with factory.begin() as session, pytest.raises(KeyError):  # echoed already
+        first.echo_probe(session, node_id="n-0", nonce=echoed, now=sent + 0.03)
+    later = sent + PlsConfig().probe_timeout_s + 1.0
+    for replica in (first, second):  # each issues a fresh probe and expires what is overdue
+        with factory.begin() as session:
+            replica.issue_probe(session, node_id="n-0", now=later)
+    for replica in (first, second):
+        with factory.begin() as session:
+            replica.follow(session, now=later)
+        summary = replica.book.summary("n-0", later)
+        assert (summary.probes, summary.probes_lost) == (2, 1)
+
+
 def registered_replica(factory: sessionmaker[Session]) -> tuple[PlsService, int]:
     """A replica that registered node n-0, and the log's head after it."""
     replica = service()
