@@ -1,7 +1,7 @@
 """`mesh orchestrator serve`: the API under uvicorn, after saying which `MESH_*` settings are
 missing and what each one's absence switches off (it starts anyway: a chain-less development
 service is legitimate, a silent one is not). `backup` / `restore` copy its database
-(`db.backup`)."""
+(`db.backup`) and, with `--blobs`, the blobs it lists (`storage.blobs`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from orchestrator.commands.common import UserError
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
+    from orchestrator.storage.blobs import BlobCopy
 
 app = typer.Typer(help="The orchestrator service.", no_args_is_help=True)
 
@@ -85,8 +86,15 @@ def serve(
                 log_level=log_level)
 
 
+BlobsOption = Annotated[Path | None, typer.Option(
+    "--blobs", help="A directory for the blobs (scenes, checkpoints, frames) the database "
+                    "lists: backup copies in those it lacks (one directory serves every "
+                    "backup), restore copies back those the blob store lacks.")]
+
+
 @app.command("backup")
-def backup(path: Annotated[Path, typer.Argument(help="The backup file to write.")]) -> None:
+def backup(path: Annotated[Path, typer.Argument(help="The backup file to write.")],
+           blobs: BlobsOption = None) -> None:
     """Copy the database (MESH_DATABASE_URL, else MESH_DATA_DIR's SQLite) to PATH; safe
     while the service runs (SQLite's online backup API, `pg_dump -Fc` for PostgreSQL)."""
     from orchestrator.commands.common import settings, user_errors
@@ -94,15 +102,19 @@ def backup(path: Annotated[Path, typer.Argument(help="The backup file to write."
     from orchestrator.db.backup import backup as copy
 
     with user_errors("orchestrator backup"):
+        config = settings()
         try:
-            copy(settings().sqlalchemy_url, path)
+            copy(config.sqlalchemy_url, path)
         except BackupError as error:
             raise UserError(str(error)) from None
-    typer.echo(f"backed up to {path}")
+        typer.echo(f"backed up to {path}")
+        if blobs is not None:
+            report_blobs(copy_blobs(config, to_backup=blobs))
 
 
 @app.command("restore")
-def restore(path: Annotated[Path, typer.Argument(help="A file `backup` wrote.")]) -> None:
+def restore(path: Annotated[Path, typer.Argument(help="A file `backup` wrote.")],
+            blobs: BlobsOption = None) -> None:
     """Replace the database with the backup at PATH (stop the service first). The service
     then sends no transaction until its indexer has re-read the chain since the backup."""
     from orchestrator.commands.common import settings, user_errors
@@ -111,7 +123,10 @@ def restore(path: Annotated[Path, typer.Argument(help="A file `backup` wrote.")]
     from orchestrator.db.session import make_engine, make_session_factory, transaction
 
     with user_errors("orchestrator restore"):
-        url = settings().sqlalchemy_url
+        config = settings()
+        url = config.sqlalchemy_url
+        if blobs is not None and not blobs.is_dir():  # before anything is replaced
+            raise UserError(f"no blob directory {blobs}")
         try:
             replace(url, path)
         except BackupError as error:
@@ -122,4 +137,30 @@ def restore(path: Annotated[Path, typer.Argument(help="A file `backup` wrote.")]
                 mark_restored(session)
         finally:
             engine.dispose()
-    typer.echo(f"restored from {path}; transactions wait until the chain is re-indexed")
+        typer.echo(f"restored from {path}; transactions wait until the chain is re-indexed")
+        if blobs is not None:
+            report_blobs(copy_blobs(config, from_backup=blobs))
+
+
+def copy_blobs(config: Settings, *, to_backup: Path | None = None,
+               from_backup: Path | None = None) -> BlobCopy:
+    """The blobs the database lists, copied between the service's store and a backup's."""
+    from orchestrator.db import crud
+    from orchestrator.db.session import make_engine, make_session_factory
+    from orchestrator.storage.blobs import BlobStore
+
+    engine = make_engine(config.sqlalchemy_url)
+    try:
+        with make_session_factory(engine)() as session:
+            listed = crud.blob_hashes(session)
+    finally:
+        engine.dispose()
+    store = BlobStore(config.data_dir / "blobs")
+    if to_backup is not None:
+        return store.copy_to(BlobStore(to_backup), listed)
+    assert from_backup is not None
+    return BlobStore(from_backup).copy_to(store, listed)
+
+
+def report_blobs(result: BlobCopy) -> None:
+    typer.echo(result.summary(), err=bool(result.missing))

@@ -345,6 +345,11 @@ def open_recovery(session: Session, *, task_id: int) -> RecoveryEvent | None:
 # ---------------------------------------------------------------- blobs and checkpoints
 
 
+def blob_hashes(session: Session) -> list[str]:
+    """Every stored blob the database lists (scenes, checkpoints, results)."""
+    return list(session.scalars(select(Blob.sha256).order_by(Blob.sha256)))
+
+
 def add_blob(session: Session, *, sha256: str, size: int, now: float) -> None:
     if session.get(Blob, sha256) is None:
         session.add(Blob(sha256=sha256, size=size, created_at=now))
