@@ -133,27 +133,45 @@ def accepted_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int
                  task_providers: list[str], now: float) -> str:
     """A funded job whose tasks the given providers delivered, accepted by the operator: the
     production path (`settlement.queue_settlement`) queues its settlement."""
+    job_id = running_job(factory, mesh, amount=amount, task_providers=task_providers, now=now)
+    accept(factory, job_id, now=now)
+    return job_id
+
+
+def running_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int,
+                task_providers: list[str], now: float) -> str:
+    """A funded job with a task running on each of the given providers' nodes."""
     job_id = escrow(mesh, amount)
     with factory.begin() as session:
         for provider in set(task_providers):
             crud.register_node(session, spec=NodeSpec(
                 node_id=f"node-{provider}", provider=provider, gpu_model="RTX4090", vram_gb=24,
                 compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=4), now=now)
-        job = crud.create_job(session, job_id=job_id, customer=CUSTOMER.address, spec={},
-                              spec_hash="0x" + "05" * 32, amount=amount, deadline=now + 1e6,
-                              needs=TaskNeeds(), task_payloads=[{"frame": i} for i in
-                                                                range(len(task_providers))],
-                              now=now, status=JobStatus.RUNNING)
+        crud.create_job(session, job_id=job_id, customer=CUSTOMER.address, spec={},
+                        spec_hash="0x" + "05" * 32, amount=amount, deadline=now + 1e6,
+                        needs=TaskNeeds(), task_payloads=[{"frame": i} for i in
+                                                          range(len(task_providers))],
+                        now=now, status=JobStatus.RUNNING)
         session.flush()
         for task, provider in zip(crud.job_tasks(session, job_id=job_id), task_providers,
                                   strict=True):
-            for status in (TaskStatus.RESERVED, TaskStatus.RUNNING, TaskStatus.DONE):
+            for status in (TaskStatus.RESERVED, TaskStatus.RUNNING):
                 crud.set_task_status(session, task=task, target=status, now=now, reason="test")
             task.node_id = f"node-{provider}"
+    return job_id
+
+
+def accept(factory: sessionmaker[Session], job_id: str, *, now: float) -> None:
+    """Every running task of the job done, the job verified and its settlement queued."""
+    with factory.begin() as session:
+        job = crud.lock_job(session, job_id=job_id)
+        assert job is not None
+        for task in crud.job_tasks(session, job_id=job_id):
+            crud.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
+                                 reason="test")
         crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
                             reason="all tasks done")
         assert settlement.queue_settlement(session, job=job, now=now)
-    return job_id
 
 
 def job_status(factory: sessionmaker[Session], job_id: str) -> str:
