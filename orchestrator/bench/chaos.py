@@ -1,5 +1,5 @@
-"""`mesh bench chaos`: the whole local stack (anvil, `mesh orchestrator serve` on SQLite,
-`mesh agent run` processes) under a seeded schedule of faults, then the history checker.
+"""`mesh bench chaos`: the whole local stack (anvil, `mesh orchestrator serve` on SQLite or
+PostgreSQL, `mesh agent run` processes) under a seeded schedule of faults, then the history checker.
 
 Each round the orchestrator is SIGKILLed at one of these points, then restarted on the same
 port and database: at a random moment (`timer`: wherever it is, scheduling, heartbeats,
@@ -15,8 +15,11 @@ an honest agent (each talks to the service through its own `CutProxy` on loopbac
 seconds, well inside the reconnect grace: it must come back and must not be slashed), and a
 chain reorg within the indexer's margin (`anvil_reorg`: the service's transactions in the
 replaced blocks are dropped, for its outbox to send again; everyone else's are put back, as a
-mempool would). A miner thread adds an empty block every second, so that events become final
-under the margin with nothing else to mine them.
+mempool would). With `postgres`, the service runs on a private PostgreSQL server
+(`bench.pgcluster`) instead of SQLite, and a PostgreSQL restart joins the side faults (the
+server crashed with `immediate`, every connection cut, recovered from its WAL). A miner thread
+adds an empty block every second, so that events become final under the margin with nothing
+else to mine them.
 
 Jobs are command workloads (a few shards of a tiny Python script), submitted between kills.
 When the rounds are over the faults stop and every job must settle; then the checker reads the
@@ -29,13 +32,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from orchestrator.bench import history_check
+from orchestrator.bench.pgcluster import PostgresCluster
 from orchestrator.chain.anvil import Anvil, block_transactions, dev_account, mine, reorg
 from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
@@ -62,6 +66,7 @@ ENV = {"MESH_OUTBOX_INTERVAL_S": "0.3", "MESH_PLS_DECIDE_INTERVAL_S": "1",
 # side fault -> its chance in a round
 SIDE_FAULTS = {"agent_kill": 0.25, "rpc_outage": 0.2, "rpc_slowdown": 0.2, "partition": 0.25,
                "chain_reorg": 0.25}
+POSTGRES_FAULTS = {"postgres_restart": 0.25}  # with `postgres`
 SCRIPT = ("import os, pathlib; pathlib.Path(os.environ['MESH_OUT'], 'result')"
           ".write_text('shard ' + os.environ['MESH_SHARD'])")
 
@@ -76,20 +81,25 @@ def _hits(point: str, request: bytes, response: bytes | None) -> bool:
     return False
 
 
-def schedule(rng: random.Random, rounds: int) -> list[list[str]]:
+def schedule(rng: random.Random, rounds: int, kinds: dict[str, float] = SIDE_FAULTS
+             ) -> list[list[str]]:
     """Each round's side faults: each kind with its chance, and every kind at least once
     (in a random round) so that a short run meets them all."""
-    plan = [[kind for kind, chance in SIDE_FAULTS.items() if rng.random() < chance]
+    plan = [[kind for kind, chance in kinds.items() if rng.random() < chance]
             for _ in range(rounds)]
-    for kind in SIDE_FAULTS:
+    for kind in kinds:
         if rounds and not any(kind in faults for faults in plan):
             plan[rng.randrange(rounds)].append(kind)
     return plan
 
 
 class Chaos:
-    def __init__(self, grid: Grid, proxy: CutProxy, rng: random.Random, shards: int) -> None:
+    def __init__(self, grid: Grid, proxy: CutProxy, rng: random.Random, shards: int,
+                 database: PostgresCluster | None = None) -> None:
         self.grid, self.proxy, self.rng, self.shards = grid, proxy, rng, shards
+        self.database = database  # a private PostgreSQL server (None: SQLite)
+        self.env = ENV if database is None else {**ENV, "MESH_DATABASE_URL": database.url}
+        self.restarting = threading.Lock()  # one database restart at a time
         self.faults: Counter[str] = Counter()
         self.kill_points: Counter[str] = Counter()
         self.jobs: list[str] = []
@@ -139,7 +149,7 @@ class Chaos:
             try:
                 if self.grid.customer is not None:
                     self.grid.customer.close()
-                self.grid.start(**ENV)
+                self.grid.start(**self.env)
                 break
             except ServiceError:
                 self.grid.stop_service(kill=True)
@@ -164,6 +174,8 @@ class Chaos:
             took_place = self.partition()
         elif kind == "chain_reorg":
             took_place = self.reorg_chain()
+        elif kind == "postgres_restart":  # while the service works: before its kill, or after
+            threading.Timer(self.rng.uniform(0.0, 2 * STEP_WAIT_S), self.restart_database).start()
         self.faults[kind] += took_place
 
     def partition(self) -> bool:
@@ -217,6 +229,11 @@ class Chaos:
             with self.mining, suppress(Exception):  # anvil busy or stopping: next beat
                 mine(w3)
 
+    def restart_database(self) -> None:
+        assert self.database is not None
+        with self.restarting:
+            self.database.restart()
+
     def _restore(self) -> None:
         with suppress(OSError):
             self.proxy.restore()
@@ -238,10 +255,11 @@ class Chaos:
 
 
 def run(*, seed: int = 1, kills: int = 200, jobs: int = 20, agents: int = 3, shards: int = 2,
-        root: Path | None = None) -> dict[str, Any]:
+        postgres: bool = False, root: Path | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     began = time.perf_counter()
-    with Anvil() as anvil, tempfile.TemporaryDirectory() as tmp:
+    with (Anvil() as anvil, tempfile.TemporaryDirectory() as tmp,
+          PostgresCluster() if postgres else nullcontext() as database):
         w3 = connect(anvil.rpc_url)
         deployment = deploy_local(w3, dev_account(0).key, orchestrator=dev_account(1).address,
                                   slasher=dev_account(2).address, arbiter=dev_account(3).address)
@@ -249,12 +267,12 @@ def run(*, seed: int = 1, kills: int = 200, jobs: int = 20, agents: int = 3, sha
         chain.account(dev_account(0)).mint(dev_account(4).address, (jobs + 1) * PAYMENT)
         proxy = CutProxy(int(anvil.rpc_url.rsplit(":", 1)[1])).restore()
         grid = Grid(chain, root or Path(tmp), rpc_url=proxy.url)
-        chaos = Chaos(grid, proxy, rng, shards)
+        chaos = Chaos(grid, proxy, rng, shards, database)
         stop_mining = threading.Event()
         miner = threading.Thread(target=chaos.mine_until, args=(stop_mining, anvil.rpc_url),
                                  daemon=True)
         try:
-            grid.start(**ENV)
+            grid.start(**chaos.env)
             assert grid.port is not None
             chaos.links = [CutProxy(grid.port).restore() for _ in range(agents - 1)]
             honest = [grid.agent(f"honest-{n}").start(orchestrator=link.url)
@@ -264,7 +282,8 @@ def run(*, seed: int = 1, kills: int = 200, jobs: int = 20, agents: int = 3, sha
             chaos.reorg_floor = int(w3.eth.block_number)
             miner.start()
             submit_at = {round(n * kills / jobs) for n in range(jobs)} if jobs else set()
-            for round_, side_faults in enumerate(schedule(rng, kills)):
+            kinds = SIDE_FAULTS if database is None else {**SIDE_FAULTS, **POSTGRES_FAULTS}
+            for round_, side_faults in enumerate(schedule(rng, kills, kinds)):
                 if round_ in submit_at or len(chaos.jobs) < sum(r <= round_ for r in submit_at):
                     chaos.submit()
                 for kind in side_faults:
@@ -281,6 +300,9 @@ def run(*, seed: int = 1, kills: int = 200, jobs: int = 20, agents: int = 3, sha
                 churn.start()
             while len(chaos.jobs) < jobs:
                 chaos.submit()
+            if database is not None:  # ride through one more, with no kill to follow it
+                chaos.restart_database()
+                chaos.faults["postgres_restart"] += 1
             settle_began = time.monotonic()
             unfinished = 0
             try:
@@ -295,10 +317,14 @@ def run(*, seed: int = 1, kills: int = 200, jobs: int = 20, agents: int = 3, sha
             proxy.cut()
             for link in chaos.links:
                 link.cut()
-        factory = make_session_factory(make_engine(f"sqlite:///{grid.data_dir / 'mesh.db'}"))
-        report = history_check.check(factory, chain, faulted_providers={churn.address})
+        engine = make_engine(f"sqlite:///{grid.data_dir / 'mesh.db'}" if database is None
+                             else database.url)
+        report = history_check.check(make_session_factory(engine), chain,
+                                     faulted_providers={churn.address})
+        engine.dispose()
     return {
         "seed": seed,
+        "database": "postgresql" if postgres else "sqlite",
         "faults_injected": sum(chaos.faults.values()),
         "orchestrator_kills": chaos.faults["orchestrator_kill"],
         "jobs": len(chaos.jobs),

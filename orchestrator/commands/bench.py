@@ -233,15 +233,18 @@ def bench_chaos(
     kills: Annotated[int, typer.Option(help="Orchestrator SIGKILLs (one a round).")] = 200,
     jobs: Annotated[int, typer.Option(help="Command jobs submitted between the kills.")] = 20,
     agents: Annotated[int, typer.Option(help="Local agents; one of them is killed at times.")] = 3,
+    postgres: Annotated[bool, typer.Option(
+        "--postgres", help="Run the service on a private PostgreSQL server (the machine's "
+                           "server binaries) and restart it as one more fault.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The local stack under seeded faults (orchestrator and agent kills, RPC outages and
-    slowdowns, agent partitions, chain reorgs), then the history checker; exits 1 on any
-    violation."""
+    slowdowns, agent partitions, chain reorgs, PostgreSQL restarts), then the history
+    checker; exits 1 on any violation."""
     from orchestrator.bench import chaos
 
     with user_errors("bench chaos"):
-        result = chaos.run(seed=seed, kills=kills, jobs=jobs, agents=agents)
+        result = chaos.run(seed=seed, kills=kills, jobs=jobs, agents=agents, postgres=postgres)
     emit(result, as_json, show_result)
     if any(result["violations"].values()) or result["jobs_unfinished"]:
         raise typer.Exit(1)

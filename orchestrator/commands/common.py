@@ -123,6 +123,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from agent.client import ApiCallError
     from agent.keystore import KeystoreError
     from agent.workloads.reproduce import ReproduceError
+    from orchestrator.bench.pgcluster import ClusterError
     from orchestrator.chain.anvil import AnvilError
     from orchestrator.chain.artifacts import ArtifactError
     from orchestrator.chain.deployment import DeploymentError
@@ -130,8 +131,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from orchestrator.chain.tx import NodeError
 
     return (UserError, ChainError, ArtifactError, KeystoreError, ApiCallError, httpx.HTTPError,
-            NodeError, AnvilError, DeploymentError, ReproduceError, ValidationError, ValueError,
-            OSError)
+            NodeError, AnvilError, DeploymentError, ReproduceError, ClusterError,
+            ValidationError, ValueError, OSError)
 
 
 @contextlib.contextmanager

@@ -1,13 +1,17 @@
 """`mesh bench chaos` on a short seeded run: the orchestrator SIGKILLed a few times (at a
 random moment and at exact outbox steps), an agent killed, the RPC cut or slowed, an honest
 agent partitioned from the service, the chain reorganised, and still every job settles once,
-with nothing lost, leased twice or slashed unfairly."""
+with nothing lost, leased twice or slashed unfairly; on PostgreSQL, also through restarts of
+the database server."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from orchestrator.bench import chaos
+from orchestrator.bench.pgcluster import ClusterError, server_bindir
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
@@ -18,6 +22,22 @@ def test_a_short_chaos_run_settles_every_job_with_no_violation() -> None:
     assert result["faults_injected"] > result["orchestrator_kills"]  # some side faults too
     assert set(result["faults"]) == {"orchestrator_kill", *chaos.SIDE_FAULTS}  # each kind
     assert sum(result["reorg_depths"].values()) == result["faults"]["chain_reorg"]
+    assert result["jobs"] == 2 and result["jobs_unfinished"] == 0
+    assert result["history"]["jobs_settled_on_chain"] == 2
+    assert result["violations"] == dict.fromkeys(result["violations"], 0), result[
+        "violation_details"]
+
+
+def test_a_short_chaos_run_on_postgresql_rides_through_its_restarts() -> None:
+    try:
+        server_bindir()
+    except ClusterError as missing:
+        if os.environ.get("MESH_TEST_POSTGRES_URL"):  # a machine meant to test PostgreSQL
+            raise
+        pytest.skip(str(missing))
+    result = chaos.run(seed=2, kills=3, jobs=2, agents=3, postgres=True)
+    assert result["database"] == "postgresql"
+    assert result["faults"]["postgres_restart"] >= 2  # in the rounds, and one with no kill after
     assert result["jobs"] == 2 and result["jobs_unfinished"] == 0
     assert result["history"]["jobs_settled_on_chain"] == 2
     assert result["violations"] == dict.fromkeys(result["violations"], 0), result[
