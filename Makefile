@@ -67,10 +67,11 @@ fuzz: setup compile
 
 # The long fault run (the short one is tests/bench/test_chaos_bench.py): 200 orchestrator
 # SIGKILLs with agent kills, RPC outages and slowdowns, agent partitions and chain reorgs,
-# then the history checker; exits 1
-# on any violation. JSON report in .mesh/chaos.json.
+# then the history checker; exits 1 on any violation. JSON report in .mesh/chaos.json.
+# `make chaos CHAOS_ARGS=--postgres`: on a private PostgreSQL server, restarted as a fault too.
+CHAOS_ARGS ?=
 chaos: setup compile
-	mkdir -p .mesh && mesh bench chaos --seed 1 --kills 200 --jobs 40 --json > .mesh/chaos.json; \
+	mkdir -p .mesh && mesh bench chaos --seed 1 --kills 200 --jobs 40 $(CHAOS_ARGS) --json > .mesh/chaos.json; \
 	status=$$?; cat .mesh/chaos.json; exit $$status
 
 # Two replicas on one PostgreSQL (MESH_TEST_POSTGRES_URL) under 10,000 placements, one killed
