@@ -64,6 +64,18 @@ def tick(factory: sessionmaker[Session], mesh: MeshChain, db_url: str, tmp_path:
     return run
 
 
+def holdings_of(mesh: MeshChain) -> dict[str, int]:
+    return {who: mesh.token_balance(who) for who in
+            (CUSTOMER.address, PROVIDER, OTHER_PROVIDER, mesh.job_escrow.address)}
+
+
+def restore(factory: sessionmaker[Session], db_url: str, copy: Path) -> None:
+    """`mesh orchestrator restore`: the older database back, and its marker."""
+    backup.restore(db_url, copy)
+    with transaction(factory) as session:
+        backup.mark_restored(session)
+
+
 def test_restore_of_an_older_backup_reconciles_before_sending_and_pays_once(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics, db_url: str,
         tmp_path: Path, clock: VirtualClock, tick: Tick) -> None:
@@ -79,12 +91,9 @@ def test_restore_of_an_older_backup_reconciles_before_sending_and_pays_once(
     assert drain(factory, sender, clock) and drain(factory, sender, clock)
     assert settled_on_chain(mesh, job_id) and job_status(factory, job_id) == JobStatus.SETTLED
     sent = tx_count(mesh)
-    holdings = {who: mesh.token_balance(who) for who in
-                (CUSTOMER.address, PROVIDER, OTHER_PROVIDER, mesh.job_escrow.address)}
+    holdings = holdings_of(mesh)
 
-    backup.restore(db_url, copy)
-    with transaction(factory) as session:
-        backup.mark_restored(session)
+    restore(factory, db_url, copy)
     assert job_status(factory, job_id) == JobStatus.SETTLING  # the older state is back
     assert [row.status for row in rows(factory)] == ["pending"]
 
@@ -100,7 +109,7 @@ def test_restore_of_an_older_backup_reconciles_before_sending_and_pays_once(
     assert tx_count(mesh) == sent  # the settlement was never sent again
 
     # Paid exactly once, and no token moved: the escrow still holds what it paid out.
-    assert {who: mesh.token_balance(who) for who in holdings} == holdings
+    assert holdings_of(mesh) == holdings
     increase_time(mesh.w3, mesh.settlement_dispute_window() + mesh.payout_period())
     assert mesh.escrow_balance(PROVIDER).claimable == amount * 2 // 3
     assert mesh.escrow_balance(OTHER_PROVIDER).claimable == amount // 3
@@ -120,12 +129,9 @@ def test_a_job_still_running_in_the_backup_is_run_again_and_found_paid_not_paid_
     accept(factory, job_id, now=clock.now)  # after the backup: done, verified, settled
     assert drain(factory, sender, clock) and settled_on_chain(mesh, job_id)
     sent = tx_count(mesh)
-    holdings = {who: mesh.token_balance(who) for who in
-                (CUSTOMER.address, PROVIDER, OTHER_PROVIDER, mesh.job_escrow.address)}
+    holdings = holdings_of(mesh)
 
-    backup.restore(db_url, copy)
-    with transaction(factory) as session:
-        backup.mark_restored(session)
+    restore(factory, db_url, copy)
     tick("chain-index")  # the settlement is on chain, but our job is running: left alone
     assert job_status(factory, job_id) == JobStatus.RUNNING
     with factory() as session:
@@ -138,7 +144,7 @@ def test_a_job_still_running_in_the_backup_is_run_again_and_found_paid_not_paid_
     assert [row.status for row in rows(factory)] == ["confirmed"]
     assert job_status(factory, job_id) == JobStatus.SETTLED
     assert tx_count(mesh) == sent  # found settled on chain, never sent again
-    assert {who: mesh.token_balance(who) for who in holdings} == holdings
+    assert holdings_of(mesh) == holdings
     increase_time(mesh.w3, mesh.settlement_dispute_window() + mesh.payout_period())
     assert mesh.escrow_balance(PROVIDER).claimable == amount // 2
     assert mesh.escrow_balance(OTHER_PROVIDER).claimable == amount // 2
