@@ -68,7 +68,8 @@ def lock_check(session: Session, *, check_id: int
     commitment = session.get(VerificationCommitment, check.commitment_id, with_for_update=True,
                              populate_existing=True)
     assert commitment is not None  # a foreign key
-    return session.get(VerificationCheck, check_id, populate_existing=True) or check, commitment
+    session.refresh(check)  # decided under the lock: what the last decision left
+    return check, commitment
 
 
 def set_status(session: Session, *, commitment: VerificationCommitment,
