@@ -8,6 +8,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import (
+    DisputeRow,
     Job,
     NodeSession,
     OutboxAction,
@@ -56,13 +57,19 @@ def recent_slashes(session: Session, *, limit: int) -> list[SlashRecord]:
         SlashRecord.decided_at.desc()).limit(limit)))
 
 
-def recent_disputes(session: Session, *, limit: int) -> list[VerificationCommitment]:
+def contested_results(session: Session, *, limit: int) -> list[VerificationCommitment]:
     """Results disputed now, or that were (evidence was kept for them), newest first."""
     evidenced = select(VerificationEvidence.commitment_id)
     return list(session.scalars(select(VerificationCommitment).where(or_(
         VerificationCommitment.status == VerificationStatus.DISPUTED.value,
         VerificationCommitment.id.in_(evidenced))).order_by(
         VerificationCommitment.id.desc()).limit(limit)))
+
+
+def recent_chain_disputes(session: Session, *, limit: int) -> list[DisputeRow]:
+    """On-chain disputes as their events told us, newest first."""
+    return list(session.scalars(select(DisputeRow).order_by(DisputeRow.dispute_id.desc())
+                                .limit(limit)))
 
 
 def evidence_digests(session: Session, *, commitment_ids: Sequence[int]) -> dict[int, str]:

@@ -496,11 +496,7 @@ def serve(*, providers: int, out: Path) -> None:
                     f"{grid.env['MESH_ADMIN_KEY']}); data in {grid.data_dir}\n"
                     f"  customer     anvil dev account 4, {dev_account(4).address}\n"
                     f"  agents       {providers}, keystores and logs under {grid.root}/node-*")
-                board.wait("Ctrl-C")
-                with Live(board, console=console, refresh_per_second=1):
-                    while True:
-                        board.poll()
-                        time.sleep(2.0)
+                stay_until_interrupted(board)
             finally:
                 board.close()
     except KeyboardInterrupt:
@@ -509,8 +505,9 @@ def serve(*, providers: int, out: Path) -> None:
         reap_descendants()
 
 
-def run(*, providers: int = 4, out: Path = OUT) -> None:
-    """Play the demo into `out`; exit non-zero if a step fails or a check does not hold."""
+def run(*, providers: int = 4, out: Path = OUT, stay: bool = False) -> None:
+    """Play the demo into `out`; exit non-zero if a step fails or a check does not hold. With
+    `stay`, a passed demo's grid keeps serving (the dashboard, the CLI) until Ctrl-C."""
     if providers < 4:
         raise DemoError("the demo needs at least 4 providers: two honest ones check each "
                         "other, one churns, one cheats")
@@ -527,16 +524,24 @@ def run(*, providers: int = 4, out: Path = OUT) -> None:
                           f"StakeManager {chain.deployment.stake_manager}, JobEscrow "
                           f"{chain.deployment.job_escrow}")
             console.print(f"[bold]orchestrator[/] `mesh orchestrator serve` at {grid.url} "
-                          f"(SQLite in {grid.data_dir}); every log under {grid.root}")
+                          f"(SQLite in {grid.data_dir}); dashboard at {grid.url}/dashboard "
+                          f"(admin key {grid.env['MESH_ADMIN_KEY']}); every log under "
+                          f"{grid.root}")
             demo = Demo(grid, chain, console, providers, out)
             try:
                 checks, summary = demo.play()
-                sheet = contact_sheet(
-                    sorted((out / "frames").glob("*.png")), out / "contact_sheet.png")
-                plot = rs_plot(demo.board.nodes, demo.events, out / "rs_over_time.png")
+                contact_sheet(sorted((out / "frames").glob("*.png")), out / "contact_sheet.png")
+                rs_plot(demo.board.nodes, demo.events, out / "rs_over_time.png")
                 summary["wall_s"] = round(time.monotonic() - began, 1)
                 summary["checks_passed"] = all(c.ok for c in checks)
                 write_summary(summary, out / "summary.json")
+                if stay:
+                    results(console, out, summary, checks, demo.total_gas)
+                    console.print(f"[bold]the grid stays up[/]: dashboard at {grid.url}/dashboard "
+                                  f"(admin key {grid.env['MESH_ADMIN_KEY']}), `mesh` commands "
+                                  f"with --orchestrator {grid.url} --rpc-url {grid.rpc_url} "
+                                  f"--data-dir {grid.data_dir}; Ctrl-C stops everything")
+                    stay_until_interrupted(demo.board)
             except (ChainError, DemoError, GridError, ApiCallError, httpx.HTTPError) as exc:
                 console.print(demo.board.table())
                 rs_plot(demo.board.nodes, demo.events, out / "rs_over_time.png")
@@ -552,14 +557,34 @@ def run(*, providers: int = 4, out: Path = OUT) -> None:
         console.print(f"[bold red]✗ the orchestrator did not start:[/] {exc}")
         raise SystemExit(1) from exc
     except KeyboardInterrupt:
+        if stay and (out / "summary.json").is_file():
+            console.print("[yellow]stopped: every process the demo started is gone[/]")
+            return
         console.print("[yellow]interrupted: every process the demo started is stopped[/]")
         raise SystemExit(130) from None
     finally:
         reap_descendants()
+    results(console, out, summary, checks, demo.total_gas)
+
+
+def results(console: Console, out: Path, summary: dict[str, Any], checks: list[Check],
+            total_gas: int) -> None:
+    """Where the demo's outputs are, its headline figures, and its checks (exit 1 if one is
+    off)."""
     console.rule("[bold]results")
-    console.print(f"frames        {out / 'frames'}\ncontact sheet {sheet}\nRS plot       {plot}\n"
-                  f"summary       {out / 'summary.json'}\nlogs          {out / 'grid'}")
+    console.print(f"frames        {out / 'frames'}\ncontact sheet {out / 'contact_sheet.png'}\n"
+                  f"RS plot       {out / 'rs_over_time.png'}\nsummary       "
+                  f"{out / 'summary.json'}\nlogs          {out / 'grid'}")
     console.print(f"wall time {summary['wall_s']} s, gas per job {summary['gas_per_job']:,}, "
                   f"{summary['resumes']} resume(s), {summary['slashes']} slash(es), "
                   f"{summary['verification_failures_caught']} verification failure(s) caught")
-    report(console, checks, total_gas=demo.total_gas)
+    report(console, checks, total_gas=total_gas)
+
+
+def stay_until_interrupted(board: Board) -> None:
+    """The live board of a grid left serving, until Ctrl-C (KeyboardInterrupt)."""
+    board.wait("Ctrl-C")
+    with Live(board, console=board.console, refresh_per_second=1):
+        while True:
+            board.poll()
+            time.sleep(2.0)

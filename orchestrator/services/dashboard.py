@@ -1,5 +1,6 @@
 """What the operator dashboard shows (`/dashboard` polls `snapshot` every few seconds): the
-nodes, the jobs and their frames, settlements, slashes, disputes, and the service figures.
+nodes, the jobs and their frames, settlements, slashes, disputes on chain, contested results
+(verification tie-breaks), and the service figures.
 
 Public: what the chain shows anyway (providers, scores, tiers, stake, settlements, slashes)
 and progress counts. Admin only: thumbnails of results, which are the customers' images.
@@ -131,7 +132,9 @@ class SlashRow:
 
 
 @dataclass(frozen=True, slots=True)
-class DisputeRow:
+class ContestedRow:
+    """A result whose verification went to a tie-break or left evidence."""
+
     commitment_id: int
     job_id: str
     task_id: int
@@ -141,6 +144,26 @@ class DisputeRow:
     detail: str
     evidence: str | None  # digest the slash carries on chain
     decided_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DisputeRow:
+    """A dispute on chain (`mesh dispute open`), as its events told us."""
+
+    dispute_id: int
+    kind: str  # settlement | slash
+    job_id: str | None
+    slash_id: str | None  # the chain's slash id, as a decimal string
+    opener: str
+    respondent: str
+    bond: str
+    frozen_amount: str
+    status: str
+    opened_at: float
+    ruling_deadline: float
+    opened_tx: str
+    ruled_tx: str | None
+    outcome: str  # where the frozen money went
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +177,7 @@ class Dashboard:
     settlements: list[SettlementRow]
     slashes: list[SlashRow]
     disputes: list[DisputeRow]
+    contested: list[ContestedRow]
 
 
 def snapshot(session: Session, *, pls: PlsService, metrics: MeshMetrics, now: float,
@@ -165,7 +189,7 @@ def snapshot(session: Session, *, pls: PlsService, metrics: MeshMetrics, now: fl
         jobs=[_job(job, tasks, now, thumbnail_url if admin else None)
               for job, tasks in store.recent_jobs(session, limit=LIMIT)],
         settlements=[_settlement(row) for row in store.settle_actions(session, limit=LIMIT)],
-        slashes=_slashes(session), disputes=_disputes(session))
+        slashes=_slashes(session), disputes=_disputes(session), contested=_contested(session))
 
 
 def _nodes(session: Session, pls: PlsService, now: float) -> list[NodeRow]:
@@ -298,9 +322,19 @@ def _slashes(session: Session) -> list[SlashRow]:
 
 
 def _disputes(session: Session) -> list[DisputeRow]:
-    commitments = store.recent_disputes(session, limit=LIMIT)
+    return [DisputeRow(
+        dispute_id=d.dispute_id, kind=d.kind, job_id=d.job_id,
+        slash_id=None if d.slash_id is None else str(d.slash_id), opener=d.opener,
+        respondent=d.respondent, bond=str(d.bond), frozen_amount=str(d.frozen_amount),
+        status=d.status, opened_at=d.opened_at, ruling_deadline=d.ruling_deadline,
+        opened_tx=d.opened_tx, ruled_tx=d.ruled_tx, outcome=d.outcome)
+        for d in store.recent_chain_disputes(session, limit=LIMIT)]
+
+
+def _contested(session: Session) -> list[ContestedRow]:
+    commitments = store.contested_results(session, limit=LIMIT)
     evidence = store.evidence_digests(session, commitment_ids=[c.id for c in commitments])
-    return [DisputeRow(commitment_id=c.id, job_id=c.job_id, task_id=c.task_id,
+    return [ContestedRow(commitment_id=c.id, job_id=c.job_id, task_id=c.task_id,
                        node_id=c.node_id, provider=c.provider, status=c.status,
                        detail=c.detail, evidence=evidence.get(c.id), decided_at=c.decided_at)
             for c in commitments]

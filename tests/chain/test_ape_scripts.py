@@ -23,7 +23,7 @@ SCRIPTS = {
     "unbond": {"amount", "withdraw_lock", "cancel_lock"},
     "escrow": {"job_id", "amount", "deadline_in", "spec_hash", "reclaim", "claim_refund"},
     "dispute": {"job_id", "respondent", "amount", "slash_id", "evidence"},
-    "resolve": {"dispute_id", "grant", "slash_amount", "evidence", "apply_default"},
+    "rule": {"dispute_id", "grant", "slash_amount", "evidence", "apply_default"},
 }
 
 

@@ -5,7 +5,6 @@ thumbnails, refreshes itself, and leaves a screenshot in `.mesh/artifacts/`."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -20,17 +19,13 @@ from fastapi.testclient import TestClient
 from orchestrator.api.routes.docs import SWAGGER_UI
 from orchestrator.config import Settings
 from orchestrator.main import create_app
+from tests.browser import browse, needs_chromium, screenshot
 from tests.orchestrator.apiclient import VirtualClock
 from tests.orchestrator.conftest import ADMIN_KEY
 from tests.orchestrator.dashboard_grid import NODES, seed
 from tests.services.pls_harness import FixedStake
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / ".mesh" / "artifacts"
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).is_file(),
-    reason="Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+pytestmark = needs_chromium
 
 
 @pytest.fixture
@@ -58,20 +53,11 @@ def served(settings: Settings) -> Iterator[tuple[FastAPI, str, FixedStake]]:
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the page, not the backend
 def test_dashboard_in_chromium_shows_nodes_and_a_finished_job_with_thumbnails(
         served: tuple[FastAPI, str, FixedStake], tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     app, base, stake = served
     # the setup goes through the same app in process; the browser through uvicorn
     seeded = seed(TestClient(app), stake, VirtualClock(time.time()), tmp_path)
-    outside: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        page.on("request", lambda r: None if r.url.startswith((base, "blob:", "data:"))
-                else outside.append(r.url))
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+    with browse(base) as visit:
+        page = visit.page
         page.goto(f"{base}/dashboard")
         for node_id in NODES:
             page.wait_for_selector(f"tr[data-node='{node_id}']")
@@ -93,32 +79,20 @@ def test_dashboard_in_chromium_shows_nodes_and_a_finished_job_with_thumbnails(
                                arg=first, timeout=6_000)  # it refreshed by itself
         assert time.time() - float(page.get_attribute("body", "data-generated-at") or 0) < 5
         assert page.locator("#settlements tbody tr").count() == 1
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shot = ARTIFACTS / "dashboard.png"
-        page.screenshot(path=str(shot), full_page=True)
-        browser.close()
+        shot = screenshot(page, "dashboard.png")
     print(f"dashboard screenshot: {shot}")
-    assert not outside, f"the page fetched from elsewhere: {outside}"
-    assert not errors, f"script errors: {errors}"
+    assert not visit.outside, f"the page fetched from elsewhere: {visit.outside}"
+    assert not visit.errors, f"script errors: {visit.errors}"
 
 
 @pytest.mark.skipif(not SWAGGER_UI.is_dir(), reason="swagger-ui-dist not installed (make setup)")
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_docs_render_swagger_ui_offline(served: tuple[FastAPI, str, FixedStake]) -> None:
     """Every request the page makes goes to this service, and the operations are drawn."""
-    from playwright.sync_api import sync_playwright
-
     _, base, _ = served
-    outside: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=["--no-sandbox"])
-        page = browser.new_page()
-        page.on("request", lambda r: None if r.url.startswith((base, "data:"))
-                else outside.append(r.url))
-        page.goto(f"{base}/docs")
-        page.wait_for_selector(".opblock", timeout=15_000)
-        operations = page.locator(".opblock").count()
-        browser.close()
+    with browse(base, allowed=("data:",)) as visit:
+        visit.page.goto(f"{base}/docs")
+        visit.page.wait_for_selector(".opblock", timeout=15_000)
+        operations = visit.page.locator(".opblock").count()
     assert operations >= 30
-    assert not outside, f"/docs fetched from elsewhere: {outside}"
+    assert not visit.outside, f"/docs fetched from elsewhere: {visit.outside}"

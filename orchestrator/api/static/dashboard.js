@@ -157,7 +157,20 @@ function renderSlashes(rows) {
 }
 
 function renderDisputes(rows) {
-  fill("disputes", rows.map((d) => el("tr", {},
+  fill("disputes", rows.map((d) => el("tr", { "data-dispute": d.dispute_id },
+    el("td", {}, d.dispute_id),
+    el("td", {}, d.kind === "slash" ? `slash ${d.slash_id}` : el("code", { title: d.job_id || "" }, short(d.job_id))),
+    el("td", { title: d.opener }, el("code", {}, short(d.opener))),
+    el("td", { title: d.respondent }, el("code", {}, short(d.respondent))),
+    el("td", { class: "num" }, tokens(d.bond)), el("td", { class: "num" }, tokens(d.frozen_amount)),
+    el("td", {}, d.status), el("td", {}, new Date(d.ruling_deadline * 1000).toLocaleString()),
+    el("td", { title: `${d.opened_tx} ${d.ruled_tx || ""}` }, el("code", {}, short(d.opened_tx)),
+      d.ruled_tx ? " · " : "", d.ruled_tx ? el("code", {}, short(d.ruled_tx)) : ""),
+    el("td", { class: "prose" }, d.outcome))));
+}
+
+function renderContested(rows) {
+  fill("contested", rows.map((d) => el("tr", {},
     el("td", {}, d.commitment_id), el("td", {}, el("code", { title: d.job_id }, short(d.job_id))),
     el("td", {}, d.task_id), el("td", {}, el("code", {}, d.node_id)), el("td", {}, d.status),
     el("td", { title: d.evidence || "" }, el("code", {}, short(d.evidence))), el("td", {}, d.detail))));
@@ -172,7 +185,7 @@ async function refresh() {
     const body = await response.json();
     if (!response.ok) throw new Error(body.error ? `${body.error.code}: ${body.error.message}` : response.statusText);
     renderService(body.service); renderNodes(body.nodes); renderJobs(body.jobs);
-    renderSettlements(body.settlements); renderSlashes(body.slashes); renderDisputes(body.disputes);
+    renderSettlements(body.settlements); renderSlashes(body.slashes); renderDisputes(body.disputes); renderContested(body.contested);
     document.getElementById("freshness").textContent =
       `updated ${new Date(body.generated_at * 1000).toLocaleTimeString()}${body.admin ? " · admin view" : ""}`;
     document.body.dataset.generatedAt = body.generated_at;
