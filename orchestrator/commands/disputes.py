@@ -1,6 +1,6 @@
 """`mesh dispute` (a customer or a provider, with their own wallet) and `mesh arbiter`.
 
-The chain decides disputes; these commands send the transactions from the keystore's wallet
+The chain decides disputes; these commands send the transactions from the user's wallet
 and read the orchestrator's evidence bundle, signed by the same wallet (docs/DISPUTES.md).
 Every proof a bundle carries is checked against the chain before it is shown as verified.
 Heavy imports stay inside the commands so that `mesh --help` stays fast."""
@@ -16,7 +16,24 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from orchestrator.commands.common import UserError, emit, user_errors
+from orchestrator.commands.common import (
+    DataDir,
+    JsonFlag,
+    OrchestratorId,
+    OrchestratorUrl,
+    PasswordFile,
+    RpcUrl,
+    UserError,
+    WalletDir,
+    WalletOption,
+    checksum,
+    connect_chain,
+    emit,
+    open_wallet,
+    service,
+    tokens,
+    user_errors,
+)
 
 if TYPE_CHECKING:
     from agent.client import Wallet
@@ -27,29 +44,25 @@ dispute_app = typer.Typer(help="Dispute a settlement or a slash with your own wa
 arbiter_app = typer.Typer(help="Rule disputes: list, read the evidence, re-render, rule.",
                           no_args_is_help=True)
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print only the JSON result.")]
-Keystore = Annotated[Path, typer.Option("--keystore", help="Your eth-account keystore (JSON).")]
-PasswordFile = Annotated[Path | None, typer.Option(
-    "--password-file", help="File holding the keystore password (else $MESH_AGENT_PASSWORD, "
-    "else a prompt).")]
-Orchestrator = Annotated[str, typer.Option("--orchestrator", envvar="MESH_ORCHESTRATOR_URL",
-                                           help="The orchestrator's base URL.")]
-RpcUrl = Annotated[str, typer.Option("--rpc-url", envvar="MESH_RPC_URL",
-                                     help="EVM JSON-RPC endpoint.")]
-DataDir = Annotated[Path, typer.Option("--data-dir", envvar="MESH_DATA_DIR",
-                                       help="Folder holding deployment.json.")]
-ChainId = Annotated[int, typer.Option(help="Chain id the orchestrator binds signatures to.")]
-OrchestratorId = Annotated[str, typer.Option(help="The orchestrator's id (EIP-712 salt).")]
 Reason = Annotated[str | None, typer.Option(help="Your case in words; its keccak goes on chain.")]
 ReasonFile = Annotated[Path | None, typer.Option(help="A file with your case; its keccak goes "
                                                       "on chain.")]
 DisputeId = Annotated[int, typer.Argument(min=1, help="The dispute id (from `open`).")]
 
-DEFAULT_URL = "http://127.0.0.1:8400"
-DEFAULT_RPC = "http://127.0.0.1:8545"
-DEFAULT_DATA = Path(".mesh")
-
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Whose wallet, and where the chain and the orchestrator are: every command's options."""
+
+    wallet: str
+    password_file: Path | None
+    wallet_dir: Path | None
+    orchestrator: str | None
+    rpc_url: str | None
+    data_dir: Path | None
+    orchestrator_id: str | None
 
 
 @dataclass
@@ -68,19 +81,11 @@ def _run(command: str, work: Callable[[], T]) -> T:
 
 
 @contextmanager
-def _party(keystore: Path, password_file: Path | None, *, orchestrator: str, rpc_url: str,
-           data_dir: Path, chain_id: int, orchestrator_id: str) -> Iterator[Party]:
-    from agent import keystore as keys
-    from agent.client import Wallet
-    from orchestrator.chain.deployment import Deployment
-    from orchestrator.chain.sdk import MeshChain
-
-    secret = keys.password(password_file=password_file, prompt=lambda: typer.prompt(
-        "keystore password", hide_input=True))
-    local = keys.load(keystore, secret)
-    chain = MeshChain.connect(rpc_url, Deployment.load(data_dir))
-    wallet = Wallet(orchestrator, bytes(local.key), str(local.address), chain_id=chain_id,
-                    orchestrator_id=orchestrator_id)
+def _party(access: Access) -> Iterator[Party]:
+    local = open_wallet(access.wallet, access.password_file, access.wallet_dir)
+    chain = connect_chain(access.rpc_url, access.data_dir)
+    wallet = service(access.orchestrator, access.orchestrator_id,
+                     chain.deployment.chain_id).wallet(local)
     try:
         yield Party(chain, chain.account(local), wallet)
     finally:
@@ -203,37 +208,37 @@ def _prove_backers(party: Party, job_id: bytes, addresses: set[str]) -> None:
 
 @dispute_app.command("open")
 def dispute_open(
-    keystore: Keystore,
+    wallet: WalletOption,
     job: Annotated[str | None, typer.Option(help="Dispute this job's settlement (0x id).")] = None,
     against: Annotated[str | None, typer.Option(
         help="The other side: a provider that backed the job (you are the customer) or the "
              "job's customer (you are a provider).")] = None,
-    amount: Annotated[int, typer.Option(min=0, help="Token units of their payout (or refund) "
-                                                     "to freeze.")] = 0,
+    amount: Annotated[str | None, typer.Option(help="Tokens of their payout (or refund) to "
+                                                    "freeze (e.g. 0.5).")] = None,
     slash: Annotated[int | None, typer.Option(min=1, help="Dispute this slash of your stake "
                                                            "(its id).")] = None,
     reason: Reason = None, reason_file: ReasonFile = None,
-    password_file: PasswordFile = None, orchestrator: Orchestrator = DEFAULT_URL,
-    rpc_url: RpcUrl = DEFAULT_RPC, data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """Open a dispute, posting the bond from your wallet (approved first if needed)."""
 
     def work() -> dict[str, Any]:
         evidence = _evidence_hash(reason, reason_file)
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             if slash is not None:
-                if job is not None or against is not None or amount:
+                if job is not None or against is not None or amount is not None:
                     raise UserError("--slash takes no --job, --against or --amount")
                 dispute_id, receipt = party.account.open_slash_dispute(slash, evidence)
             else:
-                if job is None or against is None or amount <= 0:
-                    raise UserError("name --job, --against and a positive --amount (or --slash)")
-                _prove_backers(party, _job_bytes(job), {party.account.address, against})
+                if job is None or against is None or amount is None:
+                    raise UserError("name --job, --against and --amount (or --slash)")
+                other = checksum(against)
+                _prove_backers(party, _job_bytes(job), {party.account.address, other})
                 dispute_id, receipt = party.account.open_settlement_dispute(
-                    _job_bytes(job), against, amount, evidence)
+                    _job_bytes(job), other, tokens(amount), evidence)
             record = party.chain.dispute_of(dispute_id)
             assert record is not None
             return {**_dispute_json(record), "tx": receipt.tx_hash,
@@ -244,18 +249,17 @@ def dispute_open(
 
 @dispute_app.command("status")
 def dispute_status(
-    dispute_id: DisputeId, keystore: Keystore, password_file: PasswordFile = None,
-    orchestrator: Orchestrator = DEFAULT_URL, rpc_url: RpcUrl = DEFAULT_RPC,
-    data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    dispute_id: DisputeId, wallet: WalletOption,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """The dispute as the chain has it, and the orchestrator's record of its outcome."""
     from agent.client import ApiCallError
 
     def work() -> dict[str, Any]:
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             record = party.chain.dispute_of(dispute_id)
             if record is None:
                 raise UserError(f"there is no dispute {dispute_id} on chain")
@@ -270,20 +274,19 @@ def dispute_status(
 
 @dispute_app.command("evidence")
 def dispute_evidence(
-    keystore: Keystore,
+    wallet: WalletOption,
     job: Annotated[str | None, typer.Option(help="A job's bundle (0x id).")] = None,
     slash: Annotated[int | None, typer.Option(min=1, help="A slash's bundle (its id).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the bundle (JSON) here.")] = None,
-    password_file: PasswordFile = None, orchestrator: Orchestrator = DEFAULT_URL,
-    rpc_url: RpcUrl = DEFAULT_RPC, data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """Fetch the evidence bundle of a job or a slash and check its proofs on chain."""
 
     def work() -> dict[str, Any]:
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             bundle = _bundle(party, job=job, slash=slash)
         if out is not None:
             out.write_text(json.dumps(bundle, indent=2, sort_keys=True))
@@ -294,17 +297,16 @@ def dispute_evidence(
 
 @dispute_app.command("default")
 def dispute_default(
-    dispute_id: DisputeId, keystore: Keystore, password_file: PasswordFile = None,
-    orchestrator: Orchestrator = DEFAULT_URL, rpc_url: RpcUrl = DEFAULT_RPC,
-    data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    dispute_id: DisputeId, wallet: WalletOption,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """Apply the default ruling to a dispute nobody ruled by its deadline (anyone may)."""
 
     def work() -> dict[str, Any]:
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             receipt = party.account.apply_default_ruling(dispute_id)
             record = party.chain.dispute_of(dispute_id)
             assert record is not None
@@ -318,18 +320,17 @@ def dispute_default(
 
 @arbiter_app.command("list")
 def arbiter_list(
-    keystore: Keystore,
+    wallet: WalletOption,
     every: Annotated[bool, typer.Option("--all", help="Ruled ones too.")] = False,
-    password_file: PasswordFile = None, orchestrator: Orchestrator = DEFAULT_URL,
-    rpc_url: RpcUrl = DEFAULT_RPC, data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """Open disputes (with --all: every one), as the orchestrator indexed them."""
 
     def work() -> list[Any]:
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             found: list[Any] = _get(party, "/v1/disputes", "" if every else "?open=true")
             return found
 
@@ -345,17 +346,16 @@ def _subject_bundle(party: Party, dispute: dict[str, Any]) -> dict[str, Any]:
 
 @arbiter_app.command("show")
 def arbiter_show(
-    dispute_id: DisputeId, keystore: Keystore, password_file: PasswordFile = None,
-    orchestrator: Orchestrator = DEFAULT_URL, rpc_url: RpcUrl = DEFAULT_RPC,
-    data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    dispute_id: DisputeId, wallet: WalletOption,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """One dispute with its evidence bundle, every proof checked on chain."""
 
     def work() -> dict[str, Any]:
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             dispute = _get(party, f"/v1/disputes/{dispute_id}")
             return {"dispute": dispute, "evidence": _subject_bundle(party, dispute)}
 
@@ -377,24 +377,23 @@ def _download(party: Party, job_id: str, sha256: str, target: Path) -> Path:
 
 @arbiter_app.command("reproduce")
 def arbiter_reproduce(
-    dispute_id: DisputeId, keystore: Keystore,
+    dispute_id: DisputeId, wallet: WalletOption,
     task: Annotated[int | None, typer.Option(help="The task (tile) to re-render; needed when "
                                                   "the job has several.")] = None,
     workdir: Annotated[Path, typer.Option(help="Scratch folder for the scene, the result and "
                                                "the sandbox.")] = Path(".mesh-reproduce"),
     threads: Annotated[int, typer.Option(min=1, help="Render threads.")] = 2,
-    password_file: PasswordFile = None, orchestrator: Orchestrator = DEFAULT_URL,
-    rpc_url: RpcUrl = DEFAULT_RPC, data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """Re-render a disputed tile here (Cycles on CPU, the agent's renderer) and compare its
     pixels with the result the provider delivered."""
     from agent.workloads.reproduce import reproduce
 
     def work() -> dict[str, Any]:
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             dispute = _get(party, f"/v1/disputes/{dispute_id}")
             bundle = _subject_bundle(party, dispute)
             job = bundle if bundle["kind"] == "job" else bundle.get("job")
@@ -424,28 +423,28 @@ def arbiter_reproduce(
 
 @arbiter_app.command("rule")
 def arbiter_rule(
-    dispute_id: DisputeId, keystore: Keystore,
+    dispute_id: DisputeId, wallet: WalletOption,
     grant: Annotated[bool, typer.Option(
         "--grant/--dismiss", help="For the opener (refund / reverse the slash) or the "
                                   "respondent (the decision stands).")] = False,
-    slash_amount: Annotated[int, typer.Option(
-        min=0, help="Granted customer dispute only: token units of the provider's stake to "
-                    "slash, at most the frozen payout.")] = 0,
+    slash_amount: Annotated[str | None, typer.Option(
+        help="Granted customer dispute only: tokens of the provider's stake to slash, at most "
+             "the frozen payout.")] = None,
     reason: Reason = None, reason_file: ReasonFile = None,
-    password_file: PasswordFile = None, orchestrator: Orchestrator = DEFAULT_URL,
-    rpc_url: RpcUrl = DEFAULT_RPC, data_dir: DataDir = DEFAULT_DATA, chain_id: ChainId = 31337,
-    orchestrator_id: OrchestratorId = "depin-mesh-orchestrator", as_json: JsonFlag = False,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
     """Rule a dispute before its deadline (ARBITER_ROLE); the hash of your reasoning goes on
     chain with the ruling."""
 
     def work() -> dict[str, Any]:
         evidence = _evidence_hash(reason, reason_file)
-        with _party(keystore, password_file, orchestrator=orchestrator, rpc_url=rpc_url,
-                    data_dir=data_dir, chain_id=chain_id,
-                    orchestrator_id=orchestrator_id) as party:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
             receipt = party.account.resolve_dispute(dispute_id, granted=grant,
-                                                    slash_amount=slash_amount,
+                                                    slash_amount=0 if slash_amount is None
+                                                    else tokens(slash_amount),
                                                     evidence=evidence)
             record = party.chain.dispute_of(dispute_id)
             assert record is not None

@@ -57,7 +57,7 @@ def mesh(grid: Grid, anvil: Anvil, who: Path, *args: str) -> subprocess.Complete
         [sys.executable, "-m", "orchestrator.cli", *args, "--keystore", str(who),
          "--password-file", str(who.with_suffix(".pw")), "--orchestrator", grid.url,
          "--rpc-url", anvil.rpc_url, "--data-dir", str(grid.data_dir),
-         "--chain-id", str(grid.chain.deployment.chain_id), "--orchestrator-id", ORCHESTRATOR_ID],
+         "--orchestrator-id", ORCHESTRATOR_ID],
         capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -121,7 +121,7 @@ def test_a_customer_disputes_and_the_arbiter_reproduces_the_tile_and_rules(
 
     started = time.perf_counter()
     opened = answer(mesh(grid, anvil, customer, "dispute", "open", "--job", job_id,
-                         "--against", provider, "--amount", "1000", "--reason",
+                         "--against", provider, "--amount", "0.000000000000001", "--reason",
                          "frame 2 looks wrong", "--json"))
     dispute_id = int(opened["dispute_id"])
     assert opened["status"] == "open" and opened["frozen_amount"] == "1000"
