@@ -46,7 +46,7 @@ def rs_plot(nodes: list[Node], events: list[tuple[float, str]], out: Path) -> Pa
         if node.history:
             seconds, scores = zip(*node.history, strict=True)
             axes.plot(seconds, scores, label=f"{node.name} ({node.profile})", linewidth=1.6)
-    for at, what in events:
+    for at, what in _merged(events):
         axes.axvline(at, color="grey", linestyle=":", linewidth=0.8)
         axes.text(at, 1.02, what, rotation=90, fontsize=7, va="bottom", ha="center",
                   transform=axes.get_xaxis_transform())
@@ -59,6 +59,23 @@ def rs_plot(nodes: list[Node], events: list[tuple[float, str]], out: Path) -> Pa
     figure.savefig(out, bbox_inches="tight")
     plt.close(figure)
     return out
+
+
+def _merged(events: list[tuple[float, str]], share: float = 0.02) -> list[tuple[float, str]]:
+    """Events closer together than `share` of the run, as one line with their labels joined:
+    apart, their labels would print over each other."""
+    ordered = sorted(events)
+    if not ordered:
+        return []
+    span = max(ordered[-1][0] - ordered[0][0], 1e-9)
+    merged = [ordered[0]]
+    for at, what in ordered[1:]:
+        last_at, last_what = merged[-1]
+        if at - last_at < share * span:
+            merged[-1] = (last_at, f"{last_what} · {what}")
+        else:
+            merged.append((at, what))
+    return merged
 
 
 def write_summary(summary: dict[str, Any], out: Path) -> Path:
