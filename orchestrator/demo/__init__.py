@@ -158,6 +158,8 @@ class Demo:
             self.catch_the_lazy_node()
             self.dispute_the_slash()
             settle = self.settle(job)
+        if not self.console.is_terminal:  # Live leaves its last frame's final line open there
+            self.console.line()
         frames = self.download(job)
         checks = self.collect_and_check(job, settle)
         return checks, self.summary(job, settle, frames)
