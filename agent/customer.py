@@ -1,20 +1,48 @@
-"""The customer's side of results: list a job's results and download every file, checking
-each sha256, with a progress bar (`mesh job download`). The tiles of a frame (PNG or EXR) are
-assembled into the frame once all of them are in."""
+"""The customer's side: submit an escrowed job, retried safely (`mesh job submit`), and list a
+job's results and download every file, checking each sha256, with a progress bar (`mesh job
+download`). The tiles of a frame (PNG or EXR) are assembled into the frame once all of them
+are in."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import secrets
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from agent.client import ApiCallError, Wallet, expect, sha256_file
+
+SUBMIT_ATTEMPTS = 5
+SUBMIT_BACKOFF_S = 1.0  # doubled after each attempt: 1 + 2 + 4 + 8 s at most between them
+
+
+def submit_job(wallet: Wallet, body: dict[str, Any], *, attempts: int = SUBMIT_ATTEMPTS
+               ) -> dict[str, Any]:
+    """POST an escrowed job, retried under one idempotency key while no orchestrator answers or
+    it answers 503 (its chain or database briefly away): a retry gets back the job an earlier
+    attempt created, never a second one. The last error is raised when every attempt failed;
+    any other refusal at once."""
+    key = secrets.token_hex(16)
+    for attempt in range(attempts):
+        try:
+            return dict(expect(wallet.send("POST", "/v1/jobs", body,
+                                           headers={"idempotency-key": key})))
+        except httpx.TransportError:
+            if attempt + 1 == attempts:
+                raise
+        except ApiCallError as error:
+            if error.status != 503 or attempt + 1 == attempts:
+                raise
+        time.sleep(SUBMIT_BACKOFF_S * 2**attempt)
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 @dataclass(frozen=True, slots=True)

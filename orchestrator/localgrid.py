@@ -26,6 +26,7 @@ from eth_utils import keccak, to_checksum_address
 
 from agent import keystore
 from agent.client import Wallet, expect
+from agent.customer import submit_job
 from orchestrator.api.schemas import JobSpec
 from orchestrator.chain.anvil import Anvil, dev_account, set_balance
 from orchestrator.chain.deploy import deploy_local
@@ -140,9 +141,7 @@ class Grid:
         job_id = keccak(text=f"agent test job {secrets.token_hex(8)}")
         self.escrows["0x" + job_id.hex()] = self.chain.account(dev_account(4)).create_job(
             job_id, PAYMENT, deadline, spec_hash)
-        expect(self.customer.send("POST", "/v1/jobs", {"job_id": "0x" + job_id.hex(),
-                                                      "spec": spec},
-                                  headers={"idempotency-key": secrets.token_hex(8)}))
+        submit_job(self.customer, {"job_id": "0x" + job_id.hex(), "spec": spec})
         return "0x" + job_id.hex()
 
     def job(self, job_id: str) -> dict[str, Any]:

@@ -47,7 +47,6 @@ app = typer.Typer(help="A customer's render jobs (signed with the customer's wal
 JobId = Annotated[str, typer.Argument(help="The job id (0x + 64 hex) `submit` printed.")]
 FINISHED = {"completed", "settling", "settled", "disputed"}
 STOPPED = {"failed", "cancelled", "expired"}
-SUBMIT_ATTEMPTS = 4
 
 
 def _frames(text: str) -> tuple[int, int]:
@@ -205,24 +204,20 @@ def submit(
 
 
 def _submit_once(client: Wallet, body: dict[str, Any], recovery: str) -> dict[str, Any]:
-    """POST the escrowed job, retrying a lost connection under one idempotency key (the
-    orchestrator answers a retry with the job it created, never a second one)."""
+    """POST the escrowed job (retried under one idempotency key: `agent.customer.submit_job`);
+    what still fails is one line that says how to get the escrow back or submit again."""
     import httpx
 
-    from agent.client import ApiCallError, expect
+    from agent.client import ApiCallError
+    from agent.customer import submit_job
 
-    key, reason = secrets.token_hex(16), ""
-    for attempt in range(SUBMIT_ATTEMPTS):
-        try:
-            return dict(expect(client.send("POST", "/v1/jobs", body,
-                                           headers={"idempotency-key": key})))
-        except httpx.TransportError as error:
-            reason = f"no orchestrator answers ({error})"
-            time.sleep(2.0 ** attempt if attempt + 1 < SUBMIT_ATTEMPTS else 0)
-        except ApiCallError as error:
-            reason = f"the orchestrator refused the job: {api_message(error)}"
-            break
-    raise UserError(f"{reason}; {recovery}")
+    try:
+        return submit_job(client, body)
+    except httpx.TransportError as error:
+        raise UserError(f"no orchestrator answers ({error}); {recovery}") from None
+    except ApiCallError as error:
+        raise UserError(f"the orchestrator refused the job: {api_message(error)}; "
+                        f"{recovery}") from None
 
 
 def _job(client: Wallet, job_id: str) -> dict[str, Any]:
