@@ -5,11 +5,12 @@ from collections.abc import Callable
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, inspect, select
+from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud, outbox
 from orchestrator.db.models import Base, Job, Lease, OutboxAction
+from orchestrator.domain.chain_actions import AssignCollateral, ChainAction, ProveAssignment
 from orchestrator.domain.fees import Fees
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
 from orchestrator.domain.types import NodeHealth
@@ -274,3 +275,244 @@ def test_lapsed_running_lease_records_the_work_lost(
         (event,) = crud.recovery_events(session, task_id=placed.task_id)
         assert event.cause == "lapsed" and abs(event.rework - 0.3) < 1e-9
 
+
+
+def queue(session: Session, *actions: tuple[str, ChainAction]) -> list[int]:
+    """Queue typed actions (key, action) and return their row ids in queue order."""
+    for key, action in actions:
+        assert outbox.queue_action(session, action=action, idempotency_key=key, now=0.0)
+    session.flush()
+    keys = [key for key, _ in actions]
+    by_key = dict(session.execute(select(OutboxAction.idempotency_key, OutboxAction.id)
+                                  .where(OutboxAction.idempotency_key.in_(keys))).all())
+    return [by_key[key] for key in keys]
+
+
+def sign(session: Session, ids: list[int], tx_hash: str, nonce: int, *, sender: str = SENDER,
+         now: float = 1.0) -> None:
+    outbox.record_signed(session, action_ids=ids, tx_hash=tx_hash, sender=sender, nonce=nonce,
+                         fees=FEES, raw_tx="0xraw" + tx_hash[2:], now=now)
+
+
+def test_an_outbox_entry_carries_every_field_of_its_row(factory: sessionmaker[Session]) -> None:
+    with factory.begin() as session:
+        crud.enqueue_chain_action(session, kind="settle", idempotency_key="a",
+                                  payload={"job_id": "0x01"}, now=0.5)
+    with factory.begin() as session:
+        (a,) = (e.id for e in outbox.pending_actions(session, limit=10))
+        sign(session, [a], "0xh1", 3, now=2.0)
+        assert outbox.in_flight_actions(session) == [outbox.OutboxEntry(
+            id=a, kind="settle", payload={"job_id": "0x01"}, attempts=1, tx_hash="0xh1",
+            raw_tx="0xrawh1", nonce=3, next_attempt_at=None, created_at=0.5)]
+
+
+def test_the_nonce_floor_counts_only_the_keys_own_rows_still_in_flight(
+        factory: sessionmaker[Session]) -> None:
+    other = "0x" + "12" * 20
+    sent = outbox.OutboxStatus.SENT
+    with factory.begin() as session:
+        for key in ("a", "b", "c"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory.begin() as session:
+        a, b, c = (e.id for e in outbox.pending_actions(session, limit=10))
+        sign(session, [a], "0xa1", 5)
+        sign(session, [b], "0xb1", 9, sender=other)  # another key's higher nonce
+        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 6
+        assert outbox.in_flight_nonce_floor(session, address=other) == 10
+        sign(session, [c], "0xc1", 6)
+        outbox.record_confirmed(session, action_ids=[c], expected=sent, now=2.0)
+        # The key's highest nonce is mined: only the row still out (nonce 5) holds the floor.
+        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 6
+        outbox.record_confirmed(session, action_ids=[a], expected=sent, now=3.0)
+        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 0
+
+
+def test_versions_are_one_keys_signings_at_one_nonce_oldest_first_ties_by_hash(
+        factory: sessionmaker[Session]) -> None:
+    other = "0x" + "12" * 20
+    bumped = Fees(max_fee_per_gas=30, max_priority_fee_per_gas=4)
+    with factory.begin() as session:
+        for key in ("a", "b"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory.begin() as session:
+        a, b = (e.id for e in outbox.pending_actions(session, limit=10))
+        sign(session, [a], "0xc1", 7, now=1.0)
+        sign(session, [b], "0xd1", 7, sender=other, now=1.5)  # another key, the same nonce
+        for tx_hash in ("0xb2", "0xa3"):  # two bumps signed in the same second
+            outbox.record_replacement(session, action_ids=[a], tx_hash=tx_hash, sender=SENDER,
+                                      nonce=7, fees=bumped, raw_tx="0xbump", now=2.0)
+        expected = [outbox.SentVersion("0xc1", SENDER, 7, FEES, 1.0),
+                    outbox.SentVersion("0xa3", SENDER, 7, bumped, 2.0),
+                    outbox.SentVersion("0xb2", SENDER, 7, bumped, 2.0)]
+        assert outbox.versions(session, "0xb2") == expected
+        assert outbox.versions(session, "0xc1") == expected
+        assert outbox.versions(session, "0xd1") == [
+            outbox.SentVersion("0xd1", other, 7, FEES, 1.5)]
+
+
+def test_keys_of_tx_are_the_rows_of_one_kind_in_that_transaction_in_queue_order(
+        factory: sessionmaker[Session]) -> None:
+    mined = "0x" + "ab" * 32
+    with factory.begin() as session:
+        for key, kind in (("s1", "settle"), ("s2", "settle"), ("c1", "commit"), ("s3", "settle")):
+            crud.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
+                                      now=0.0)
+    with factory.begin() as session:
+        s1, s2, c1, s3 = (e.id for e in outbox.pending_actions(session, limit=10))
+        outbox.defer(session, action_ids=[s1], expected=outbox.OutboxStatus.PENDING, now=0.5,
+                     retry_at=0.5, note="transient")  # rewritten after s2: not first on disk
+        sign(session, [s1, s2], mined, 1)
+        sign(session, [c1], "0x" + "cd" * 32, 2)
+        sign(session, [s3], "0x" + "ef" * 32, 3)
+        # Hashes come from the chain in any case; the outbox keeps them as signed (lower).
+        assert outbox.keys_of_tx(session, tx_hash=mined.upper().replace("0X", "0x"),
+                                 kind="settle") == ["s1", "s2"]
+        assert outbox.keys_of_tx(session, tx_hash=mined, kind="commit") == []
+        assert outbox.keys_of_tx(session, tx_hash="0x" + "cd" * 32, kind="commit") == ["c1"]
+        assert outbox.keys_of_tx(session, tx_hash="0x" + "99" * 32, kind="settle") == []
+
+
+def test_unmined_rows_are_one_kinds_queued_and_sent_rows_oldest_first(
+        factory: sessionmaker[Session]) -> None:
+    pending, sent = outbox.OutboxStatus.PENDING, outbox.OutboxStatus.SENT
+    with factory.begin() as session:
+        for key, kind in (("s1", "settle"), ("s2", "settle"), ("s3", "settle"),
+                          ("s4", "settle"), ("t1", "tier"), ("s5", "settle")):
+            crud.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
+                                      now=0.0)
+    with factory.begin() as session:
+        s1, s2, s3, s4, t1, s5 = (e.id for e in outbox.pending_actions(session, limit=10))
+        sign(session, [s1], "0xa1", 1)  # sent, older than the pending s2
+        sign(session, [s3], "0xa3", 2)
+        outbox.record_confirmed(session, action_ids=[s3], expected=sent, now=2.0)
+        outbox.record_failed(session, action_ids=[s4], expected=pending, now=2.0, note="bad")
+        assert [e.id for e in outbox.unmined(session, kind="settle")] == [s1, s2, s5]
+        assert [(e.id, e.tx_hash) for e in outbox.unmined(session, kind="tier")] == [(t1, None)]
+        assert outbox.unmined(session, kind="commit") == []
+
+
+def test_confirmed_tx_hashes_are_the_transactions_confirmed_since_a_time_each_once(
+        factory: sessionmaker[Session]) -> None:
+    pending, sent = outbox.OutboxStatus.PENDING, outbox.OutboxStatus.SENT
+    with factory.begin() as session:
+        for key in ("old", "b1", "b2", "edge", "chain_read", "in_flight"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key, payload={},
+                                      now=0.0)
+    with factory.begin() as session:
+        old, b1, b2, edge, chain_read, in_flight = (
+            e.id for e in outbox.pending_actions(session, limit=10))
+        sign(session, [old], "0xf0", 1)
+        outbox.record_confirmed(session, action_ids=[old], expected=sent, now=9.0)
+        sign(session, [b1, b2], "0xe1", 2)  # one batch: one transaction
+        outbox.record_confirmed(session, action_ids=[b1, b2], expected=sent, now=12.0)
+        sign(session, [edge], "0xd2", 3)
+        outbox.record_confirmed(session, action_ids=[edge], expected=sent, now=10.0)
+        # Confirmed on a chain read, never sent: no transaction of ours to undo.
+        outbox.record_confirmed(session, action_ids=[chain_read], expected=pending, now=11.0)
+        sign(session, [in_flight], "0xc3", 4, now=11.0)
+        assert outbox.confirmed_tx_hashes(session, since=10.0) == ["0xd2", "0xe1"]
+        assert outbox.confirmed_tx_hashes(session, since=12.5) == []
+
+
+def assign(job: int, provider: str = "0x" + "55" * 20) -> AssignCollateral:
+    return AssignCollateral(job_id=bytes([job]) * 32, provider=provider, collateral=job * 10)
+
+
+def test_assignment_batch_is_the_newest_sent_root_of_the_job_and_provider(
+        factory: sessionmaker[Session]) -> None:
+    provider = "0x" + "55" * 20
+    sent = outbox.OutboxStatus.SENT
+    with factory.begin() as session:
+        first, second, later, proof = queue(
+            session, ("a1", assign(1)), ("a2", assign(2)), ("a3", assign(1)),
+            ("p1", ProveAssignment(job_id=bytes([1]) * 32, provider=provider)))
+        assert outbox.assignment_batch(session, job_id=bytes([1]) * 32,
+                                       provider=provider) is None
+        outbox.defer(session, action_ids=[first], expected=outbox.OutboxStatus.PENDING,
+                     now=0.5, retry_at=0.5, note="transient")  # rewritten: not first on disk
+        sign(session, [first, second], "0x01", 1)
+        outbox.record_confirmed(session, action_ids=[first, second], expected=sent, now=2.0)
+        assert outbox.assignment_batch(session, job_id=bytes([2]) * 32,
+                                       provider=provider) == [assign(1), assign(2)]
+        sign(session, [later], "0x02", 2)
+        assert outbox.assignment_batch(  # not confirmed yet: the first root still holds
+            session, job_id=bytes([1]) * 32, provider=provider) == [assign(1), assign(2)]
+        outbox.record_confirmed(session, action_ids=[later], expected=sent, now=3.0)
+        # A proof of the same job and provider, confirmed in a transaction of its own later,
+        # is no root.
+        sign(session, [proof], "0x03", 3)
+        outbox.record_confirmed(session, action_ids=[proof], expected=sent, now=4.0)
+        assert outbox.assignment_batch(session, job_id=bytes([1]) * 32,
+                                       provider=provider) == [assign(1)]
+        assert outbox.assignment_batch(session, job_id=bytes([1]) * 32,
+                                       provider="0x" + "66" * 20) is None
+
+
+def test_rows_keep_their_queue_order_however_often_they_are_rewritten(
+        factory: sessionmaker[Session]) -> None:
+    pending, sent = outbox.OutboxStatus.PENDING, outbox.OutboxStatus.SENT
+    with factory.begin() as session:
+        for key in ("a", "b", "c"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory.begin() as session:
+        a, b, c = (e.id for e in outbox.pending_actions(session, limit=10))
+        outbox.defer(session, action_ids=[a], expected=pending, now=1.0, retry_at=1.0,
+                     note="transient")
+        assert [e.id for e in outbox.pending_actions(session, limit=10)] == [a, b, c]
+        assert [e.id for e in outbox.pending_actions(session, limit=1)] == [a]
+        sign(session, [c], "0xc1", 1)
+        sign(session, [a], "0xa1", 2)
+        assert [e.id for e in outbox.in_flight_actions(session)] == [a, c]
+        outbox.record_confirmed(session, action_ids=[c], expected=sent, now=3.0)
+        outbox.record_confirmed(session, action_ids=[a], expected=sent, now=3.0)
+        assert outbox.reorged_rows(session, tx_hashes=["0xc1", "0xa1"]) == [a, c]
+        assert outbox.reorged_rows(session, tx_hashes=["0xC1"]) == [c]
+        assert outbox.reorged_rows(session, tx_hashes=["0xb1"]) == []
+
+
+def test_a_reorg_reopens_every_row_of_a_batch_though_its_bytes_are_on_the_first(
+        factory: sessionmaker[Session]) -> None:
+    sent = outbox.OutboxStatus.SENT
+    with factory.begin() as session:
+        for key in ("a", "b", "c", "d"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory.begin() as session:
+        a, b, c, d = (e.id for e in outbox.pending_actions(session, limit=10))
+        sign(session, [a, b, c], "0xab", 1)
+        sign(session, [d], "0xdd", 2)
+        outbox.record_confirmed(session, action_ids=[a, b, c], expected=sent, now=3.0)
+        outbox.record_confirmed(session, action_ids=[d], expected=sent, now=3.0)
+        assert outbox_rows(session)[1][4] is None  # the bytes are on the batch's first row
+        assert outbox.reorged_rows(session, tx_hashes=["0xAB"]) == [a, b, c]
+        outbox.reopen_reorged(session, action_ids=[a, b, c], now=4.0, note="reorged")
+        assert [e.id for e in outbox.in_flight_actions(session)] == [a, b, c]
+        assert outbox.reorged_rows(session, tx_hashes=["0xab"]) == []  # in flight already
+
+
+@pytest.mark.postgres
+def test_a_second_sender_skips_the_rows_another_holds_instead_of_waiting(
+        postgres_url: str, factory: sessionmaker[Session], db_url: str) -> None:
+    if db_url != postgres_url:
+        pytest.skip("row locks are PostgreSQL's (SQLite has none)")
+    with factory.begin() as session:
+        for key in ("a", "b", "c"):
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+    with factory() as session:
+        a, b, c = (e.id for e in outbox.pending_actions(session, limit=10))
+    with factory.begin() as holder:
+        assert [e.id for e in outbox.pending_actions(holder, limit=1)] == [a]  # held
+        with factory.begin() as other:
+            other.execute(text("SET LOCAL lock_timeout = '2s'"))  # waiting fails, not hangs
+            assert [e.id for e in outbox.pending_actions(other, limit=10)] == [b, c]
+        sign(holder, [a], "0xa1", 1)
+    with factory.begin() as holder:
+        assert [e.id for e in outbox.in_flight_actions(holder)] == [a]  # held
+        with factory.begin() as other:
+            other.execute(text("SET LOCAL lock_timeout = '2s'"))
+            assert outbox.in_flight_actions(other) == []
+            assert [e.id for e in outbox.pending_actions(other, limit=10)] == [b, c]

@@ -406,3 +406,40 @@ def test_a_confirmed_settlement_a_reorg_removed_is_sent_again_with_the_same_byte
     assert rows(factory)[0].tx_hash == row.tx_hash  # the very same transaction
     assert tx_count(mesh) == sent_before + 1
     assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_a_reorged_settle_batch_whose_nonce_the_new_chain_spent_is_re_signed_whole(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    jobs = [escrow(mesh, 10 * TOKEN) for _ in range(3)]
+    for job_id in jobs:
+        queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    endpoint = mesh.w3.provider.endpoint_uri  # type: ignore[attr-defined]
+    own = MeshChain(connect(endpoint), mesh.deployment)
+    sender = OutboxSender(own, own.account(ORCHESTRATOR), metrics,
+                          config=SenderConfig(replace_after_s=REPLACE_AFTER_S,
+                                              settle_batch_size=3))
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+    batch = rows(factory)
+    assert {row.status for row in batch} == {"confirmed"} and len({r.tx_hash for r in batch}) == 1
+    tx_hash, nonce = batch[0].tx_hash or "", batch[0].nonce or 0
+    mined_at = int(mesh.w3.eth.get_transaction_receipt(HexBytes(tx_hash))["blockNumber"])
+    # The chain that wins holds another transaction of the key at the batch's nonce.
+    intruder = own_sender(mesh, MeshMetrics()).tx.account.sender
+    foreign = intruder.filler(nonce, Fees(max_fee_per_gas=10**12, max_priority_fee_per_gas=10**11))
+    reorg(mesh.w3, int(mesh.w3.eth.block_number) - mined_at + 1, [(foreign.raw, 0)])
+    assert not any(settled_on_chain(mesh, job_id) for job_id in jobs)
+
+    with factory.begin() as session:
+        assert resend_reorged(session, tx_hashes=[tx_hash],
+                              now=clock.now) == [row.id for row in batch]
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+
+    again = rows(factory)
+    assert {row.status for row in again} == {"confirmed"}
+    assert len({row.tx_hash for row in again}) == 1 and again[0].tx_hash != tx_hash
+    assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 3 * TOKEN
