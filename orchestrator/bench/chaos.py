@@ -13,9 +13,9 @@ the `churn` node and its workloads; it comes back later as a new process), an RP
 proxy stops listening for a while), a slow RPC (every request delayed), a network partition of
 an honest agent (each talks to the service through its own `CutProxy` on loopback, cut for a few
 seconds, well inside the reconnect grace: it must come back and must not be slashed), and a
-chain reorg within the indexer's margin (`anvil_reorg`: the service's transactions in the
-replaced blocks are dropped, for its outbox to send again; everyone else's are put back, as a
-mempool would). With `postgres`, the service runs on a private PostgreSQL server
+chain reorg within the indexer's margin, timed to follow a service transaction's mining
+(`anvil_reorg`: the service's transactions in the replaced blocks are dropped, for its outbox
+to send again; everyone else's are put back, as a mempool would). With `postgres`, the service runs on a private PostgreSQL server
 (`bench.pgcluster`) instead of SQLite, and a PostgreSQL restart joins the side faults (the
 server crashed with `immediate`, every connection cut, recovered from its WAL). A miner thread
 adds an empty block every second, so that events become final under the margin with nothing
@@ -111,6 +111,7 @@ class Chaos:
         self.reorg_floor = 0  # no reorg reaches below this height (the setup's blocks)
         self.reorg_depths: Counter[int] = Counter()
         self.reorg_dropped = 0  # the service's transactions a reorg took off the chain
+        self.reorgs_that_dropped = 0  # reorgs that took at least one of them
 
     def kill_service(self) -> str:
         """Arm one kill point, wait for it (or the timer), SIGKILL the service."""
@@ -201,8 +202,13 @@ class Chaos:
     def reorg_chain(self) -> bool:
         """Replace the newest 1..REORG_MARGIN blocks (deep enough to reach the service's
         latest transaction when that lies within the margin): its transactions there are
-        dropped, everyone else's put back at the same offsets."""
+        dropped, everyone else's put back at the same offsets. It waits (STEP_WAIT_S at most)
+        for a service transaction to be mined within the margin, so that most reorgs take one
+        off the chain instead of meeting empty blocks."""
         w3 = self.grid.chain.w3
+        deadline = time.monotonic() + STEP_WAIT_S
+        while not self._ours_within_margin() and time.monotonic() < deadline:
+            time.sleep(0.1)
         with self.mining:
             head = int(w3.eth.block_number)
             lowest = max(head - REORG_MARGIN + 1, self.reorg_floor + 1)
@@ -211,6 +217,7 @@ class Chaos:
             blocks = {n: block_transactions(w3, n) for n in range(lowest, head + 1)}
             ours = [n for n, txs in blocks.items()
                     if any(sender in self.service_keys for sender, _ in txs)]
+            self.reorgs_that_dropped += bool(ours)
             depth = max(self.rng.randint(1, head - lowest + 1), head - ours[0] + 1 if ours else 0)
             fork = head - depth
             kept = [(raw, n - fork - 1) for n in range(fork + 1, head + 1)
@@ -221,6 +228,13 @@ class Chaos:
         self.grid.chain.resync_nonces()
         self.reorg_depths[depth] += 1
         return True
+
+    def _ours_within_margin(self) -> bool:
+        w3 = self.grid.chain.w3
+        head = int(w3.eth.block_number)
+        return any(sender in self.service_keys
+                   for n in range(max(head - REORG_MARGIN + 1, self.reorg_floor + 1), head + 1)
+                   for sender, _ in block_transactions(w3, n))
 
     def mine_until(self, stop: threading.Event, rpc_url: str) -> None:
         """An empty block every MINE_S (not under a reorg): the chain moves on by itself."""
@@ -334,6 +348,7 @@ def run(*, seed: int = 1, kills: int = 200, jobs: int = 20, agents: int = 3, sha
         "kill_points": dict(chaos.kill_points),
         "reorg_depths": dict(sorted(chaos.reorg_depths.items())),
         "reorg_service_txs_dropped": chaos.reorg_dropped,
+        "reorgs_that_dropped_service_txs": chaos.reorgs_that_dropped,
         "history": report.counts,
         "violation_details": report.details[:20],
         "restart_s_mean": round(sum(chaos.restarts_s) / max(len(chaos.restarts_s), 1), 1),
