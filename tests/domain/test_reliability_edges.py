@@ -26,9 +26,8 @@ from orchestrator.domain.reliability import (
     WindowSummary,
     fit_population_prior,
 )
+from tests.domain.test_reliability_score import HOUR, PRIOR
 
-PRIOR = PopulationPrior.from_weibull(shape=0.4, scale_s=3 * 3600.0, strength=2.0)
-HOUR = 3600.0
 DAY = 86_400.0
 K, A, B = PRIOR.shape, PRIOR.rate_a, PRIOR.rate_b
 

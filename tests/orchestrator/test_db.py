@@ -158,6 +158,16 @@ def test_recent_outbox_actions_are_newest_first_filtered_and_limited(
         assert [(row.idempotency_key, row.note) for row in failed] == [("a", "bad")]
 
 
+def queue_settles(factory: sessionmaker[Session], *keys: str) -> list[int]:
+    """Settle rows (empty payloads) queued under `keys`; their ids in queue order."""
+    with factory.begin() as session:
+        for key in keys:
+            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+                                      payload={}, now=0.0)
+        session.flush()
+        return [entry.id for entry in outbox.pending_actions(session, limit=len(keys))]
+
+
 def outbox_rows(session: Session) -> list[tuple[object, ...]]:
     return [(r.idempotency_key, r.status, r.tx_hash, r.nonce, r.raw_tx, r.attempts,
              r.next_attempt_at, r.note, r.updated_at)
@@ -166,12 +176,8 @@ def outbox_rows(session: Session) -> list[tuple[object, ...]]:
 
 def test_outbox_status_moves_write_exactly_their_fields(factory: sessionmaker[Session]) -> None:
     pending, sent = outbox.OutboxStatus.PENDING, outbox.OutboxStatus.SENT
+    a, b = queue_settles(factory, "a", "b")
     with factory.begin() as session:
-        for key in ("a", "b"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
-    with factory.begin() as session:
-        a, b = (e.id for e in outbox.pending_actions(session, limit=10))
         outbox.defer(session, action_ids=[a, b], expected=pending, now=1.0, retry_at=5.0,
                      note="transient")
         assert outbox_rows(session) == [
@@ -203,12 +209,8 @@ def test_outbox_keeps_every_version_of_a_nonce_and_owns_the_next_nonce(
         factory: sessionmaker[Session]) -> None:
     sent = outbox.OutboxStatus.SENT
     bumped = Fees(max_fee_per_gas=23, max_priority_fee_per_gas=3)
+    a, b = queue_settles(factory, "a", "b")
     with factory.begin() as session:
-        for key in ("a", "b"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
-    with factory.begin() as session:
-        a, b = (e.id for e in outbox.pending_actions(session, limit=10))
         assert outbox.next_nonce(session, address=SENDER) is None
         assert outbox.in_flight_nonce_floor(session, address=SENDER) == 0
         outbox.record_signed(session, action_ids=[a], tx_hash="0xa1", sender=SENDER, nonce=7,
@@ -310,12 +312,8 @@ def test_the_nonce_floor_counts_only_the_keys_own_rows_still_in_flight(
         factory: sessionmaker[Session]) -> None:
     other = "0x" + "12" * 20
     sent = outbox.OutboxStatus.SENT
+    a, b, c = queue_settles(factory, "a", "b", "c")
     with factory.begin() as session:
-        for key in ("a", "b", "c"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
-    with factory.begin() as session:
-        a, b, c = (e.id for e in outbox.pending_actions(session, limit=10))
         sign(session, [a], "0xa1", 5)
         sign(session, [b], "0xb1", 9, sender=other)  # another key's higher nonce
         assert outbox.in_flight_nonce_floor(session, address=SENDER) == 6
@@ -332,12 +330,8 @@ def test_versions_are_one_keys_signings_at_one_nonce_oldest_first_ties_by_hash(
         factory: sessionmaker[Session]) -> None:
     other = "0x" + "12" * 20
     bumped = Fees(max_fee_per_gas=30, max_priority_fee_per_gas=4)
+    a, b = queue_settles(factory, "a", "b")
     with factory.begin() as session:
-        for key in ("a", "b"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
-    with factory.begin() as session:
-        a, b = (e.id for e in outbox.pending_actions(session, limit=10))
         sign(session, [a], "0xc1", 7, now=1.0)
         sign(session, [b], "0xd1", 7, sender=other, now=1.5)  # another key, the same nonce
         for tx_hash in ("0xb2", "0xa3"):  # two bumps signed in the same second
@@ -396,13 +390,9 @@ def test_unmined_rows_are_one_kinds_queued_and_sent_rows_oldest_first(
 def test_confirmed_tx_hashes_are_the_transactions_confirmed_since_a_time_each_once(
         factory: sessionmaker[Session]) -> None:
     pending, sent = outbox.OutboxStatus.PENDING, outbox.OutboxStatus.SENT
+    old, b1, b2, edge, chain_read, in_flight = queue_settles(
+        factory, "old", "b1", "b2", "edge", "chain_read", "in_flight")
     with factory.begin() as session:
-        for key in ("old", "b1", "b2", "edge", "chain_read", "in_flight"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key, payload={},
-                                      now=0.0)
-    with factory.begin() as session:
-        old, b1, b2, edge, chain_read, in_flight = (
-            e.id for e in outbox.pending_actions(session, limit=10))
         sign(session, [old], "0xf0", 1)
         outbox.record_confirmed(session, action_ids=[old], expected=sent, now=9.0)
         sign(session, [b1, b2], "0xe1", 2)  # one batch: one transaction
@@ -453,12 +443,8 @@ def test_assignment_batch_is_the_newest_sent_root_of_the_job_and_provider(
 def test_rows_keep_their_queue_order_however_often_they_are_rewritten(
         factory: sessionmaker[Session]) -> None:
     pending, sent = outbox.OutboxStatus.PENDING, outbox.OutboxStatus.SENT
+    a, b, c = queue_settles(factory, "a", "b", "c")
     with factory.begin() as session:
-        for key in ("a", "b", "c"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
-    with factory.begin() as session:
-        a, b, c = (e.id for e in outbox.pending_actions(session, limit=10))
         outbox.defer(session, action_ids=[a], expected=pending, now=1.0, retry_at=1.0,
                      note="transient")
         assert [e.id for e in outbox.pending_actions(session, limit=10)] == [a, b, c]
@@ -476,12 +462,8 @@ def test_rows_keep_their_queue_order_however_often_they_are_rewritten(
 def test_a_reorg_reopens_every_row_of_a_batch_though_its_bytes_are_on_the_first(
         factory: sessionmaker[Session]) -> None:
     sent = outbox.OutboxStatus.SENT
+    a, b, c, d = queue_settles(factory, "a", "b", "c", "d")
     with factory.begin() as session:
-        for key in ("a", "b", "c", "d"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
-    with factory.begin() as session:
-        a, b, c, d = (e.id for e in outbox.pending_actions(session, limit=10))
         sign(session, [a, b, c], "0xab", 1)
         sign(session, [d], "0xdd", 2)
         outbox.record_confirmed(session, action_ids=[a, b, c], expected=sent, now=3.0)
@@ -498,12 +480,7 @@ def test_a_second_sender_skips_the_rows_another_holds_instead_of_waiting(
         postgres_url: str, factory: sessionmaker[Session], db_url: str) -> None:
     if db_url != postgres_url:
         pytest.skip("row locks are PostgreSQL's (SQLite has none)")
-    with factory.begin() as session:
-        for key in ("a", "b", "c"):
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
-    with factory() as session:
-        a, b, c = (e.id for e in outbox.pending_actions(session, limit=10))
+    a, b, c = queue_settles(factory, "a", "b", "c")
     with factory.begin() as holder:
         assert [e.id for e in outbox.pending_actions(holder, limit=1)] == [a]  # held
         with factory.begin() as other:
