@@ -15,11 +15,11 @@ an honest agent (each talks to the service through its own `CutProxy` on loopbac
 seconds, well inside the reconnect grace: it must come back and must not be slashed), and a
 chain reorg within the indexer's margin, timed to follow a service transaction's mining
 (`anvil_reorg`: the service's transactions in the replaced blocks are dropped, for its outbox
-to send again; everyone else's are put back, as a mempool would). With `postgres`, the service runs on a private PostgreSQL server
-(`bench.pgcluster`) instead of SQLite, and a PostgreSQL restart joins the side faults (the
-server crashed with `immediate`, every connection cut, recovered from its WAL). A miner thread
-adds an empty block every second, so that events become final under the margin with nothing
-else to mine them.
+to send again; everyone else's are put back, as a mempool would). With `postgres`, the
+service runs on a private PostgreSQL server (`bench.pgcluster`) instead of SQLite, and a
+PostgreSQL restart joins the side faults (the server crashed with `immediate`, every
+connection cut, recovered from its WAL). A miner thread adds an empty block every second, so
+that events become final under the margin with nothing else to mine them.
 
 Jobs are command workloads (a few shards of a tiny Python script), submitted between kills.
 When the rounds are over the faults stop and every job must settle; then the checker reads the
@@ -207,16 +207,14 @@ class Chaos:
         off the chain instead of meeting empty blocks."""
         w3 = self.grid.chain.w3
         deadline = time.monotonic() + STEP_WAIT_S
-        while not self._ours_within_margin() and time.monotonic() < deadline:
+        while not self._ours(self._within_margin()[1]) and time.monotonic() < deadline:
             time.sleep(0.1)
         with self.mining:
-            head = int(w3.eth.block_number)
-            lowest = max(head - REORG_MARGIN + 1, self.reorg_floor + 1)
-            if lowest > head:
+            head, blocks = self._within_margin()
+            if not blocks:
                 return False
-            blocks = {n: block_transactions(w3, n) for n in range(lowest, head + 1)}
-            ours = [n for n, txs in blocks.items()
-                    if any(sender in self.service_keys for sender, _ in txs)]
+            lowest = min(blocks)
+            ours = self._ours(blocks)
             self.reorgs_that_dropped += bool(ours)
             depth = max(self.rng.randint(1, head - lowest + 1), head - ours[0] + 1 if ours else 0)
             fork = head - depth
@@ -229,12 +227,18 @@ class Chaos:
         self.reorg_depths[depth] += 1
         return True
 
-    def _ours_within_margin(self) -> bool:
+    def _within_margin(self) -> tuple[int, dict[int, list[tuple[str, bytes]]]]:
+        """The head and the transactions of each block a reorg may replace (above the
+        setup's)."""
         w3 = self.grid.chain.w3
         head = int(w3.eth.block_number)
-        return any(sender in self.service_keys
-                   for n in range(max(head - REORG_MARGIN + 1, self.reorg_floor + 1), head + 1)
-                   for sender, _ in block_transactions(w3, n))
+        lowest = max(head - REORG_MARGIN + 1, self.reorg_floor + 1)
+        return head, {n: block_transactions(w3, n) for n in range(lowest, head + 1)}
+
+    def _ours(self, blocks: dict[int, list[tuple[str, bytes]]]) -> list[int]:
+        """The blocks, lowest first, that hold a service transaction."""
+        return [n for n, txs in blocks.items()
+                if any(sender in self.service_keys for sender, _ in txs)]
 
     def mine_until(self, stop: threading.Event, rpc_url: str) -> None:
         """An empty block every MINE_S (not under a reorg): the chain moves on by itself."""

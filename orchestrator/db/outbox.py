@@ -244,15 +244,12 @@ def confirmed_tx_hashes(session: Session, *, since: float) -> list[str]:
 
 
 def reorged_rows(session: Session, *, tx_hashes: Sequence[str]) -> list[int]:
-    """Confirmed rows, by id, whose mined transaction is one of `tx_hashes` and whose signed
-    bytes are kept: every row of a batch (its bytes are on its first row alone), since the
-    reorg removed them all; a row confirmed by a chain read, with no transaction, has none."""
-    hashes = [tx_hash.lower() for tx_hash in tx_hashes]
-    signed = (select(OutboxAction.tx_hash)
-              .where(OutboxAction.tx_hash.in_(hashes), OutboxAction.raw_tx.is_not(None)))
+    """Confirmed rows, by id, whose mined transaction is one of `tx_hashes`: every row of a
+    batch, though its signed bytes are on its first row alone (a row with a transaction hash
+    always has them there; a row confirmed by a chain read has no transaction)."""
     return list(session.scalars(
         select(OutboxAction.id)
-        .where(OutboxAction.tx_hash.in_(signed),
+        .where(OutboxAction.tx_hash.in_([tx_hash.lower() for tx_hash in tx_hashes]),
                OutboxAction.status == OutboxStatus.CONFIRMED.value)
         .order_by(OutboxAction.id).with_for_update()))
 

@@ -53,12 +53,12 @@ def rpc(mesh: MeshChain, method: str, *params: Any) -> Any:
 
 
 def own_sender(mesh: MeshChain, metrics: MeshMetrics, url: str | None = None,
-               timeout_s: float = 30.0) -> OutboxSender:
+               timeout_s: float = 30.0, config: SenderConfig = CONFIG) -> OutboxSender:
     """A sender as its own process builds it: its own connection (to `url`) and nonces."""
     endpoint = url or mesh.w3.provider.endpoint_uri  # type: ignore[attr-defined]
     own = MeshChain(connect(endpoint, timeout_s=timeout_s), mesh.deployment)
     own.w3.provider.exception_retry_configuration = None  # type: ignore[attr-defined]
-    return OutboxSender(own, own.account(ORCHESTRATOR), metrics, config=CONFIG)
+    return OutboxSender(own, own.account(ORCHESTRATOR), metrics, config=config)
 
 
 def in_pool(mesh: MeshChain, tx_hash: str) -> bool:
@@ -415,11 +415,8 @@ def test_a_reorged_settle_batch_whose_nonce_the_new_chain_spent_is_re_signed_who
     for job_id in jobs:
         queue_settle(factory, job_id, {PROVIDER: TOKEN})
     pending_before = mesh.escrow_balance(PROVIDER).pending
-    endpoint = mesh.w3.provider.endpoint_uri  # type: ignore[attr-defined]
-    own = MeshChain(connect(endpoint), mesh.deployment)
-    sender = OutboxSender(own, own.account(ORCHESTRATOR), metrics,
-                          config=SenderConfig(replace_after_s=REPLACE_AFTER_S,
-                                              settle_batch_size=3))
+    sender = own_sender(mesh, metrics, config=SenderConfig(replace_after_s=REPLACE_AFTER_S,
+                                                           settle_batch_size=3))
     assert drain(factory, sender, clock)
     assert drain(factory, sender, clock)
     batch = rows(factory)
