@@ -18,6 +18,7 @@ from hypothesis import settings
 from sqlalchemy import Engine, create_engine, delete
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.bench.pgcluster import ClusterError, PostgresCluster, server_bindir
 from orchestrator.db.models import Base
 from orchestrator.db.session import (
     create_scratch_database,
@@ -91,6 +92,25 @@ def postgres_url() -> Iterator[str]:
         yield url
     finally:
         drop_database(base, name)
+
+
+@pytest.fixture
+def postgres_server_programs() -> None:
+    """Skip where PostgreSQL's server programs (initdb, pg_ctl) are missing, unless this
+    machine is meant to test PostgreSQL (MESH_TEST_POSTGRES_URL set): then fail."""
+    try:
+        server_bindir()
+    except ClusterError as missing:
+        if os.environ.get("MESH_TEST_POSTGRES_URL"):
+            raise
+        pytest.skip(str(missing))
+
+
+@pytest.fixture
+def private_postgres(postgres_server_programs: None) -> Iterator[PostgresCluster]:
+    """A PostgreSQL server of this test's own, which it may stop, crash and start."""
+    with PostgresCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from orchestrator.db.session import DatabaseError, database_away
 from orchestrator.domain.lifecycle import (
     DomainError,
     Forbidden,
@@ -99,6 +100,17 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain_error(_: Request, exc: DomainError) -> JSONResponse:
         return JSONResponse(error_body(exc.code, str(exc)), status_code=status_of(exc))
+
+    @app.exception_handler(DatabaseError)
+    async def _database(request: Request, exc: DatabaseError) -> JSONResponse:
+        if database_away(exc):  # a restart, a failover, a cut connection: the client retries
+            return JSONResponse(error_body("database_unavailable",
+                                           "the database does not answer; retry shortly"),
+                                status_code=503, headers={"Retry-After": "1"})
+        log.error("%s %s failed in the database", request.method, request.url.path,
+                  exc_info=exc)
+        return JSONResponse(error_body("internal_error", "the request failed on the server"),
+                            status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

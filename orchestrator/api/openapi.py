@@ -45,7 +45,8 @@ DESCRIPTION = ("The orchestrator of DePIN Mesh. Every refusal is `{\"error\": {\
                "\"message\"}}`; clients branch on the stable code.")
 # dependency -> (security requirements, any one of which is accepted; statuses it adds)
 CREDENTIALS: dict[Callable[..., Any], tuple[list[dict[str, list[str]]], tuple[int, ...]]] = {
-    deps.signed_request: ([SIGNED], (401,)),
+    deps.get_db: ([], (503,)),  # the database must answer
+    deps.signed_request: ([SIGNED], (401, 503)),  # its nonce is burnt in the database
     deps.node_token: ([{"session": []}], (401, 403)),
     deps.blob_uploader: ([{"session": []}, SIGNED], (401, 403)),
     deps.admin: ([{"admin": []}], (403,)),

@@ -68,8 +68,15 @@ class PostgresCluster:
             os.chown(self.root, server.pw_uid, server.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
                   "--no-sync", "-E", "UTF8")
-        self._pg_ctl("start")
+        self.start()
         return self
+
+    def start(self) -> None:
+        self._pg_ctl("start")
+
+    def stop(self) -> None:
+        """Crash the server (`immediate`) and leave it down until `start`."""
+        self._pg_ctl("stop", "-m", "immediate")
 
     def restart(self) -> None:
         """Crash the server (`immediate`: no checkpoint, every connection cut) and start it
@@ -79,7 +86,7 @@ class PostgresCluster:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         with suppress(ClusterError):  # not running: nothing to stop
-            self._pg_ctl("stop", "-m", "immediate")
+            self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _pg_ctl(self, action: str, *args: str) -> None:

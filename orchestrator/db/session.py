@@ -11,9 +11,20 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+DatabaseError = DBAPIError  # what a query raises when the database fails it, whatever the backend
+
+
+def database_away(error: DatabaseError) -> bool:
+    """Whether `error` says the database did not answer (refused, restarting, the connection
+    cut, locked past the timeout) rather than that it refused this query: the same request
+    may then succeed when retried."""
+    return bool(error.connection_invalidated) or isinstance(
+        error, OperationalError | InterfaceError)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

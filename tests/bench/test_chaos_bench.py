@@ -6,12 +6,9 @@ the database server."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from orchestrator.bench import chaos
-from orchestrator.bench.pgcluster import ClusterError, server_bindir
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
@@ -28,13 +25,8 @@ def test_a_short_chaos_run_settles_every_job_with_no_violation() -> None:
         "violation_details"]
 
 
+@pytest.mark.usefixtures("postgres_server_programs")
 def test_a_short_chaos_run_on_postgresql_rides_through_its_restarts() -> None:
-    try:
-        server_bindir()
-    except ClusterError as missing:
-        if os.environ.get("MESH_TEST_POSTGRES_URL"):  # a machine meant to test PostgreSQL
-            raise
-        pytest.skip(str(missing))
     result = chaos.run(seed=2, kills=3, jobs=2, agents=3, postgres=True)
     assert result["database"] == "postgresql"
     assert result["faults"]["postgres_restart"] >= 2  # in the rounds, and one with no kill after
