@@ -44,6 +44,9 @@ class Limits:
     wall_s: float = 3600.0
     tmp_bytes: int = 512 << 20  # the task's private /tmp (tmpfs) under bwrap
     output_files: int = 10_000  # entries under the output dir (inodes on the agent's disk)
+    # The task yields the CPU to the agent: a render on every core would otherwise delay the
+    # agent's heartbeats and probe answers, and a healthy node would look slow and jittery.
+    niceness: int = 10
 
 
 class UnsafeOutput(ValueError):
@@ -175,6 +178,7 @@ def _rlimits(limits: Limits, drop_to_nobody: bool) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.nice(limits.niceness)
         if drop_to_nobody:
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
             os.setgroups([])

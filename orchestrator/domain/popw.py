@@ -58,7 +58,7 @@ from enum import StrEnum
 import numpy as np
 from eth_utils import keccak
 
-from orchestrator.domain.reliability import THERMAL_THROTTLE_MASK, GpuSample
+from orchestrator.domain.reliability import THERMAL_THROTTLE_MASK, GpuSample, link_jitter_ms
 from orchestrator.domain.types import Tier
 
 MODULUS = 8191  # prime; (MODULUS-1)**2 * 1024 < 2**53 keeps float64 matmuls exact up to size 1024
@@ -484,8 +484,7 @@ class ChallengeBook:
             return fail(PopwReason.IMPOSSIBLY_FAST)
 
         degraded: list[PopwReason] = []
-        jitter = statistics.pstdev(received) if len(received) > 1 else 0.0
-        if jitter > cfg.high_tier_max_jitter_ms:
+        if link_jitter_ms(received) > cfg.high_tier_max_jitter_ms:
             degraded.append(PopwReason.HIGH_JITTER)
         hot_limit = cfg.slowdown_temp_c - cfg.thermal_margin_c
         if any(s.temperature_c >= hot_limit or s.throttle_reasons & THERMAL_THROTTLE_MASK

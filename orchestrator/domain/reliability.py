@@ -45,7 +45,7 @@ the same event (no DEAD verdict during the task):
   revocations are frequent.
 * **Verification pass rate.** Beta posterior mean over completed vs failed
   (failed verification, or a task dropped while the node stayed online).
-* **Latency stability.** Jitter (RTT standard deviation) now, its trend from the
+* **Latency stability.** Jitter (`link_jitter_ms`: the RTTs' robust spread) now, its trend from the
   1 h window to the 5 min window projected T ahead, and probe loss; 1 while
   within tolerance, decaying beyond it.
 * **Thermal headroom.** A GPU near its slowdown temperature risks a crash (a
@@ -65,6 +65,7 @@ see `calibration.py`).
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -282,22 +283,35 @@ def telemetry_digest(summary: WindowSummary) -> bytes:
     return keccak(encode(list(WindowSummary.ABI_TYPES), values))
 
 
-class _Window:
-    """Samples of one quantity over the last `span_s` seconds with O(1) mean and variance."""
+MAD_TO_SIGMA = 1.4826  # the median absolute deviation of normal noise is sigma / 1.4826
 
-    __slots__ = ("count", "samples", "span_s", "total", "total_sq")
+
+def link_jitter_ms(rtts_ms: Iterable[float]) -> float:
+    """How much a link's round trips spread: 1.4826 x their median absolute deviation, the
+    standard deviation where the spread is normal noise. A median, not a mean, so a minority
+    of slow replies (a host busy rendering answers one probe late, one queueing spike) does
+    not make a steady link look jittery, while a link whose round trips do spread shows it."""
+    values = list(rtts_ms)
+    if len(values) < 2:
+        return 0.0
+    centre = statistics.median(values)
+    return MAD_TO_SIGMA * statistics.median([abs(value - centre) for value in values])
+
+
+class _Window:
+    """Samples of one quantity over the last `span_s` seconds with an O(1) mean."""
+
+    __slots__ = ("count", "samples", "span_s", "total")
 
     def __init__(self, span_s: float) -> None:
         self.span_s = span_s
         self.samples: deque[tuple[float, float]] = deque()
         self.total = 0.0
-        self.total_sq = 0.0
         self.count = 0
 
     def push(self, at: float, value: float) -> None:
         self.samples.append((at, value))
         self.total += value
-        self.total_sq += value * value
         self.count += 1
         self.evict(at)
 
@@ -306,17 +320,16 @@ class _Window:
         while self.samples and self.samples[0][0] < horizon:
             _, old = self.samples.popleft()
             self.total -= old
-            self.total_sq -= old * old
             self.count -= 1
 
     def mean(self) -> float:
         return self.total / self.count if self.count else math.nan
 
-    def std(self) -> float:
+    def spread(self) -> float:
+        """`link_jitter_ms` of the samples; NaN under two."""
         if self.count < 2:
             return math.nan
-        mean = self.total / self.count
-        return math.sqrt(max(self.total_sq / self.count - mean * mean, 0.0))
+        return link_jitter_ms(v for _, v in self.samples)
 
     def maximum(self) -> float:
         return max((v for _, v in self.samples), default=math.nan)
@@ -545,8 +558,8 @@ class ReliabilityBook:
 
     def _refresh_latency(self, row: int, w: _Telemetry) -> None:
         cfg = self.config
-        short_jitter = w.rtt_short.std()
-        medium_jitter = w.rtt_medium.std()
+        short_jitter = w.rtt_short.spread()
+        medium_jitter = w.rtt_medium.spread()
         self._jitter_now[row] = 0.0 if math.isnan(short_jitter) else short_jitter
         trend_known = (w.rtt_short.count >= cfg.min_trend_samples
                        and w.rtt_medium.count >= cfg.min_trend_samples
@@ -764,7 +777,7 @@ class ReliabilityBook:
             probes=w.loss_long.count if w else 0,
             probes_lost=round(w.loss_long.total) if w else 0,
             rtt_mean_us=scaled(w.rtt_long.mean(), 1000) if w else 0,
-            jitter_us=scaled(w.rtt_long.std(), 1000) if w else 0,
+            jitter_us=scaled(w.rtt_long.spread(), 1000) if w else 0,
             max_heartbeat_gap_ms=scaled(w.heartbeat_gaps.maximum(), 1000) if w else 0,
             upload_kbps=scaled(w.upload_long.mean(), 1000) if w else 0,
             temperature_mc=scaled(w.temp_long.mean(), 1000) if w else 0,

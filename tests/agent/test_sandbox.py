@@ -32,6 +32,14 @@ def test_task_seesNoneOfTheAgentsEnvironment(tmp_path: Path, monkeypatch: pytest
     assert "MESH_AGENT_PASSWORD" not in out and "PATH" in out
 
 
+def test_task_runs_niced_below_the_agent(tmp_path: Path) -> None:
+    """The agent's heartbeats and probe answers come first: the task runs 10 nicer."""
+    outcome, out, _ = sandboxed("import os; print('niceness', os.nice(0))", tmp_path)
+
+    assert outcome is Outcome.OK
+    assert f"niceness {os.nice(0) + 10}" in out
+
+
 @pytest.mark.skipif(bubblewrap() is None, reason="bubblewrap not usable here")
 def test_underBubblewrap_noNetworkNoHostFilesAndNobody(tmp_path: Path) -> None:
     with socket.socket() as server:

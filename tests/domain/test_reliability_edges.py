@@ -383,20 +383,28 @@ def test_refit_at_the_instant_a_session_starts_leaves_that_session_out() -> None
 
 
 # ----- the jitter trend -------------------------------------------------------------------
+def robust_spread(rtts: list[float]) -> float:
+    """1.4826 x the median absolute deviation, worked out with the standard library."""
+    centre = statistics.median(rtts)
+    return 1.4826 * statistics.median(abs(rtt - centre) for rtt in rtts)
+
+
 def test_the_jitter_trend_joins_the_window_centres_from_the_minimum_sample_count() -> None:
-    """Five steady probes early in the hour, then exactly min_trend_samples (5) jumpy ones in
-    the last 5 min. Jitter now is the short window's std; the trend is (short std - medium
-    std) over the distance between the window centres, (3600 - 300) / 2 s, projected
-    min(T, 3600 s) ahead; stability exp(-(projected - 20 ms) / 100 ms) beyond 20 ms."""
+    """Five steady probes early in the hour, then exactly min_trend_samples (5) spread ones in
+    the last 5 min. Jitter now is the short window's robust spread; the trend is (short
+    spread - medium spread) over the distance between the window centres, (3600 - 300) / 2 s,
+    projected min(T, 3600 s) ahead; stability exp(-(projected - 20 ms) / 100 ms) beyond
+    20 ms."""
     config = RsConfig()
     book = ReliabilityBook(PRIOR, config)
     book.session_started("n", 0.0)
     early = [(1000.0 + 100 * i, 50.0) for i in range(5)]
-    late = [(3400.0 + 50 * i, 100.0 if i % 2 else 0.0) for i in range(5)]
+    late = [(3400.0 + 50 * i, 50.0 * i) for i in range(5)]
     for at, rtt in early + late:
         book.record_probe("n", ProbeSample(at, rtt))
-    short = statistics.pstdev(rtt for _, rtt in late)
-    medium = statistics.pstdev(rtt for _, rtt in early + late)
+    short = robust_spread([rtt for _, rtt in late])
+    medium = robust_spread([rtt for _, rtt in early + late])
+    assert (short, medium) == (pytest.approx(74.13), 0.0)
     slope = (short - medium) / ((3600.0 - 300.0) / 2)
     for duration in (60.0, HOUR, 3 * HOUR):
         projected = short + slope * min(duration, 3600.0)
@@ -454,7 +462,8 @@ def test_windows_that_saw_no_samples_read_zero_and_two_probes_have_a_jitter() ->
     book.record_probe("n", ProbeSample(1.0, 10.0))
     book.record_probe("n", ProbeSample(2.0, 30.0))
     summary = book.summary("n", 3.0)
-    assert (summary.probes, summary.rtt_mean_us, summary.jitter_us) == (2, 20_000, 10_000)
+    # two probes 20 ms apart: each 10 ms from their median, so 1.4826 x 10 ms
+    assert (summary.probes, summary.rtt_mean_us, summary.jitter_us) == (2, 20_000, 14_826)
     assert (summary.max_heartbeat_gap_ms, summary.upload_kbps, summary.temperature_mc,
             summary.throttled_bps) == (0, 0, 0, 0)
 

@@ -195,6 +195,22 @@ def test_rising_jitter_lowers_latency_stability() -> None:
     assert short > degrading.components("n", 3600.0, HOUR).stability  # trend projected ahead
 
 
+def test_a_few_late_replies_on_a_steady_link_leave_stability_whole() -> None:
+    """As in the demo: a healthy node rendering on a busy 2-core machine answers two probes
+    late (828 and 190 ms against 6-7 ms); its link has not changed, so neither has RS. A
+    link whose round trips really spread still loses stability."""
+    steady, spread = ReliabilityBook(PRIOR), ReliabilityBook(PRIOR)
+    for book in (steady, spread):
+        book.session_started("n", 0.0)
+    for second in range(0, 300, 10):
+        steady.record_probe("n", ProbeSample(second, 6.0 + second % 20 / 10))
+        spread.record_probe("n", ProbeSample(second, 6.0 + second % 40 * 10))
+    for second, late_ms in ((300, 828.0), (310, 190.0)):
+        steady.record_probe("n", ProbeSample(second, late_ms))
+    assert steady.components("n", 310.0, HOUR).stability == 1.0
+    assert spread.components("n", 310.0, HOUR).stability < 0.5
+
+
 def test_probe_loss_lowers_stability() -> None:
     book = ReliabilityBook(PRIOR)
     book.session_started("n", 0.0)
@@ -493,7 +509,7 @@ def test_window_summary_by_hand() -> None:
     assert summary == WindowSummary(
         node_id="n", window_end_s=200, probes=4, probes_lost=1,
         rtt_mean_us=20_000,  # (10 + 20 + 30) / 3 ms
-        jitter_us=8_165,  # population std of 10, 20, 30 ms: sqrt(200 / 3) = 8.165 ms
+        jitter_us=14_826,  # 10, 20, 30 ms lie 10, 0, 10 ms from their median: 1.4826 x 10 ms
         max_heartbeat_gap_ms=7_000, upload_kbps=50_000, temperature_mc=65_000,
         throttled_bps=5_000,  # one GPU sample of two thermally throttled
         sessions=1, abrupt_departures=1, uptime_s=140, tasks_completed=3, tasks_failed=1)
