@@ -39,8 +39,9 @@ slither:
 	forge build $(FORGE_FLAGS) --build-info --force --skip 'tests/**'
 	PATH=$(CURDIR)/.venv-slither/bin:$$PATH slither . --ignore-compile --config-file slither.config.json
 
+# The 25 slowest tests are listed at the end, to keep `make test` within CI's budget.
 test-python:
-	pytest --ignore=tests/contracts -p no:cacheprovider -p no:ape_test
+	pytest --ignore=tests/contracts -p no:cacheprovider -p no:ape_test --durations=25
 
 # Mutation testing (tools/mutation.py, docs/mutation.md): every mutant of the domain, money
 # and safety code, each module at least 90 % killed; report in .mesh/mutation/. The sample in
