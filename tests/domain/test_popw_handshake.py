@@ -185,21 +185,23 @@ def test_default_answers_fit_the_popw_route_body_limit_in_every_gpu_class() -> N
 
 
 def test_at_the_default_config_the_orchestrator_side_is_a_small_fraction_of_solving() -> None:
-    """issue + judge must not redo the node's work: compare against solving on this CPU
-    (CPU time of this process, so that other load on the machine does not skew the ratio)."""
+    """issue + judge must not redo the node's work: compare against solving on this CPU. CPU
+    time, so that other load on the machine does not skew the ratio: of every thread for the
+    solve (BLAS runs its matrix products on several), of this thread alone for issue and
+    judge, which BLAS threads still spinning after the solve would otherwise be charged to."""
     book = ChallengeBook(PopwConfig())
-    started = time.process_time()
+    started = time.thread_time()
     challenge = book.issue("node-1", "cpu", NONCE, now=0.0)
-    issue_s = time.process_time() - started
+    issue_s = time.thread_time() - started
     started = time.process_time()
     answer = PopwAnswer.from_bytes(base64.b64decode(base64.b64encode(
         solve(challenge.kernel).to_bytes())))
     solve_s = time.process_time() - started
     at = challenge.expected_s
-    started = time.process_time()
+    started = time.thread_time()
     verdict = book.judge(PopwFacts(NONCE, "node-1", answer, at, True, STEADY_PINGS,
                                    (cool(at),)), now=at)
-    judge_s = time.process_time() - started
+    judge_s = time.thread_time() - started
     assert verdict.passed
     assert issue_s + judge_s < 0.05 * solve_s, (issue_s, judge_s, solve_s)
 
