@@ -25,6 +25,7 @@ from orchestrator.domain.reliability import (
     UploadSample,
     WindowSummary,
     fit_population_prior,
+    link_jitter_ms,
 )
 from tests.domain.test_reliability_score import HOUR, PRIOR
 
@@ -398,18 +399,70 @@ def test_the_jitter_trend_joins_the_window_centres_from_the_minimum_sample_count
     config = RsConfig()
     book = ReliabilityBook(PRIOR, config)
     book.session_started("n", 0.0)
-    early = [(1000.0 + 100 * i, 50.0) for i in range(5)]
+    early = [(1000.0 + 100 * i, 40.0 + 5.0 * i) for i in range(5)]
     late = [(3400.0 + 50 * i, 50.0 * i) for i in range(5)]
     for at, rtt in early + late:
         book.record_probe("n", ProbeSample(at, rtt))
     short = robust_spread([rtt for _, rtt in late])
     medium = robust_spread([rtt for _, rtt in early + late])
-    assert (short, medium) == (pytest.approx(74.13), 0.0)
+    assert (short, medium) == (pytest.approx(74.13), pytest.approx(14.826))
     slope = (short - medium) / ((3600.0 - 300.0) / 2)
     for duration in (60.0, HOUR, 3 * HOUR):
         projected = short + slope * min(duration, 3600.0)
         assert book.components("n", 3600.0, duration).stability == pytest.approx(
             math.exp(-(projected - 20.0) / 100.0), rel=1e-9)
+
+
+def test_no_trend_is_read_until_the_short_window_has_its_minimum_samples() -> None:
+    """Six steady probes early in the hour, then four (one short of min_trend_samples) that
+    spread in the last 5 min: jitter now counts, its trend not, so the horizon changes
+    nothing."""
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    for at, rtt in [(1000.0 + 100 * i, 50.0) for i in range(6)] + [
+            (3400.0 + 50 * i, 60.0 * i) for i in range(4)]:
+        book.record_probe("n", ProbeSample(at, rtt))
+    now_only = book.components("n", 3600.0, 60.0).stability
+    assert now_only < 1.0
+    assert book.components("n", 3600.0, 3 * HOUR).stability == now_only
+
+
+def test_one_nodes_jitter_is_its_own() -> None:
+    """A jittery link's probes, recorded last, leave a steady node's stability whole."""
+    book = ReliabilityBook(PRIOR)
+    for node in ("steady", "jittery"):
+        book.session_started(node, 0.0)
+    for at in range(0, 300, 10):
+        book.record_probe("steady", ProbeSample(at, 20.0))
+        book.record_probe("jittery", ProbeSample(at, 20.0 + at % 40 * 10))
+    assert book.components("jittery", 300.0, HOUR).stability < 0.5
+    assert book.components("steady", 300.0, HOUR).stability == 1.0
+
+
+def test_a_lost_probe_stops_counting_once_it_leaves_the_short_window() -> None:
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    book.record_probe("n", ProbeSample(0.0, None))
+    assert book.components("n", 1.0, HOUR).stability < 1.0
+    for at in (301.0, 302.0):  # the 5-minute window now holds these two alone
+        book.record_probe("n", ProbeSample(at, 20.0))
+    assert book.components("n", 302.0, HOUR).stability == 1.0
+
+
+def test_a_throttled_gpu_stays_exposed_for_its_stretched_duration() -> None:
+    """At half its clock a task takes twice as long: its survival over T is an unthrottled
+    node's over 2T."""
+    book = ReliabilityBook(PRIOR)
+    for node in ("throttled", "cool"):
+        book.session_started(node, 0.0)
+    book.record_gpu("throttled", gpu(1.0, throttle=0x20, clock=950.0, max_clock=1900.0))
+    assert book.components("throttled", HOUR, HOUR).survival == pytest.approx(
+        book.components("cool", HOUR, 2 * HOUR).survival, rel=1e-12)
+
+
+@pytest.mark.parametrize("rtts", [[], [35.0]])
+def test_fewer_than_two_round_trips_have_no_spread(rtts: list[float]) -> None:
+    assert link_jitter_ms(rtts) == 0.0
 
 
 # ----- refusals --------------------------------------------------------------------------
