@@ -4,6 +4,7 @@ GPU, the single-use nonce, and what verifying costs the orchestrator."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -286,6 +287,15 @@ def test_jitter_or_heat_passes_but_only_at_standard() -> None:
                             (running_hot, PopwReason.THERMAL)):
         assert verdict.passed and verdict.tier is Tier.STANDARD
         assert verdict.reasons == (reason,)
+
+
+def test_a_jitter_exactly_at_the_limit_keeps_high() -> None:
+    """Pings 10 ms from their median spread 1.4826 x 10 ms; with that as the limit, HIGH."""
+    book = ChallengeBook(dataclasses.replace(CONFIG, high_tier_max_jitter_ms=1.4826 * 10.0))
+    challenge = book.issue("node-1", "slow", NONCE, now=1000.0)
+    at = 1000.0 + challenge.expected_s
+    verdict = book.judge(facts(solved(challenge.kernel), at, pings=(20.0, 30.0, 40.0)), now=at)
+    assert (verdict.tier, verdict.reasons) == (Tier.HIGH, ())
 
 
 def test_a_steady_link_with_a_few_late_replies_keeps_high() -> None:

@@ -383,6 +383,37 @@ def test_refit_at_the_instant_a_session_starts_leaves_that_session_out() -> None
     assert book.refit_prior(now=t) == fit_population_prior([(lengths, abrupt)])
 
 
+def refitted_book() -> tuple[ReliabilityBook, float]:
+    """"old": two abrupt sessions (1 h, 2 h) from t = 1,000 s; "up": online since 1.5 h
+    later, so 1.5 h old at the refit, when "old" has just left."""
+    book = ReliabilityBook(PRIOR)
+    book.session_started("old", 1000.0)
+    book.session_ended("old", 1000.0 + HOUR, abrupt=True)
+    book.session_started("old", 1000.0 + HOUR)
+    book.session_started("up", 1000.0 + 1.5 * HOUR)
+    book.session_ended("old", 1000.0 + 3 * HOUR, abrupt=True)
+    return book, 1000.0 + 3 * HOUR
+
+
+def test_refit_censors_a_running_session_at_its_age() -> None:
+    book, now = refitted_book()
+    assert book.refit_prior(now=now) == fit_population_prior(
+        [([HOUR, 2 * HOUR], [True, True]), ([1.5 * HOUR], [False])])
+
+
+def test_after_a_refit_a_nodes_finished_sessions_count_under_the_new_shape() -> None:
+    """S(u + T | u) = ((b' + u**k) / (b' + (u + T)**k)) ** a' with the refitted k, a' = a +
+    departures and b' = b + the sum of t**k over the node's finished sessions."""
+    book, now = refitted_book()
+    prior = book.refit_prior(now=now)
+    book.session_started("old", now)
+    k, a, b = prior.shape, prior.rate_a + 2, prior.rate_b + HOUR**prior.shape + (
+        2 * HOUR) ** prior.shape
+    expected = ((b + HOUR**k) / (b + (2 * HOUR) ** k)) ** a
+    assert book.components("old", now + HOUR, HOUR).survival == pytest.approx(expected,
+                                                                               rel=1e-12)
+
+
 # ----- the jitter trend -------------------------------------------------------------------
 def robust_spread(rtts: list[float]) -> float:
     """1.4826 x the median absolute deviation, worked out with the standard library."""
@@ -456,8 +487,9 @@ def test_a_throttled_gpu_stays_exposed_for_its_stretched_duration() -> None:
     for node in ("throttled", "cool"):
         book.session_started(node, 0.0)
     book.record_gpu("throttled", gpu(1.0, throttle=0x20, clock=950.0, max_clock=1900.0))
-    assert book.components("throttled", HOUR, HOUR).survival == pytest.approx(
-        book.components("cool", HOUR, 2 * HOUR).survival, rel=1e-12)
+    for figure in ("survival", "pooled"):  # the factor RS is the product of, and its report
+        assert getattr(book.components("throttled", HOUR, HOUR), figure) == pytest.approx(
+            getattr(book.components("cool", HOUR, 2 * HOUR), figure), rel=1e-12)
 
 
 @pytest.mark.parametrize("rtts", [[], [35.0]])
