@@ -326,9 +326,6 @@ class _Window:
         return self.total / self.count if self.count else math.nan
 
     def spread(self) -> float:
-        """`link_jitter_ms` of the samples; NaN under two."""
-        if self.count < 2:
-            return math.nan
         return link_jitter_ms(v for _, v in self.samples)
 
     def maximum(self) -> float:
@@ -560,10 +557,9 @@ class ReliabilityBook:
         cfg = self.config
         short_jitter = w.rtt_short.spread()
         medium_jitter = w.rtt_medium.spread()
-        self._jitter_now[row] = 0.0 if math.isnan(short_jitter) else short_jitter
+        self._jitter_now[row] = short_jitter
         trend_known = (w.rtt_short.count >= cfg.min_trend_samples
-                       and w.rtt_medium.count >= cfg.min_trend_samples
-                       and not math.isnan(medium_jitter))
+                       and w.rtt_medium.count >= cfg.min_trend_samples)
         # The two windows are centred half a window back; the slope joins those centres.
         centre_gap = (cfg.medium_window_s - cfg.short_window_s) / 2.0
         self._jitter_slope[row] = ((short_jitter - medium_jitter) / centre_gap
