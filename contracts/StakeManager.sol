@@ -363,21 +363,23 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     {
         if (providers.length != amounts.length) revert StakeManagerLengthMismatch(providers.length, amounts.length);
         _checkRange(until, block.timestamp + 1, block.timestamp + MAX_PERIOD);
-        uint256 untilBits = uint256(until) << _UNTIL_SHIFT;
         for (uint256 i; i < providers.length; ++i) {
             address provider = providers[i];
             uint256 amount = amounts[i];
+            uint256 lapsesAt = until;
             uint256 word = _reservations[provider];
             uint256 reservedUntil = word >> _UNTIL_SHIFT;
             uint256 reserved = reservedUntil > block.timestamp ? uint96(word) : 0;
             if (reserved != 0) {
-                if (amount < reserved) revert StakeManagerReservationLowered(provider, amount, reserved);
-                if (until < reservedUntil) revert StakeManagerReservationShortened(provider, until, reservedUntil);
+                // A live reservation is raised to at least the request, never lowered or
+                // shortened: requests commute, so replicas may send them in any order.
+                amount = Math.max(amount, reserved);
+                lapsesAt = Math.max(lapsesAt, reservedUntil);
             }
             uint256 free = _providers[provider].bonded - uint96(_ledgers[provider]); // less its job locks
             if (amount > free) revert StakeManagerInsufficientFreeStake(provider, amount, free);
-            _reservations[provider] = uint256(amount.toUint96()) | untilBits;
-            emit CollateralReserved(provider, amount, until);
+            _reservations[provider] = uint256(amount.toUint96()) | (lapsesAt << _UNTIL_SHIFT);
+            emit CollateralReserved(provider, amount, lapsesAt);
         }
     }
 

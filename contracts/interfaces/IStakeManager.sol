@@ -139,10 +139,6 @@ interface IStakeManager {
     error StakeManagerInvalidAddress(uint256 word);
     /// @notice The JobEscrow `escrow` does not use this StakeManager's token and this StakeManager.
     error StakeManagerEscrowMismatch(address escrow);
-    /// @notice A live reservation of `provider` may only grow: `amount` is under its `reserved`.
-    error StakeManagerReservationLowered(address provider, uint256 amount, uint256 reserved);
-    /// @notice A live reservation of `provider` may only last longer: `until` is before `reservedUntil`.
-    error StakeManagerReservationShortened(address provider, uint256 until, uint256 reservedUntil);
 
     // ------------------------------------------------------------------ events
 
@@ -168,7 +164,8 @@ interface IStakeManager {
     event Withdrawn(address indexed provider, uint256 indexed lockId, uint256 amount);
     /// @notice `amount` of `provider`'s stake now backs job `jobId`.
     event CollateralLocked(bytes32 indexed jobId, address indexed provider, uint256 amount);
-    /// @notice `provider`'s standing reservation is now `amount`, locked until `until`.
+    /// @notice `provider`'s standing reservation is now `amount`, locked until `until` (the
+    /// larger and the later of the live one and the request).
     event CollateralReserved(address indexed provider, uint256 amount, uint256 until);
     /// @notice `provider`'s tier changed from `oldTier` to `newTier`.
     event TierChanged(address indexed provider, Tier oldTier, Tier newTier);
@@ -244,13 +241,16 @@ interface IStakeManager {
 
     // ------------------------------------------------------------------ reservations
 
-    /// @notice Sets the standing reservation of each `providers[i]` to `amounts[i]`, locked until
-    /// `until`: reserved stake backs every job assigned to the provider (`IJobEscrow.commitAssignments`)
-    /// and cannot be unbonded or withdrawn, only slashed for an assigned job, until `until`, when
-    /// it is free again without anyone's action.
-    /// @dev ORCHESTRATOR_ROLE only. All-or-nothing. A live reservation may only grow and last
-    /// longer (it never drops under the jobs that rely on it); a lapsed one may be set to anything.
-    /// `until` is in the future and at most MAX_PERIOD ahead. The orchestrator assigns a provider
+    /// @notice Raises the standing reservation of each `providers[i]` to at least `amounts[i]`,
+    /// locked until at least `until`: reserved stake backs every job assigned to the provider
+    /// (`IJobEscrow.commitAssignments`) and cannot be unbonded or withdrawn, only slashed for an
+    /// assigned job, until it lapses, when it is free again without anyone's action.
+    /// @dev ORCHESTRATOR_ROLE only. All-or-nothing. A live reservation is never lowered or
+    /// shortened (it never drops under the jobs that rely on it): it becomes the larger amount
+    /// and the later lapse of itself and the request, so requests commute and orchestrator
+    /// replicas may send them in any order. A lapsed one is set to the request. Emits
+    /// CollateralReserved with the resulting amount and lapse. `until` is in the future and at
+    /// most MAX_PERIOD ahead. The orchestrator assigns a provider
     /// only jobs whose collateral its reservation covers until the job's collateral slash window
     /// closes (`IJobEscrow.collateralReleasableAt`).
     /// @param providers Providers to reserve for.

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 from eth_account import Account
+from eth_account.signers.local import LocalAccount
 
 from agent.client import Wallet, expect
 from orchestrator.config import Settings
@@ -89,9 +90,12 @@ def gpu_samples(temperatures: Sequence[float], *, throttled: bool = False) -> di
 class ReportingNode:
     """A node registered and logged in at one replica, reporting there as an agent does."""
 
-    def __init__(self, base_url: str, node_id: str, *, region: str = "eu") -> None:
+    def __init__(self, base_url: str, node_id: str, *, region: str = "eu",
+                 account: LocalAccount | None = None) -> None:
+        """`account`: the provider wallet that signs (one with stake, where registration
+        asks for it); a fresh one by default."""
         settings = Settings()
-        account = Account.create()
+        account = account or Account.create()
         self.node_id = node_id
         self.wallet = Wallet(base_url, bytes(account.key), account.address,
                              chain_id=settings.chain_id,

@@ -5,6 +5,13 @@ request of theirs to a random live replica, command jobs a customer escrowed on 
 totalling `jobs * tasks_per_job` tasks, and the first replica (the first to take the leader
 leases) SIGKILLed once half the tasks are done, then started again.
 
+The service runs as deployed, with the PLS gate on (`pls=False` for the chain-less core's
+plain matching): every node's provider wallet is funded and bonds `STAKE` on chain before it
+registers (registration asks for stake), each placement is ranked and priced by PLS, its
+collateral reserved and committed on chain through the outbox, and the staking decisions
+(RS observation, slashing, demotion) run as a leader job; the history checker then also
+verifies that no honest node was slashed.
+
 A simulated node speaks the agent's protocol (`agent.daemon`): it registers and logs in
 (signed), heartbeats every second from a thread of its own with a GPU sample every 5th beat
 and a timed probe every 10th, re-runs the checks it is leased, and for each task it is
@@ -45,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -59,14 +68,14 @@ from orchestrator.bench.replicas import (
     scratch_database,
     serve_replicas,
 )
-from orchestrator.chain.anvil import Anvil, dev_account
+from orchestrator.chain.anvil import Anvil, dev_account, set_balance
 from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
 from orchestrator.db import history
 from orchestrator.db.session import make_engine, make_session_factory
-from orchestrator.localgrid import PAYMENT, GridError, wait_for
+from orchestrator.localgrid import PAYMENT, STAKE, GridError, wait_for
 from orchestrator.services.outbox import LEASE_NAME as SENDER_LEASE
 
 CUSTOMER = dev_account(4)
@@ -78,7 +87,7 @@ SCRIPT = ("import os, pathlib; pathlib.Path(os.environ['MESH_OUT'], 'result')"
           ".write_text('shard ' + os.environ['MESH_SHARD'])")
 # Every leader job at most a few seconds apart, so each lease the killed replica held lapses
 # (three periods) within the run; short epochs, so epoch commits are sent too.
-ENV = {"MESH_PLS_PLACEMENT": "false", "MESH_SESSION_TTL_S": "86400",
+ENV = {"MESH_SESSION_TTL_S": "86400",
        "MESH_LEASE_TTL_S": "30", "MESH_OUTBOX_INTERVAL_S": "0.5",
        "MESH_PLS_DECIDE_INTERVAL_S": "2", "MESH_PLS_EPOCH_S": "20",
        "MESH_NONCE_GC_INTERVAL_S": "3", "MESH_PLS_LOG_PRUNE_INTERVAL_S": "3",
@@ -113,10 +122,11 @@ class Tally:
 class SimNode:
     """A node registered at one replica, then sending each request to a random one."""
 
-    def __init__(self, urls: list[str], node_id: str, rng: random.Random, tally: Tally) -> None:
+    def __init__(self, urls: list[str], node_id: str, rng: random.Random, tally: Tally,
+                 provider: LocalAccount) -> None:
         self.rng = rng
         self.tally = tally
-        self.node = ReportingNode(rng.choice(urls), node_id)
+        self.node = ReportingNode(rng.choice(urls), node_id, account=provider)
         self.path = f"/v1/nodes/{node_id}"
         self.clients = [httpx.Client(base_url=url, timeout=30.0) for url in urls]
 
@@ -312,6 +322,16 @@ def submit_jobs(urls: list[str], chain: MeshChain, *, jobs: int, tasks_per_job: 
     return job_ids
 
 
+def staked_provider(chain: MeshChain) -> LocalAccount:
+    """A fresh provider wallet with gas money and `STAKE` bonded, as `mesh provider stake`
+    leaves it."""
+    provider = Account.create()
+    set_balance(chain.w3, provider.address, 10**20)
+    chain.account(dev_account(0)).mint(provider.address, STAKE)
+    chain.account(provider).stake(STAKE)
+    return provider
+
+
 def job_counts(urls: list[str], job_ids: list[str]) -> tuple[Counter[str], Counter[str]]:
     """(jobs by status, tasks by status) as some live replica answers."""
     for url in urls:
@@ -339,15 +359,16 @@ def both_replicas_score(node: SimNode, timeout_s: float) -> dict[str, float]:
 
 
 def failed(result: dict[str, Any]) -> bool:
-    """A violation of the history checker, two leader holders at once, or a kill that tested
-    no takeover (the killed replica held no leader lease)."""
+    """A violation of the history checker, two leader holders at once, a chain action the
+    chain refused, or a kill that tested no takeover (the killed replica held no leader
+    lease)."""
     return (any(result["violations"].values()) or result["leader_runs_overlapping"] > 0
-            or not result["killed_replica_leases"])
+            or bool(result["outbox_failures"]) or not result["killed_replica_leases"])
 
 
 def run(*, postgres_url: str | None = None, replicas: int = 2, nodes: int = 40, jobs: int = 20,
         tasks_per_job: int = 500, kill_at: float = 0.5, restart: bool = True, seed: int = 1,
-        settle_timeout_s: float = 1800.0) -> dict[str, Any]:
+        pls: bool = True, settle_timeout_s: float = 1800.0) -> dict[str, Any]:
     if replicas < 2:
         raise ValueError("scale-out needs at least two replicas")
     base = postgres_url or os.environ.get("MESH_TEST_POSTGRES_URL") or DEFAULT_POSTGRES_URL
@@ -361,9 +382,11 @@ def run(*, postgres_url: str | None = None, replicas: int = 2, nodes: int = 40, 
                                   slasher=dev_account(2).address, arbiter=dev_account(3).address)
         chain = MeshChain(w3, deployment)
         chain.account(dev_account(0)).mint(CUSTOMER.address, jobs * PAYMENT)
+        providers = [staked_provider(chain) for _ in range(nodes)]
         scratch = Path(tmp)
         deployment.save(scratch / "data")
-        env = {**ENV, "MESH_RPC_URL": anvil.rpc_url, "MESH_CHAIN_ID": str(deployment.chain_id),
+        env = {**ENV, "MESH_PLS_PLACEMENT": str(pls).lower(), "MESH_RPC_URL": anvil.rpc_url,
+               "MESH_CHAIN_ID": str(deployment.chain_id),
                "MESH_ORCHESTRATOR_KEY": "0x" + bytes(dev_account(1).key).hex(),
                "MESH_SLASHER_KEY": "0x" + bytes(dev_account(2).key).hex()}
         engine = make_engine(url)
@@ -373,8 +396,8 @@ def run(*, postgres_url: str | None = None, replicas: int = 2, nodes: int = 40, 
             started_s = time.perf_counter() - began
             sampler.start()
             urls = [process.base_url for process in processes]
-            sims = [SimNode(urls, f"scale-{i:04d}", random.Random(seed * 100_003 + i), tally)
-                    for i in range(nodes)]
+            sims = [SimNode(urls, f"scale-{i:04d}", random.Random(seed * 100_003 + i), tally,
+                            provider) for i, provider in enumerate(providers)]
             stop = threading.Event()
             failures: list[BaseException] = []
 
@@ -442,12 +465,14 @@ def run(*, postgres_url: str | None = None, replicas: int = 2, nodes: int = 40, 
         report = history_check.check(factory, chain)
         with factory() as session:
             outbox = history.outbox_statuses(session)
+            outbox_failures = history.outbox_failures(session)
         engine.dispose()
     leader_overlaps = [t for t in sampler.takeovers if t.overlapping]
     placements = report.counts["leases"]
     return {
         "replicas": replicas,
         "backend": "postgresql",
+        "pls_placement": pls,
         "nodes": nodes,
         "jobs": jobs,
         "tasks": report.counts["tasks"],
@@ -464,6 +489,7 @@ def run(*, postgres_url: str | None = None, replicas: int = 2, nodes: int = 40, 
         "restart_s": restart_s,
         "score_from_both_replicas": scores,
         "outbox": outbox,
+        "outbox_failures": outbox_failures,
         "requests": {k: v for k, v in sorted(tally.counts.items())},
         "violations": report.violations,
         "violation_details": report.details[:20],

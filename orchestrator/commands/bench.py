@@ -119,6 +119,8 @@ def bench_scaleout(
                                            "replica is SIGKILLed.")] = 0.5,
     restart: Annotated[bool, typer.Option(help="Start the killed replica again.")] = True,
     seed: int = 1,
+    pls: Annotated[bool, typer.Option(help="Place through the PLS gate (stake, RS, "
+                                      "collateral on chain), as the service runs.")] = True,
     postgres_url: str | None = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -130,7 +132,7 @@ def bench_scaleout(
     with user_errors("bench scaleout"):
         result = scaleout.run(postgres_url=postgres_url, replicas=replicas, nodes=nodes,
                               jobs=jobs, tasks_per_job=tasks_per_job, kill_at=kill_at,
-                              restart=restart, seed=seed)
+                              restart=restart, seed=seed, pls=pls)
     emit(result, as_json, show_result)
     if scaleout.failed(result):
         raise typer.Exit(1)

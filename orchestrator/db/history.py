@@ -38,7 +38,19 @@ def leader_locks(session: Session) -> list[tuple[str, str, float]]:
             for lock in session.scalars(select(LeaderLock))]
 
 
-def outbox_statuses(session: Session) -> dict[str, int]:
-    """Outbox rows per status (pending, sent, confirmed, failed)."""
-    return {status: int(count) for status, count in session.execute(
-        select(OutboxAction.status, func.count()).group_by(OutboxAction.status))}
+def outbox_statuses(session: Session) -> dict[str, dict[str, int]]:
+    """Outbox rows per action kind and status (pending, sent, confirmed, failed)."""
+    counts: dict[str, dict[str, int]] = {}
+    for kind, status, count in session.execute(
+            select(OutboxAction.kind, OutboxAction.status, func.count())
+            .group_by(OutboxAction.kind, OutboxAction.status)):
+        counts.setdefault(kind, {})[status] = int(count)
+    return counts
+
+
+def outbox_failures(session: Session) -> dict[str, int]:
+    """Failed outbox rows per `kind: decoded error`."""
+    return {f"{kind}: {note}": int(count) for kind, note, count in session.execute(
+        select(OutboxAction.kind, OutboxAction.note, func.count())
+        .where(OutboxAction.status == "failed")
+        .group_by(OutboxAction.kind, OutboxAction.note))}

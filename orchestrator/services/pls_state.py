@@ -52,7 +52,8 @@ class StakeCache:
     """Free stake per provider, read through the SDK and reused for `ttl_s`, less the
     collateral of its open assignments: those in the DB at the read (`open_reader`; the chain
     holds only the provider's standing reservation) and those this process made since, so one
-    batch cannot overspend a provider. Reservation raises queued since the read count too."""
+    batch cannot overspend a provider. Reservation raises this process queued count until they
+    lapse (a re-read may come before the outbox sent them)."""
 
     def __init__(self, reader: Callable[[], StakeReader], ttl_s: float,
                  open_reader: Callable[[str], int] | None = None) -> None:
@@ -80,7 +81,6 @@ class StakeCache:
         with self._lock:
             self._cached[provider] = (now, stake, open_collateral)
             self._assigned.pop(provider, None)
-            self._raised.pop(provider, None)
         return stake, open_collateral
 
     def free(self, provider: str, now: float) -> int:
@@ -91,10 +91,16 @@ class StakeCache:
         return self._read(provider, now)[1]
 
     def reservation(self, provider: str, now: float) -> tuple[int, int]:
-        """The provider's reservation (amount, until): the chain's, or a raise queued since."""
+        """The provider's reservation (amount, until) as it will be once the raises this
+        process queued land: the chain's, raised by them (the contract keeps the larger amount
+        and the later lapse, so a raise counts until its lapse whether mined yet or not)."""
         stake = self.stake(provider, now)
+        amount, until = stake.reserved, stake.reserved_until
         with self._lock:
-            return self._raised.get(provider, (stake.reserved, stake.reserved_until))
+            queued = self._raised.get(provider)
+            if queued is not None and queued[1] > now:
+                amount, until = max(amount, queued[0]), max(until, queued[1])
+        return amount, until
 
     def assign(self, provider: str, amount: int) -> None:
         with self._lock:
@@ -102,7 +108,8 @@ class StakeCache:
 
     def raised(self, provider: str, amount: int, until: int) -> None:
         with self._lock:
-            self._raised[provider] = (amount, until)
+            amount_before, until_before = self._raised.get(provider, (0, 0))
+            self._raised[provider] = (max(amount, amount_before), max(until, until_before))
 
 
 class PlsState:

@@ -39,6 +39,12 @@ def test_a_short_scale_out_run_has_no_violation_and_the_killed_leader_is_taken_o
     assert set(result["score_from_both_replicas"]) == {"lag_first_to_second_ms",
                                                        "lag_second_to_first_ms"}
     assert result["history"]["jobs_settled_on_chain"] == 3
+    # Placed through the PLS gate: every placement's collateral assigned on chain, backed by
+    # reservations that both replicas raised, and no chain action refused.
+    assert result["pls_placement"]
+    assert result["outbox"]["assign"] == {"confirmed": result["placements"]}
+    assert result["outbox"]["reserve"]["confirmed"] > 0
+    assert result["outbox_failures"] == {}
     assert not scaleout.failed(result)
 
 

@@ -1,9 +1,10 @@
 """Standing reservations and committed assignments: the orchestrator's cheap collateral path.
 
 Each test states a rule of who may take what, and when stake may leave: reserved stake cannot
-be unbonded while the reservation is live, a live reservation never shrinks or shortens, it
-lapses by itself, and it is slashable only for a proven assignment whose job's collateral
-slash window is open, at most that assignment's collateral, to the job's customer.
+be unbonded while the reservation is live, a live reservation never shrinks or shortens (a
+request raises it to at least what it asks, in any order), it lapses by itself, and it is
+slashable only for a proven assignment whose job's collateral slash window is open, at most
+that assignment's collateral, to the job's customer.
 """
 
 from __future__ import annotations
@@ -82,18 +83,33 @@ def test_reserve_liveReservationMayGrowAndLastLongerButNeverShrinkOrShorten(
     until = chain.pending_timestamp + 10 * DAY
     _reserve(stake_manager, orchestrator, bonded, 300 * TOKEN, until)
 
+    lower = _reserve(stake_manager, orchestrator, bonded, 299 * TOKEN, until + DAY)
+    shorter = _reserve(stake_manager, orchestrator, bonded, 400 * TOKEN, until - 1)
+
+    # Each request is granted at least what it asked, and nothing live was given back.
+    assert stake_manager.reservationOf(bonded) == (400 * TOKEN, until + DAY)
+    assert lower.events.filter(stake_manager.CollateralReserved) == [
+        stake_manager.CollateralReserved(provider=bonded, amount=300 * TOKEN, until=until + DAY)]
+    assert shorter.events.filter(stake_manager.CollateralReserved) == [
+        stake_manager.CollateralReserved(provider=bonded, amount=400 * TOKEN, until=until + DAY)]
     with ape.reverts(
-        stake_manager.StakeManagerReservationLowered,
-        provider=bonded, amount=299 * TOKEN, reserved=300 * TOKEN,
+        stake_manager.StakeManagerInsufficientFreeStake,
+        provider=bonded, requested=601 * TOKEN, free=600 * TOKEN,
     ):
-        _reserve(stake_manager, orchestrator, bonded, 299 * TOKEN, until)
-    with ape.reverts(
-        stake_manager.StakeManagerReservationShortened,
-        provider=bonded, until=until - 1, reservedUntil=until,
-    ):
-        _reserve(stake_manager, orchestrator, bonded, 300 * TOKEN, until - 1)
-    _reserve(stake_manager, orchestrator, bonded, 500 * TOKEN, until + DAY)
-    assert stake_manager.reservationOf(bonded) == (500 * TOKEN, until + DAY)
+        stake_manager.requestUnbond(601 * TOKEN, sender=bonded)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 1, 0), (1, 2, 0)])
+def test_reserve_requestsFromReplicasEndAtTheLargestAmountAndLatestLapseInAnyOrder(
+    stake_manager: Any, orchestrator: Any, bonded: Any, chain: Any, order: tuple[int, ...]
+) -> None:
+    until = chain.pending_timestamp + 10 * DAY
+    requests = [(200 * TOKEN, until + 2 * DAY), (500 * TOKEN, until), (350 * TOKEN, until + DAY)]
+
+    for i in order:
+        _reserve(stake_manager, orchestrator, bonded, *requests[i])
+
+    assert stake_manager.reservationOf(bonded) == (500 * TOKEN, until + 2 * DAY)
 
 
 def test_reserve_aLapsedReservationMayBeSetLower(

@@ -520,17 +520,24 @@ contract Handler {
         address p = _provider(who);
         IStakeManager.StakeInfo memory info = sm.stakeOf(p);
         (uint256 live, uint256 liveUntil) = sm.reservationOf(p);
-        uint256 jobLocks = info.locked - live;
-        uint256 amount = share % (info.bonded - jobLocks + 1);
+        uint256 free = info.bonded - (info.locked - live); // less its job locks
+        uint256 amount = share % (free + 1);
         uint256 until = block.timestamp + 1 + days_ % 30 days;
+        // A live reservation is raised to at least the request (never lowered or shortened).
+        if (live != 0) (amount, until) = (_max(amount, live), _max(until, liveUntil));
         vm.prank(orchestrator);
-        try sm.reserveCollateral(_one(p), _amounts(amount), uint64(until)) {
+        try sm.reserveCollateral(_one(p), _amounts(share % (free + 1)), uint64(block.timestamp + 1 + days_ % 30 days)) {
             calls[keccak256("ok:reserveCollateral")] += 1;
-            if (live != 0 && (amount < live || until < liveUntil)) _fail("a live reservation shrank or shortened");
-            (ghostReserved[p], ghostReservedUntil[p]) = (amount, until);
+            (live, liveUntil) = sm.reservationOf(p);
+            if (live != amount || liveUntil != until) _fail("a reservation is not the larger and later of the live one and the request");
+            (ghostReserved[p], ghostReservedUntil[p]) = (live, liveUntil);
         } catch {
-            if (live == 0 || (amount >= live && until >= liveUntil)) _fail("a covered reservation was refused");
+            if (amount <= free) _fail("a covered reservation was refused");
         }
+    }
+
+    function _max(uint256 a, uint256 b) private pure returns (uint256) {
+        return a > b ? a : b;
     }
 
     /// @dev Commits a one-leaf assignment root (the root is the leaf) and proves it.

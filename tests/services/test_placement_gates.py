@@ -71,6 +71,25 @@ def test_open_assignments_still_count_against_free_stake_after_the_stake_cache_e
     assert second.post("/v1/nodes/gpu-2/lease").status_code == 204
 
 
+def test_a_raise_not_yet_on_chain_still_backs_the_next_placement_after_the_cache_expires(
+        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    first = agent("gpu-1")
+    second = agent("gpu-2", wallet=first.wallet)  # the same provider
+    make_job(factory, value=TOKEN, now=clock())
+    stake.free[first.wallet.address] = 10 * TOKEN
+    assert first.post("/v1/nodes/gpu-1/lease").status_code == 200
+    make_job(factory, value=TOKEN // 2, now=clock())
+    clock.advance(60)  # past the stake cache; the outbox has not sent the raise yet
+
+    assert second.post("/v1/nodes/gpu-2/lease").status_code == 200
+
+    # Twice the first collateral covers both: the queued raise is not sent again, higher or
+    # lower (a lower one would have been refused by the chain before it kept the larger).
+    outbox = client.get("/v1/admin/outbox", headers=ADMIN).json()
+    assert [row["kind"] for row in outbox] == ["assign", "assign", "reserve"]
+
+
 def test_stake_short_of_the_collateral_gets_no_lease(
         agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
         clock: VirtualClock) -> None:
