@@ -41,6 +41,7 @@ from orchestrator.domain.lifecycle import (
     node_health_transition,
     task_transition,
 )
+from orchestrator.domain.matching import latest_start
 from orchestrator.domain.types import NodeHealth, NodeSpec, Priority, TaskNeeds, Tier
 
 
@@ -212,10 +213,11 @@ def create_job(session: Session, *, job_id: str, customer: str, spec: dict[str, 
     session.add(StatusHistory(entity="job", entity_id=job_id, from_status=None,
                               to_status=status.value, at=now, reason="submitted"))
     needs_json = needs_to_json(needs)
+    queued = latest_start(deadline, needs.expected_duration_s)
     session.execute(insert(Task), [
         {"job_id": job_id, "index": index, "payload": payload, "needs": needs_json,
-         "status": TaskStatus.PENDING.value, "attempts": 0, "progress": 0.0,
-         "checkpoint_progress": 0.0, "created_at": now, "updated_at": now}
+         "latest_start": queued, "status": TaskStatus.PENDING.value, "attempts": 0,
+         "progress": 0.0, "checkpoint_progress": 0.0, "created_at": now, "updated_at": now}
         for index, payload in enumerate(task_payloads)])
     return job
 

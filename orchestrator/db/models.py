@@ -94,6 +94,7 @@ class Task(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "index", name="uq_tasks_job_index"),
         Index("ix_tasks_status_id", "status", "id"),
+        Index("ix_tasks_status_latest_start_id", "status", "latest_start", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
@@ -103,6 +104,9 @@ class Task(Base):
     needs: Mapped[dict[str, Any]] = mapped_column(JSON)  # TaskNeeds, serialised
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # The queue's order (`matching.latest_start`): the job's deadline less the task's
+    # expected duration; least laxity is placed first.
+    latest_start: Mapped[float] = mapped_column(Float)
     node_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     progress: Mapped[float] = mapped_column(Float, default=0.0)  # fraction done, 0..1
     checkpoint_progress: Mapped[float] = mapped_column(Float, default=0.0)  # durable fraction

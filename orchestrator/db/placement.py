@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, tuple_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -80,12 +80,22 @@ class SlotView:
     held: dict[str, set[int]]
 
 
+QueuePlace = tuple[float, int]  # (latest start, task id): the queue's order
+
+
 @dataclass(frozen=True, slots=True)
 class WaitingTask:
     task_id: int
     job_id: str
     status: str
     needs: dict[str, Any]
+    latest_start: float
+
+    @property
+    def place(self) -> QueuePlace:
+        """Where it stands in the queue: a cursor to read on from."""
+        return self.latest_start, self.task_id
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,21 +122,23 @@ def load_slot_view(session: Session) -> SlotView:
     return SlotView(nodes=nodes, held=held)
 
 
-def waiting_tasks(session: Session, *, limit: int, after_id: int = 0,
+def waiting_tasks(session: Session, *, limit: int, after: QueuePlace | None = None,
                   lock: bool = True) -> list[WaitingTask]:
-    """Oldest schedulable tasks after `after_id` (a cursor, so tasks no node can take now do
-    not block the queue behind them); on PostgreSQL rows another process is placing are
-    skipped."""
+    """Schedulable tasks in the queue's order (least laxity first, `matching.latest_start`,
+    then the oldest), from past `after` (a cursor, so tasks no node can take now do not block
+    the queue behind them); on PostgreSQL rows another process is placing are skipped."""
     query = (
-        select(Task.id, Task.job_id, Task.status, Task.needs)
-        .where(Task.status.in_(SCHEDULABLE), Task.id > after_id)
-        .order_by(Task.id)
+        select(Task.id, Task.job_id, Task.status, Task.needs, Task.latest_start)
+        .where(Task.status.in_(SCHEDULABLE))
+        .order_by(Task.latest_start, Task.id)
         .limit(limit)
     )
+    if after is not None:
+        query = query.where(tuple_(Task.latest_start, Task.id) > tuple_(*after))
     if lock:
         query = query.with_for_update(skip_locked=True)
-    return [WaitingTask(task_id, job_id, status, needs)
-            for task_id, job_id, status, needs in session.execute(query)]
+    return [WaitingTask(task_id, job_id, status, needs, queued)
+            for task_id, job_id, status, needs, queued in session.execute(query)]
 
 
 def commit_reservations(

@@ -1,4 +1,5 @@
-"""Which nodes may run a task (`eligible`) and in what order to try them (`rank`).
+"""Which nodes may run a task (`eligible`), in what order to try them (`rank`), and which
+waiting task goes first (`latest_start`).
 
 The score is pluggable (`ScoreFn`, higher is better) so Predictive Latency
 Staking can replace `cheapest_first` without touching the scheduler.
@@ -60,3 +61,14 @@ def rank(
     usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
     usable.sort(key=lambda c: (-score(c.spec, needs), -c.free_slots, c.spec.node_id))
     return usable
+
+
+def latest_start(deadline: float, expected_duration_s: float) -> float:
+    """When a task must start at the latest to finish by its job's deadline on a reference
+    GPU: the queue serves the smallest first (least laxity first, ties by age), so a long
+    frame of a job due tomorrow goes ahead of a short one due in two hours only once it has
+    less slack. On a grid short of capacity this keeps the long jobs' deadlines without
+    starving the short ones; serving by arrival, or every high-priority job first, left whole
+    feature jobs hours late (docs/churn.md). Priority is not an order: it asks for nodes with
+    a fresh PoPW handshake (`eligible`)."""
+    return deadline - expected_duration_s

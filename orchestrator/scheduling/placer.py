@@ -21,6 +21,7 @@ from orchestrator.db.placement import (
     Admission,
     PlacementConflict,
     PlacementGate,
+    QueuePlace,
     Reservation,
     commit_reservations,
     load_slot_view,
@@ -70,7 +71,7 @@ class Placer:
         self._nodes: dict[str, NodeSpec] = {}
         self._free: dict[str, list[int]] = {}
         self._rankings: dict[str, _Ranking] = {}
-        self._cursor = 0  # last task id looked at; wraps to 0 at the end of the queue
+        self._cursor: QueuePlace | None = None  # the last task looked at; None: the head
 
     def reload(self) -> None:
         now = self.clock()
@@ -131,7 +132,7 @@ class Placer:
             session = self.factory()
             try:
                 with session.begin():
-                    waiting = waiting_tasks(session, limit=batch_size, after_id=self._cursor)
+                    waiting = waiting_tasks(session, limit=batch_size, after=self._cursor)
                     reservations: list[Reservation] = []
                     admissions: list[Admission | None] = []
                     decisions: list[float] = []
@@ -158,7 +159,7 @@ class Placer:
                 result.placed = reservations
                 result.decision_s = decisions
                 result.wrapped = len(waiting) < batch_size
-                self._cursor = 0 if result.wrapped else waiting[-1].task_id
+                self._cursor = None if result.wrapped else waiting[-1].place
                 return result
             except PlacementConflict:
                 result.conflicts += 1
@@ -172,7 +173,7 @@ class Placer:
         """Sweep the whole queue until a full pass places nothing; for tests, benchmarks
         and catch-up."""
         total = BatchResult()
-        self._cursor = 0
+        self._cursor = None
         placed_this_pass = unplaceable_this_pass = 0
         while True:
             batch = self.place_batch(batch_size=batch_size)

@@ -21,6 +21,7 @@ from orchestrator.db.models import Job, Lease, Node, Task
 from orchestrator.db.placement import (
     PlacementConflict,
     PlacementGate,
+    QueuePlace,
     Reservation,
     WaitingTask,
     commit_reservations,
@@ -105,16 +106,16 @@ def _next_lease(session: Session, *, node: Node, now: float, reservation_ttl_s: 
 
 def _eligible_waiting(session: Session, *, spec: NodeSpec, page: int = 200,
                       pages: int = 10) -> Iterator[WaitingTask]:
-    """Waiting tasks this node may run, oldest first, looking a bounded way down the queue."""
-    after = 0
+    """Waiting tasks this node may run, in the queue's order, looking a bounded way down."""
+    after: QueuePlace | None = None
     for _ in range(pages):
-        batch = waiting_tasks(session, limit=page, after_id=after)
+        batch = waiting_tasks(session, limit=page, after=after)
         for task in batch:
             if eligible(spec, crud.needs_from_json(task.needs)):
                 yield task
         if len(batch) < page:
             return
-        after = batch[-1].task_id
+        after = batch[-1].place
 
 
 MAX_MANIFEST_BYTES = 1 << 20

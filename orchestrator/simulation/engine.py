@@ -16,7 +16,7 @@ from enum import IntEnum
 import numpy as np
 
 from orchestrator.domain.lifecycle import TaskStatus, task_transition
-from orchestrator.domain.matching import eligible
+from orchestrator.domain.matching import eligible, latest_start
 from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds
 from orchestrator.simulation.jobs import VALUE_PER_REF_GPU_HOUR, Job
 from orchestrator.simulation.models import TOKEN, NodeProfile
@@ -31,7 +31,6 @@ BAD_RESULT_RATE = 0.3  # share of a cheater's results that are wrong
 SPOT_CHECK_CATCH_RATE = 0.9  # chance the sampled tiles expose a wrong result
 MAX_FAILED_TRIES_PER_PASS = 32  # a pass stops after this many unplaceable tasks in a row
 EPOCH_S = 3600.0  # scores observed, slashes decided and tiers revised once per epoch
-PRIORITY_ORDER = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 
 
 class Ev(IntEnum):
@@ -203,7 +202,7 @@ class Simulation:
         self.accepted = np.zeros(n, dtype=bool)
         self.blocked = np.zeros(n, dtype=bool)  # a lease start failed: wait until reachable
         self.running: list[Attempt | None] = [None] * n
-        self.pending: list[tuple[int, float, int]] = []
+        self.pending: list[tuple[float, int]] = []
         self.tasks: dict[int, TaskState] = {}
         self.job_tasks_left: dict[int, int] = {}
         self.events: list[tuple[float, int, int, int]] = []
@@ -276,7 +275,7 @@ class Simulation:
                 value=round(work / 3600.0 * VALUE_PER_REF_GPU_HOUR),
                 critical_path_s=max(job.task_work_s))
             self.tasks[key] = TaskState(key, job, work, needs)
-            heapq.heappush(self.pending, (PRIORITY_ORDER[job.priority], job.deadline_s, key))
+            heapq.heappush(self.pending, self._queued(self.tasks[key]))
         self.request_schedule()
 
     def _node_up(self, node: int) -> None:
@@ -448,21 +447,26 @@ class Simulation:
             self.pool.add(node)
             self.request_schedule()
 
+    @staticmethod
+    def _queued(task: TaskState) -> tuple[float, int]:
+        """The task's place in the queue, as the service's (`db/placement.waiting_tasks`):
+        least laxity first, from the task's whole expected duration, then by age."""
+        return latest_start(task.job.deadline_s, task.needs.expected_duration_s), task.key
+
     def _requeue(self, task: TaskState) -> None:
-        heapq.heappush(self.pending, (PRIORITY_ORDER[task.job.priority], task.job.deadline_s,
-                                      task.key))
+        heapq.heappush(self.pending, self._queued(task))
         self.request_schedule()
 
     def _schedule(self) -> None:
-        """Place pending tasks, most urgent first, while idle nodes remain. Once a task found
+        """Place pending tasks, least laxity first, while idle nodes remain. Once a task found
         no taker among ALL idle nodes, tasks of its class (VRAM, priority) with at least as
         much work left are skipped for the rest of the pass: the pool has not changed."""
-        deferred: list[tuple[int, float, int]] = []
+        deferred: list[tuple[float, int]] = []
         hopeless: dict[tuple[int, Priority], float] = {}  # class -> smallest refused work
         failures = 0
         while self.pending and len(self.pool) and failures < MAX_FAILED_TRIES_PER_PASS:
             entry = heapq.heappop(self.pending)
-            task = self.tasks[entry[2]]
+            task = self.tasks[entry[1]]
             task_class = (task.needs.min_vram_gb, task.needs.priority)
             refused = hopeless.get(task_class, math.inf)
             if task.work_s - task.saved_s < refused and self._place(task, hopeless):

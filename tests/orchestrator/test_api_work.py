@@ -57,6 +57,19 @@ def test_task_runs_end_to_end_and_the_job_queues_its_settlement_once(
                                                   "completed", "settling"]
 
 
+def test_a_node_pulling_work_gets_the_task_with_the_least_laxity(
+        live_node: Callable[..., LiveNode], make_job: JobMaker,
+        factory: sessionmaker[Session]) -> None:
+    node = live_node("gpu-1")
+    make_job(3, needs=TaskNeeds(expected_duration_s=60), deadline=2 * 3600)  # older
+    long_frame = make_job(1, needs=TaskNeeds(expected_duration_s=5 * 3600), deadline=6 * 3600)
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    with factory() as session:
+        task = crud.get_task(session, task_id=lease.json()["task_id"])
+        assert task is not None and task.job_id == long_frame
+
+
 def test_lease_pull_with_no_work_answers_204(live_node: Callable[..., LiveNode]) -> None:
     assert live_node("gpu-1").post("/v1/nodes/gpu-1/lease").status_code == 204
 

@@ -1,15 +1,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud, outbox
 from orchestrator.db.models import Base, Job, Lease, OutboxAction
+from orchestrator.db.placement import waiting_tasks
+from orchestrator.db.session import (
+    MIGRATIONS_DIR,
+    make_engine,
+    make_session_factory,
+    upgrade_to_head,
+)
 from orchestrator.domain.chain_actions import AssignCollateral, ChainAction, ProveAssignment
 from orchestrator.domain.fees import Fees
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
@@ -30,6 +40,29 @@ def test_migrations_build_exactly_the_models(engine: Engine) -> None:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
     assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
+
+
+def test_the_queue_order_migration_gives_every_existing_task_its_latest_start(
+        tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'before.db'}")
+    config = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0016")
+        connection.execute(text(
+            "INSERT INTO jobs (id, customer, status, spec, spec_hash, amount, deadline, "
+            "priority, created_at, updated_at) VALUES ('0xj', '0xc', 'funded', '{}', '0x', "
+            "'1', 10000.0, 'normal', 0, 0)"))
+        for index, needs in enumerate(('{"expected_duration_s": 3600.0}', "{}")):
+            connection.execute(text(
+                "INSERT INTO tasks (job_id, \"index\", payload, needs, status, attempts, "
+                "progress, checkpoint_progress, created_at, updated_at) VALUES "
+                f"('0xj', {index}, '{{}}', '{needs}', 'pending', 0, 0, 0, 0, 0)"))
+    upgrade_to_head(engine)
+    with make_session_factory(engine)() as session:
+        assert [w.latest_start for w in waiting_tasks(session, limit=5)] == [6400.0, 9940.0]
+    engine.dispose()
 
 
 def test_sqlite_runs_in_wal_mode(engine: Engine) -> None:

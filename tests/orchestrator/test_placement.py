@@ -157,12 +157,46 @@ def test_waiting_tasks_are_the_oldest_schedulable_after_the_cursor(
     Placer(factory, clock=lambda: 0.0).place_all()  # the first task is reserved now
     with factory() as session:
         ids = [t.id for t in crud.job_tasks(session, job_id=job_id)]
-        waiting = waiting_tasks(session, limit=2, after_id=ids[1], lock=False)
+        head = waiting_tasks(session, limit=10)
+        assert [w.task_id for w in head] == ids[1:]
+        waiting = waiting_tasks(session, limit=2, after=head[0].place, lock=False)
         assert [(w.task_id, w.job_id, w.status) for w in waiting] == [
             (ids[2], job_id, "pending"), (ids[3], job_id, "pending")]
-        assert [w.task_id for w in waiting_tasks(session, limit=10)] == ids[1:]
-        assert waiting_tasks(session, limit=10, after_id=ids[-1]) == []
+        assert waiting_tasks(session, limit=10, after=head[-1].place) == []
         assert waiting[0].needs == crud.job_tasks(session, job_id=job_id)[2].needs
+
+
+def test_the_queue_serves_least_laxity_first_then_the_oldest(
+        factory: sessionmaker[Session], make_job: JobMaker) -> None:
+    # Latest starts: a 4-hour frame due in 10 h may start until 6 h; a 1-minute one due in
+    # 2 h until 1 h 59; the second 1-minute job, due at the same time, is younger.
+    feature = make_job(2, needs=TaskNeeds(expected_duration_s=4 * 3600), deadline=10 * 3600)
+    preview = make_job(1, needs=TaskNeeds(expected_duration_s=60), deadline=2 * 3600)
+    urgent = make_job(1, needs=TaskNeeds(expected_duration_s=3 * 3600), deadline=4 * 3600)
+    twin = make_job(1, needs=TaskNeeds(expected_duration_s=60), deadline=2 * 3600)
+    with factory() as session:
+        order = [w.job_id for w in waiting_tasks(session, limit=10)]
+        assert order == [urgent, preview, twin, feature, feature]
+        assert [w.latest_start for w in waiting_tasks(session, limit=10)] == [
+            3600, 7140, 7140, 6 * 3600, 6 * 3600]
+        # Read page by page from the cursor, ties on the latest start included.
+        pages, after = [], None
+        while page := waiting_tasks(session, limit=2, after=after, lock=False):
+            pages.append([w.job_id for w in page])
+            after = page[-1].place
+        assert pages == [[urgent, preview], [twin, feature], [feature]]
+
+
+def test_the_batch_placer_gives_a_free_slot_to_the_task_with_the_least_laxity(
+        factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
+    (node_id,) = make_nodes(1, slots=1)
+    make_job(3, needs=TaskNeeds(expected_duration_s=60), deadline=2 * 3600)  # older
+    long_frame = make_job(1, needs=TaskNeeds(expected_duration_s=5 * 3600), deadline=6 * 3600)
+    Placer(factory, clock=lambda: 0.0).place_all()
+    with factory() as session:
+        (lease,) = crud.live_leases(session)
+        assert (lease.node_id, crud.get_task(session, task_id=lease.task_id).job_id) == (
+            node_id, long_frame)
 
 
 def test_a_funded_job_is_scheduled_with_its_first_placement_only(
@@ -323,7 +357,7 @@ def test_a_committed_reservation_writes_the_lease_the_task_and_its_history(
 
 def test_without_a_cursor_every_waiting_task_is_listed_oldest_first(
         factory: sessionmaker[Session], make_job: JobMaker) -> None:
-    first = make_job(2)
+    first = make_job(2)  # the same deadline and duration: the same latest start
     second = make_job(1)
     with factory() as session:
         ids = [t.id for t in crud.job_tasks(session, job_id=first)] + [
