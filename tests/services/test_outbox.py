@@ -26,15 +26,17 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
 from orchestrator.config import Settings
 from orchestrator.db import crud
-from orchestrator.db.models import OutboxAction
+from orchestrator.db.models import OutboxAction, OutboxTransaction
 from orchestrator.domain.chain_actions import AssignCollateral, assignment_tree
 from orchestrator.domain.chain_views import EscrowStatus
+from orchestrator.domain.fees import FeePolicy
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.services import settlement
 from orchestrator.services.outbox import (
+    GWEI,
     LEASE_NAME,
     FaultHooks,
     OutboxSender,
@@ -512,7 +514,7 @@ def test_a_proof_finds_the_committed_root_when_a_later_assign_of_the_same_terms_
 
 def test_a_proof_without_a_committed_assign_fails_and_does_not_block_later_rows(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        clock: VirtualClock) -> None:
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
     job_id = escrow(mesh, 10 * TOKEN)
     queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER})
     queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
@@ -522,6 +524,50 @@ def test_a_proof_without_a_committed_assign_fails_and_does_not_block_later_rows(
 
     assert [(row.status, row.note) for row in rows(factory)] == [
         ("failed", "no confirmed assign row for this job and provider"), ("confirmed", None)]
+    assert sample(metrics, "mesh_outbox_failed_total", kind="prove",
+                  error="NoCommittedAssignment") == 1
+
+
+def test_every_kind_is_signed_with_the_configured_fees_at_a_nonce_of_its_own(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    # The operator's fee policy is what every transaction offers, whatever its kind; a proof
+    # signed in the same pass as another action of the key takes the nonce after it.
+    tip, cap = 3 * GWEI + 7, 90 * GWEI
+    slasher = mesh.account(dev_account(2))
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics, slasher=slasher,
+                          config=SenderConfig(fees=FeePolicy(priority_fee_wei=tip,
+                                                             max_fee_cap_wei=cap)))
+    job_id = staked_job(mesh)
+    queue_collateral(factory, mesh, job_id, others=0)
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+    queue_proof_and_slash(factory, job_id)
+    queue_settle(factory, job_id, {PROVIDER: 4 * TOKEN})
+
+    assert drain(factory, sender, clock)
+    tier, prove = rows(factory)[2:4]
+    assert (tier.status, prove.status) == ("sent", "sent")
+    assert prove.nonce == (tier.nonce or 0) + 1
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+
+    outbox = rows(factory)
+    assert [row.kind for row in outbox] == ["reserve", "assign", "tier", "prove", "slash",
+                                            "settle"]
+    assert {row.status for row in outbox} == {"confirmed"}
+    with factory() as session:
+        signed = {version.tx_hash: version for version in session.scalars(
+            select(OutboxTransaction))}
+    assert len(signed) == len(outbox)  # one transaction each, none replaced
+    assert {version.max_priority_fee_per_gas for version in signed.values()} == {tip}
+    assert all(tip < version.max_fee_per_gas <= cap for version in signed.values())
+    assert [signed[row.tx_hash or ""].sender for row in outbox] == [
+        ORCHESTRATOR.address] * 4 + [slasher.address, ORCHESTRATOR.address]
+    assert [sample(metrics, "mesh_outbox_transactions_total", kind=row.kind)
+            for row in outbox] == [1] * 6
+    assert mesh.provider_stake(PROVIDER).tier == 2 and settled_on_chain(mesh, job_id)
 
 
 # ---------------------------------------------------------------------- failures
@@ -563,6 +609,49 @@ def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_
     attempts_before = [row.attempts for row in rows(factory)]
     drain(factory, sender, clock)
     assert [row.attempts for row in rows(factory)] == attempts_before  # failed: never resent
+
+
+def test_a_settle_run_goes_out_in_one_pass_without_the_rows_that_cannot_settle(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
+    # In the pass that reads them: a row the codec refuses, a job with no escrow and a job
+    # that would overpay its escrow fail on their own, a second row of a job already in the
+    # batch waits, and the job that can settle goes out, alone in its settleBatch.
+    fine, overpaid = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
+    never_escrowed = "0x" + keccak(text="never escrowed").hex()
+    queue(factory, "settle", "settle:garbled", {
+        "job_id": fine, "providers": [PROVIDER], "payouts": ["lots"],
+        "merkle_root": "0x" + "ab" * 32})
+    queue_settle(factory, never_escrowed, {PROVIDER: TOKEN})
+    queue_settle(factory, fine, {PROVIDER: 2 * TOKEN})
+    queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
+    queue(factory, "settle", "settle:again", {
+        "job_id": fine, "providers": [PROVIDER], "payouts": [str(3 * TOKEN)],
+        "merkle_root": "0x" + "ab" * 32})
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+
+    assert drain(factory, sender, clock)
+    garbled, unfunded, paid, over, again = rows(factory)
+    assert (garbled.status, garbled.note) == (
+        "failed", "invalid payload: payouts holds 'lots', not an unsigned integer")
+    assert (unfunded.status, unfunded.note) == ("failed", "escrow job is NONE")
+    assert (paid.status, paid.nonce) == ("sent", sent_before)
+    assert over.status == "failed"
+    assert (over.note or "").startswith("JobEscrowPayoutExceedsEscrow(job_id=" + overpaid)
+    assert (again.status, again.tx_hash) == ("pending", None)
+    for error in ("InvalidPayload", "EscrowNotFunded", "JobEscrowPayoutExceedsEscrow"):
+        assert sample(metrics, "mesh_outbox_failed_total", kind="settle", error=error) == 1
+    assert sample(metrics, "mesh_outbox_transactions_total", kind="settle") == 1
+
+    assert drain(factory, sender, clock)  # the batch confirmed; the second row finds it done
+    garbled, unfunded, paid, over, again = rows(factory)
+    assert paid.status == "confirmed"
+    assert (again.status, again.note, again.tx_hash) == (
+        "confirmed", "already settled on chain", None)
+    assert [row.status for row in (garbled, unfunded, over)] == ["failed"] * 3
+    assert tx_count(mesh) == sent_before + 1
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 2 * TOKEN
+    assert settled_on_chain(mesh, fine) and not settled_on_chain(mesh, overpaid)
 
 
 def test_a_lone_settle_that_reverts_fails_with_its_decoded_error_and_counts_once(
