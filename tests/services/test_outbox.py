@@ -16,7 +16,7 @@ import pytest
 from eth_utils import keccak
 from hexbytes import HexBytes
 from pydantic import SecretStr
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 from web3 import HTTPProvider, Web3
 from web3.types import RPCEndpoint
@@ -384,9 +384,11 @@ def test_job_settled_out_of_band_is_recognised_and_the_rest_of_the_batch_settles
     assert sample(metrics, "mesh_outbox_confirmed_total", kind="tier") == 1
 
 
+@pytest.mark.parametrize(("count", "elsewhere"), [(1, 0), (2, 1)], ids=["alone", "second"])
 def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_resends_the_rest(
-        factory: sessionmaker[Session], mesh: MeshChain, clock: VirtualClock) -> None:
-    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(2)]
+        count: int, elsewhere: int, factory: sessionmaker[Session], mesh: MeshChain,
+        clock: VirtualClock) -> None:
+    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(count)]
     for job_id in jobs:
         queue_settle(factory, job_id, {PROVIDER: TOKEN})
 
@@ -395,24 +397,107 @@ def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_re
 
     with pytest.raises(Crash):
         drain(factory, fresh_sender(mesh, hooks=FaultHooks(before_broadcast=die)), clock)
-    # Between signing and broadcasting, a second settler (another key) settles job 0.
+    # Between signing and broadcasting, a second settler (another key) settles one job.
     grant(mesh, "job_escrow", "ORCHESTRATOR_ROLE", dev_account(7).address)
-    mesh.account(dev_account(7)).settle(bytes.fromhex(jobs[0][2:]), [PROVIDER], [TOKEN],
+    mesh.account(dev_account(7)).settle(bytes.fromhex(jobs[elsewhere][2:]), [PROVIDER], [TOKEN],
                                          b"\x02" * 32)
     (batch_hash,) = {row.tx_hash for row in rows(factory)}
 
     restarted = fresh_sender(mesh)
-    for _ in range(4):
-        drain(factory, restarted, clock)
+    assert drain(factory, restarted, clock)  # the persisted batch goes out, and reverts
+    assert drain(factory, restarted, clock)  # its receipt: the error names the job settled
 
     receipt = mesh.w3.eth.get_transaction_receipt(HexBytes(batch_hash or ""))
-    assert receipt["status"] == 0  # the persisted batch went out and reverted on job 0
-    settled_elsewhere, resent = rows(factory)
+    assert receipt["status"] == 0
+    outbox = rows(factory)
+    settled_elsewhere = outbox.pop(elsewhere)
     assert (settled_elsewhere.status, settled_elsewhere.note) == (
         "confirmed", "already settled on chain")
-    assert resent.status == "confirmed" and resent.tx_hash != batch_hash
+    for resent in outbox:  # never applied: signed again at once, without the job named
+        assert (resent.status, resent.note) == (
+            "sent", f"batch reverted on row {settled_elsewhere.id}; re-signed")
+        assert resent.tx_hash != batch_hash
+    assert drain(factory, restarted, clock)
+
+    assert {row.status for row in rows(factory)} == {"confirmed"}
     assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
-    assert mesh.escrow_balance(PROVIDER).pending == 2 * TOKEN
+    assert mesh.escrow_balance(PROVIDER).pending == count * TOKEN
+
+
+def test_an_assignment_root_committed_meanwhile_confirms_every_row_of_the_reverted_batch(
+        factory: sessionmaker[Session], mesh: MeshChain, clock: VirtualClock) -> None:
+    assigns = [AssignCollateral(keccak(text=f"assigned job {i}"), PROVIDER, 20 * TOKEN)
+               for i in range(2)]
+    for index, assign in enumerate(assigns):
+        queue(factory, "assign", f"assign:{index}", {
+            "job_id": "0x" + assign.job_id.hex(), "provider": PROVIDER,
+            "collateral": str(assign.collateral)})
+
+    def die(_: SignedTx) -> None:
+        raise Crash("before broadcast")
+
+    with pytest.raises(Crash):
+        drain(factory, fresh_sender(mesh, hooks=FaultHooks(before_broadcast=die)), clock)
+    # Between signing and broadcasting, another orchestrator key commits the same root.
+    grant(mesh, "job_escrow", "ORCHESTRATOR_ROLE", dev_account(7).address)
+    mesh.account(dev_account(7)).commit_assignments(assignment_tree(assigns).root)
+    (batch_hash,) = {row.tx_hash for row in rows(factory)}
+
+    restarted = fresh_sender(mesh)
+    for _ in range(2):  # the persisted root goes out and reverts; its receipt is judged
+        assert drain(factory, restarted, clock)
+
+    assert mesh.w3.eth.get_transaction_receipt(HexBytes(batch_hash or ""))["status"] == 0
+    assert [(row.status, row.note, row.tx_hash) for row in rows(factory)] == [
+        ("confirmed", "this assignment root was already committed", batch_hash)] * 2
+
+
+def test_a_key_without_the_orchestrator_role_fails_its_actions_and_takes_none_as_done(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    stranger = dev_account(7)
+    sender = OutboxSender(mesh, mesh.account(stranger), metrics)
+    job_id = escrow(mesh, 5 * TOKEN)
+    queue(factory, "assign", "assign:1", {"job_id": job_id, "provider": PROVIDER,
+                                          "collateral": str(20 * TOKEN)})
+    queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    sent_before = int(mesh.w3.eth.get_transaction_count(stranger.address))
+
+    assert drain(factory, sender, clock)
+
+    denied = f"AccessControlUnauthorizedAccount(account='{stranger.address}'"
+    assert [(row.status, (row.note or "").startswith(denied)) for row in rows(factory)] == [
+        ("failed", True)] * 2
+    for kind in ("assign", "settle"):
+        assert sample(metrics, "mesh_outbox_failed_total", kind=kind,
+                      error="AccessControlUnauthorizedAccount") == 1
+    assert int(mesh.w3.eth.get_transaction_count(stranger.address)) == sent_before
+    assert not settled_on_chain(mesh, job_id)
+
+
+def test_an_in_flight_row_without_its_signed_bytes_holds_back_new_rows(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        clock: VirtualClock) -> None:
+    # A sent row whose bytes are gone (a hand edit, a partial restore) cannot be sent again,
+    # and its nonce is unaccounted for: the pass goes on, but nothing new is signed.
+    first, second = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
+    queue_settle(factory, first, {PROVIDER: TOKEN})
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        mesh.w3.provider.make_request(RPCEndpoint("anvil_dropAllTransactions"), [])
+    finally:
+        automine(mesh, True)
+    with factory.begin() as session:
+        session.execute(update(OutboxAction).values(raw_tx=None))
+    queue_settle(factory, second, {PROVIDER: TOKEN})
+
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+
+    assert [(row.status, row.raw_tx is None) for row in rows(factory)] == [
+        ("sent", True), ("pending", True)]
+    assert not settled_on_chain(mesh, first) and not settled_on_chain(mesh, second)
 
 
 def test_epoch_committed_with_the_same_root_is_confirmed_and_another_root_fails(
@@ -822,3 +907,41 @@ def test_service_sender_takes_its_confirmations_and_slasher_from_the_settings(
 
     assert {row.status for row in rows(factory)} == {"confirmed"}  # the slash: slasher key
     assert mesh.provider_stake(PROVIDER).bonded == 45 * TOKEN
+
+
+def test_service_sender_takes_its_fees_batch_size_and_replacement_deadline_from_the_settings(
+        factory: sessionmaker[Session], mesh: MeshChain, db_url: str, tmp_path: Path,
+        clock: VirtualClock) -> None:
+    mesh.deployment.save(tmp_path)
+    settings = Settings(database_url=db_url, data_dir=tmp_path, json_logs=False,
+                        rpc_url=mesh.w3.provider.endpoint_uri,  # type: ignore[attr-defined]
+                        orchestrator_key=SecretStr(ORCHESTRATOR.key.hex()),
+                        outbox_priority_fee_gwei=2.5, outbox_max_fee_gwei=80,
+                        outbox_settle_batch=2, outbox_replace_after_s=5)
+    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(3)]
+    for job_id in jobs:
+        queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    service_work: Callable[[Session, float], object] = build_sender(settings, MeshMetrics())
+    runner = LeaderRunner(factory, holder="service", clock=clock)
+    first_nonce = tx_count(mesh)
+
+    automine(mesh, False)
+    try:
+        assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+        assert [row.nonce for row in rows(factory)] == [first_nonce] * 2 + [first_nonce + 1]
+        clock.now += 5  # both transactions unmined 5 s after signing: each is replaced
+        assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+        mesh.w3.provider.make_request(RPCEndpoint("evm_mine"), [])
+    finally:
+        automine(mesh, True)
+    assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+
+    assert {row.status for row in rows(factory)} == {"confirmed"}
+    assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
+    with factory() as session:
+        versions = list(session.scalars(select(OutboxTransaction)
+                                        .order_by(OutboxTransaction.signed_at,
+                                                  OutboxTransaction.nonce)))
+    tips = [version.max_priority_fee_per_gas for version in versions]
+    assert tips[:2] == [int(2.5 * GWEI)] * 2 and all(tip > 2.5 * GWEI for tip in tips[2:])
+    assert len(tips) == 4 and all(version.max_fee_per_gas <= 80 * GWEI for version in versions)
