@@ -18,23 +18,37 @@ from sqlalchemy.orm import Session, sessionmaker
 from web3.exceptions import TransactionNotFound
 from web3.types import RPCEndpoint
 
+from orchestrator.bench.reorg import CountingDispatch
 from orchestrator.chain import tx
 from orchestrator.chain.anvil import Anvil, reorg
+from orchestrator.chain.indexer import ChainIndexReader
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
 from orchestrator.cutproxy import CutProxy
+from orchestrator.db import pls as pls_store
 from orchestrator.db.models import OutboxTransaction
-from orchestrator.domain.fees import Fees
-from orchestrator.services.outbox import OutboxSender, SenderConfig, resend_reorged
+from orchestrator.domain.fees import FeePolicy, Fees
+from orchestrator.services.chain_events import ChainIndexer
+from orchestrator.services.outbox import (
+    GWEI,
+    OutboxSender,
+    SenderConfig,
+    UnindexedCheck,
+    resend_after_reorg,
+    resend_reorged,
+)
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.orchestrator.apiclient import VirtualClock
 from tests.services.test_outbox import (
     ORCHESTRATOR,
     PROVIDER,
     TOKEN,
+    accepted_job,
     automine,
     drain,
     escrow,
+    job_status,
+    queue,
     queue_settle,
     rows,
     sample,
@@ -137,22 +151,30 @@ def test_a_transaction_unmined_past_the_deadline_is_replaced_and_the_replacement
         assert second.max_priority_fee_per_gas * 8 >= first.max_priority_fee_per_gas * 9
         assert rows(factory)[0].tx_hash == second.tx_hash
         assert in_pool(mesh, second.tx_hash) and not in_pool(mesh, first.tx_hash)
+
+        clock.now += REPLACE_AFTER_S  # stuck again: the replacement is replaced in turn
+        assert drain(factory, sender, clock)
+        _, _, third = versions(factory)
+        assert third.nonce == first.nonce
+        assert third.max_fee_per_gas * 8 >= second.max_fee_per_gas * 9
+        assert third.max_priority_fee_per_gas * 8 >= second.max_priority_fee_per_gas * 9
+        assert in_pool(mesh, third.tx_hash) and not in_pool(mesh, second.tx_hash)
         rpc(mesh, "evm_mine")
     finally:
         automine(mesh, True)
     assert drain(factory, sender, clock)
 
-    assert mined(mesh, second.tx_hash) and not mined(mesh, first.tx_hash)
-    assert rows(factory)[0].tx_hash == second.tx_hash
+    assert mined(mesh, third.tx_hash) and not mined(mesh, second.tx_hash)
+    assert rows(factory)[0].tx_hash == third.tx_hash
     assert tx_count(mesh) == sent_before + 1
     assert_paid_once(factory, mesh, job_id, pending_before)
-    assert sample(metrics, "mesh_outbox_replacements_total", kind="settle") == 1
+    assert sample(metrics, "mesh_outbox_replacements_total", kind="settle") == 2
 
 
 def test_a_transaction_evicted_by_a_base_fee_spike_is_replaced_at_once_above_the_new_fee(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
         clock: VirtualClock) -> None:
-    job_id = settle_one(factory, mesh)
+    job_id, behind = settle_one(factory, mesh), escrow(mesh, 10 * TOKEN)
     pending_before = mesh.escrow_balance(PROVIDER).pending
     sender = own_sender(mesh, metrics)
     automine(mesh, False)
@@ -163,19 +185,25 @@ def test_a_transaction_evicted_by_a_base_fee_spike_is_replaced_at_once_above_the
         rpc(mesh, "anvil_setNextBlockBaseFeePerGas", hex(spike))
         rpc(mesh, "evm_mine")  # it cannot pay the base fee: anvil drops it from the pool
         assert not in_pool(mesh, first.tx_hash) and not mined(mesh, first.tx_hash)
+        queue_settle(factory, behind, {PROVIDER: TOKEN})
 
         assert drain(factory, sender, clock)  # no waiting: the node refuses the old fees
-        first, second = versions(factory)
+        first, second, signed_behind = versions(factory)
         base_fee = int(mesh.w3.eth.get_block("pending")["baseFeePerGas"])
         assert second.max_fee_per_gas >= 2 * base_fee + second.max_priority_fee_per_gas
         assert second.max_priority_fee_per_gas * 8 >= first.max_priority_fee_per_gas * 9
+        # The replaced nonce is accounted for: the row behind it went out in the same pass.
+        assert [row.tx_hash for row in rows(factory)] == [second.tx_hash, signed_behind.tx_hash]
+        assert signed_behind.nonce == first.nonce + 1
         rpc(mesh, "evm_mine")
     finally:
         automine(mesh, True)
     assert drain(factory, sender, clock)
 
     assert rows(factory)[0].tx_hash == second.tx_hash
-    assert_paid_once(factory, mesh, job_id, pending_before)
+    assert [row.status for row in rows(factory)] == ["confirmed"] * 2
+    assert settled_on_chain(mesh, job_id) and settled_on_chain(mesh, behind)
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 7 * TOKEN
 
 
 def test_an_earlier_version_mined_after_its_replacement_was_sent_is_the_one_recorded(
@@ -228,6 +256,136 @@ def test_a_transaction_the_pool_dropped_is_broadcast_again(
     assert_paid_once(factory, mesh, job_id, pending_before)
 
 
+def test_a_transaction_mined_after_its_deadline_is_confirmed_and_never_replaced(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        clock.now += REPLACE_AFTER_S  # due for a replacement, but mined first
+        rpc(mesh, "evm_mine")
+    finally:
+        automine(mesh, True)
+
+    assert drain(factory, sender, clock)
+
+    assert len(versions(factory)) == 1
+    assert sample(metrics, "mesh_outbox_replacements_total", kind="settle") == 0
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_a_transaction_the_pool_dropped_past_its_deadline_is_replaced_with_higher_fees(
+        factory: sessionmaker[Session], held: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    mesh = held
+    automine(mesh, True)
+    job_id = settle_one(factory, mesh)
+    automine(mesh, False)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    assert drain(factory, sender, clock)
+    rpc(mesh, "anvil_dropAllTransactions")  # no nonce below ours is missing: no gap either
+    clock.now += REPLACE_AFTER_S
+
+    assert drain(factory, sender, clock)
+    first, second = versions(factory)
+    assert second.nonce == first.nonce and in_pool(mesh, second.tx_hash)
+    assert second.max_priority_fee_per_gas * 8 >= first.max_priority_fee_per_gas * 9
+    assert sample(metrics, "mesh_outbox_gap_fillers_total") == 0
+    rpc(mesh, "evm_mine")
+    assert drain(factory, sender, clock)
+
+    assert rows(factory)[0].tx_hash == second.tx_hash
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_two_stuck_transactions_are_each_replaced_and_neither_is_taken_for_a_gap(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+    sender = own_sender(mesh, metrics)
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        assert [row.nonce for row in rows(factory)] == [sent_before, sent_before + 1]
+        clock.now += REPLACE_AFTER_S
+        assert drain(factory, sender, clock)
+        assert len(versions(factory)) == 4
+        assert all(in_pool(mesh, row.tx_hash or "") for row in rows(factory))
+        rpc(mesh, "evm_mine")
+    finally:
+        automine(mesh, True)
+    assert drain(factory, sender, clock)
+
+    assert sample(metrics, "mesh_outbox_gap_fillers_total") == 0
+    for kind in ("settle", "tier"):
+        assert sample(metrics, "mesh_outbox_replacements_total", kind=kind) == 1
+    assert tx_count(mesh) == sent_before + 2
+    assert [row.status for row in rows(factory)] == ["confirmed"] * 2
+    assert mesh.provider_stake(PROVIDER).tier == 2
+    assert settled_on_chain(mesh, job_id)
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 6 * TOKEN
+
+
+def test_a_stuck_transaction_at_the_fee_cap_is_sent_again_as_it_is(
+        factory: sessionmaker[Session], held: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    mesh = held
+    automine(mesh, True)
+    job_id = settle_one(factory, mesh)
+    automine(mesh, False)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    base_fee = int(mesh.w3.eth.get_block("pending")["baseFeePerGas"])
+    capped = FeePolicy(priority_fee_wei=GWEI, max_fee_cap_wei=base_fee + GWEI + 1)
+    sender = own_sender(mesh, metrics, config=SenderConfig(replace_after_s=REPLACE_AFTER_S,
+                                                           fees=capped))
+    assert drain(factory, sender, clock)
+    (row,) = rows(factory)
+    assert versions(factory)[0].max_fee_per_gas == capped.max_fee_cap_wei
+    rpc(mesh, "anvil_dropAllTransactions")
+    clock.now += REPLACE_AFTER_S  # due, but no bump fits under the cap
+
+    assert drain(factory, sender, clock)
+    assert len(versions(factory)) == 1 and in_pool(mesh, row.tx_hash or "")
+    rpc(mesh, "evm_mine")
+    assert drain(factory, sender, clock)
+
+    assert rows(factory)[0].tx_hash == row.tx_hash
+    assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_a_revert_behind_a_transaction_just_replaced_is_no_verdict_until_it_lands(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    job_id, overpaid = settle_one(factory, mesh), escrow(mesh, 5 * TOKEN)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
+        clock.now += REPLACE_AFTER_S
+        assert drain(factory, sender, clock)  # replaced: still unmined ahead of the next row
+        assert len(versions(factory)) == 2
+        behind = rows(factory)[1]
+        assert (behind.status, behind.note) == ("pending", None)
+        rpc(mesh, "evm_mine")
+    finally:
+        automine(mesh, True)
+
+    assert drain(factory, sender, clock)  # landed: now the revert is a verdict
+    settled, behind = rows(factory)
+    assert settled.status == "confirmed" and behind.status == "failed"
+    assert (behind.note or "").startswith("JobEscrowPayoutExceedsEscrow(job_id=" + overpaid)
+    assert settled_on_chain(mesh, job_id)
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 6 * TOKEN
+
+
 def test_a_settlement_that_ran_out_of_gas_is_signed_again_and_paid_once(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
         clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,6 +403,8 @@ def test_a_settlement_that_ran_out_of_gas_is_signed_again_and_paid_once(
     assert drain(factory, sender, clock)  # no verdict on the job: its row is signed again
     (row,) = rows(factory)
     assert row.status == "sent" and row.tx_hash != exhausted
+    assert (row.note or "").startswith(f"transaction {exhausted} ran out of gas")
+    assert (row.note or "").endswith("; signed again with a fresh estimate")
     assert drain(factory, sender, clock)
 
     assert_paid_once(factory, mesh, job_id, pending_before)
@@ -287,27 +447,31 @@ def test_a_gap_below_our_nonce_is_filled_with_an_empty_transfer(
     mesh = held
     automine(mesh, True)
     job_id = settle_one(factory, mesh)
+    intruder = own_sender(mesh, MeshMetrics()).tx.account.sender
+    earlier = intruder.filler(tx_count(mesh), Fees(10**11, 10**9))  # the key's history
+    mesh.w3.eth.wait_for_transaction_receipt(mesh.w3.eth.send_raw_transaction(earlier.raw))
     automine(mesh, False)
     pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
-    # Another process with the key has a transaction waiting at the next nonce...
-    intruder = own_sender(mesh, MeshMetrics()).tx.account.sender
-    foreign = intruder.filler(sent_before, Fees(10**11, 10**9))
-    mesh.w3.eth.send_raw_transaction(foreign.raw)
+    # Another process with the key has transactions waiting at the next two nonces...
+    foreign = [intruder.filler(sent_before + i, Fees(10**11, 10**9)) for i in range(2)]
+    for signed in foreign:
+        mesh.w3.eth.send_raw_transaction(signed.raw)
     sender = own_sender(mesh, metrics)
     assert drain(factory, sender, clock)
-    assert rows(factory)[0].nonce == sent_before + 1  # ...so ours goes above it
-    # ...and the pool loses it: ours now waits above a nonce nobody holds.
-    rpc(mesh, "anvil_dropTransaction", foreign.tx_hash)
+    assert rows(factory)[0].nonce == sent_before + 2  # ...so ours goes above them
+    # ...and the pool loses them: ours now waits above two nonces nobody holds.
+    for signed in foreign:
+        rpc(mesh, "anvil_dropTransaction", signed.tx_hash)
     rpc(mesh, "evm_mine")
     assert tx_count(mesh) == sent_before
 
     clock.now += REPLACE_AFTER_S
     assert drain(factory, sender, clock)
-    assert sample(metrics, "mesh_outbox_gap_fillers_total") == 1
+    assert sample(metrics, "mesh_outbox_gap_fillers_total") == 2
     rpc(mesh, "evm_mine")
     assert drain(factory, sender, clock)
 
-    assert tx_count(mesh) == sent_before + 2  # the filler and our settlement
+    assert tx_count(mesh) == sent_before + 3  # the two fillers and our settlement
     assert len(versions(factory)) == 1  # filled, not bumped
     assert_paid_once(factory, mesh, job_id, pending_before)
 
