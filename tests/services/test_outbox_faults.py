@@ -8,7 +8,7 @@ paid exactly once."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -604,3 +604,121 @@ def test_a_reorged_settle_batch_whose_nonce_the_new_chain_spent_is_re_signed_who
     assert len({row.tx_hash for row in again}) == 1 and again[0].tx_hash != tx_hash
     assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
     assert mesh.escrow_balance(PROVIDER).pending == pending_before + 3 * TOKEN
+
+
+def confirmed_settlement(factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+                         clock: VirtualClock) -> str:
+    """An accepted job whose settlement the sender confirmed on its receipt; its 0x id."""
+    job_id = accepted_job(factory, mesh, amount=10 * TOKEN, task_providers=[PROVIDER],
+                          now=clock.now)
+    assert drain(factory, sender, clock) and drain(factory, sender, clock)
+    assert job_status(factory, job_id) == "settled"
+    return job_id
+
+
+def mined_block(mesh: MeshChain, tx_hash: str | None) -> int:
+    return int(mesh.w3.eth.get_transaction_receipt(HexBytes(tx_hash or ""))["blockNumber"])
+
+
+def test_a_reorged_settlement_and_epoch_commitment_go_back_in_flight_with_their_job_and_epoch(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    sender = own_sender(mesh, metrics)
+    root = b"\x33" * 32
+    with factory.begin() as session:
+        pls_store.add_epoch(session, epoch=9, root=root, closed_at=clock.now, leaves=[])
+    queue(factory, "commit", "commit:9", {"epoch": 9, "root": "0x" + root.hex()})
+    job_id = confirmed_settlement(factory, mesh, sender, clock)
+    commit, settle = rows(factory)
+    with factory.begin() as session:  # the index found the commitment final
+        epoch = pls_store.get_epoch(session, epoch=9)
+        assert epoch is not None
+        pls_store.set_epoch_committed(epoch, tx_hash=commit.tx_hash,
+                                      block=mined_block(mesh, commit.tx_hash))
+    reorg(mesh.w3, int(mesh.w3.eth.block_number) - mined_block(mesh, commit.tx_hash) + 1)
+    assert mesh.epoch_root(9) is None and not settled_on_chain(mesh, job_id)
+
+    with factory.begin() as session:
+        assert resend_reorged(session, tx_hashes=[settle.tx_hash or "", commit.tx_hash or ""],
+                              now=clock.now) == [commit.id, settle.id]
+    assert [(row.status, row.note) for row in rows(factory)] == [
+        ("sent", "its transaction was reorged out; sent again")] * 2
+    assert job_status(factory, job_id) == "settling"
+    with factory() as session:
+        epoch = pls_store.get_epoch(session, epoch=9)
+        assert epoch is not None and (epoch.committed_tx, epoch.committed_block) == (None, None)
+
+    assert drain(factory, sender, clock) and drain(factory, sender, clock)
+    assert [(row.status, row.tx_hash) for row in rows(factory)] == [
+        ("confirmed", commit.tx_hash), ("confirmed", settle.tx_hash)]
+    assert mesh.epoch_root(9) == root and settled_on_chain(mesh, job_id)
+    assert job_status(factory, job_id) == "settling"  # its final event settles it now
+
+
+def test_confirmed_transactions_the_index_never_saw_are_checked_for_15_minutes(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    """No index pass read either settlement's block: the check asks the chain about both; the
+    one a reorg took is sent again, the final one is not asked about again."""
+    sender = own_sender(mesh, metrics)
+    kept_job = confirmed_settlement(factory, mesh, sender, clock)
+    lost_job = confirmed_settlement(factory, mesh, sender, clock)
+    kept, lost = rows(factory)
+    kept_block = mined_block(mesh, kept.tx_hash)
+    reorg(mesh.w3, int(mesh.w3.eth.block_number) - mined_block(mesh, lost.tx_hash) + 1)
+    reader = ChainIndexReader(mesh, finality_tag="none")
+    asked: list[list[str]] = []
+
+    def mined_at(tx_hashes: Sequence[str]) -> dict[str, int]:
+        asked.append(sorted(tx_hashes))
+        return reader.mined_at(tx_hashes)
+
+    def check(unindexed: UnindexedCheck, now: float, final_block: int) -> list[int]:
+        with factory.begin() as session:
+            return unindexed.run(session, now=now, final_block=final_block, mined_at=mined_at)
+
+    unindexed = UnindexedCheck()
+    assert check(unindexed, clock.now, kept_block) == [lost.id]
+    assert asked == [sorted([kept.tx_hash or "", lost.tx_hash or ""])]
+    assert [(row.status, row.note) for row in rows(factory)] == [
+        ("confirmed", None), ("sent", "its transaction was reorged out; sent again")]
+    assert (job_status(factory, kept_job), job_status(factory, lost_job)) == (
+        "settled", "settling")
+
+    # Mined at the final height: not asked about again, up to the end of the window.
+    assert check(unindexed, clock.now + 900, kept_block) == []
+    assert len(asked) == 1
+    # A check that never found it final (a restarted service) asks for 15 minutes.
+    restarted = UnindexedCheck()
+    assert check(restarted, clock.now + 900, kept_block - 1) == []
+    assert asked[1:] == [[kept.tx_hash]]
+    assert check(restarted, clock.now + 900.5, kept_block - 1) == []
+    assert len(asked) == 2
+
+
+def test_a_reorg_the_index_found_sends_the_settlements_confirmed_in_the_last_day_again(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    sender = own_sender(mesh, metrics)
+    job_id = confirmed_settlement(factory, mesh, sender, clock)
+    (row,) = rows(factory)
+    indexer = ChainIndexer(lambda: ChainIndexReader(mesh, finality_tag="none"),
+                           CountingDispatch(), margin=6)
+    with factory.begin() as session:
+        indexer.run(session, clock.now)  # the settlement indexed, provisional
+    reorg(mesh.w3, int(mesh.w3.eth.block_number) - mined_block(mesh, row.tx_hash) + 1)
+    with factory.begin() as session:
+        assert indexer.run(session, clock.now).reorg_depth > 0
+
+    with factory.begin() as session:  # confirmed more than a day ago: not looked at
+        assert resend_after_reorg(session, now=clock.now + 86_400.5) == []
+    assert rows(factory)[0].status == "confirmed"
+    with factory.begin() as session:
+        assert resend_after_reorg(session, now=clock.now + 86_400) == [row.id]
+    assert [(r.status, r.note) for r in rows(factory)] == [
+        ("sent", "its transaction was reorged out; sent again")]
+    assert job_status(factory, job_id) == "settling"
+
+    assert drain(factory, sender, clock) and drain(factory, sender, clock)
+    assert [(r.status, r.tx_hash) for r in rows(factory)] == [("confirmed", row.tx_hash)]
+    assert settled_on_chain(mesh, job_id)
