@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from eth_utils import keccak
 from hexbytes import HexBytes
+from prometheus_client import generate_latest
 from pydantic import SecretStr
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,11 +27,12 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
 from orchestrator.config import Settings
 from orchestrator.db import crud
+from orchestrator.db import outbox as outbox_store
 from orchestrator.db.models import OutboxAction, OutboxTransaction
 from orchestrator.domain.chain_actions import AssignCollateral, assignment_tree
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.fees import FeePolicy
-from orchestrator.domain.lifecycle import JobStatus, TaskStatus
+from orchestrator.domain.lifecycle import JobStatus, OutboxStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port
 from orchestrator.scheduling.periodic import LeaderRunner
@@ -232,6 +234,7 @@ def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
         history = crud.status_history(session, entity="job", entity_id=job_id)
     assert [(h.from_status, h.to_status) for h in history[-2:]] == [
         ("completed", "settling"), ("settling", "settled")]
+    assert history[-1].reason == f"settlement confirmed on chain ({row.tx_hash})"
     assert sample(metrics, "mesh_settlement_lag_seconds_count") == 1
     assert sample(metrics, "mesh_settlement_lag_seconds_sum") == pytest.approx(5.0)
 
@@ -288,6 +291,43 @@ def test_settle_runs_are_capped_at_the_batch_size_and_keep_queue_order_around_ot
     assert mesh.provider_stake(PROVIDER).tier == 2
 
 
+def test_a_row_backing_off_holds_back_only_those_behind_it_and_a_pass_reads_max_rows(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
+                          config=SenderConfig(max_rows=2))
+    tiers = [(PROVIDER, 1), (OTHER_PROVIDER, 1), (PROVIDER, 2), (OTHER_PROVIDER, 2)]
+    for index, (provider, tier) in enumerate(tiers):
+        queue(factory, "tier", f"tier:{index}", {"provider": provider, "tier": tier})
+    with factory.begin() as session:  # the second backs off, as after an RPC error
+        outbox_store.defer(session, action_ids=[rows(factory)[1].id],
+                           expected=OutboxStatus.PENDING, now=clock.now,
+                           retry_at=clock.now + 10, note="transient ConnectionError; attempt 1")
+
+    assert drain(factory, sender, clock)  # the one ahead of it goes out
+    assert [row.status for row in rows(factory)] == ["sent"] + ["pending"] * 3
+    assert drain(factory, sender, clock)  # nothing overtakes the row backing off
+    assert [row.status for row in rows(factory)] == ["confirmed"] + ["pending"] * 3
+    clock.now += 10
+    assert drain(factory, sender, clock)  # due again: two rows a pass
+    assert [row.status for row in rows(factory)] == ["confirmed", "sent", "sent", "pending"]
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+
+    assert [row.status for row in rows(factory)] == ["confirmed"] * 4
+    assert mesh.provider_stake(PROVIDER).tier == mesh.provider_stake(OTHER_PROVIDER).tier == 2
+
+
+def test_the_metrics_page_documents_every_outbox_counter(
+        mesh: MeshChain, metrics: MeshMetrics) -> None:
+    OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics)
+    page = generate_latest(metrics.registry).decode()
+    for name in ("transactions", "confirmed", "replacements", "gap_fillers", "failed",
+                 "transient_errors"):
+        assert f"# HELP mesh_outbox_{name}_total " in page
+        assert f"# TYPE mesh_outbox_{name}_total counter" in page
+
+
 def test_row_is_confirmed_only_after_the_configured_blocks_on_top_of_its_receipt(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
         clock: VirtualClock) -> None:
@@ -319,16 +359,17 @@ def test_crash_between_persisting_and_recording_the_receipt_still_settles_once(
     customer_before = mesh.token_balance(CUSTOMER.address)
     sent_before = tx_count(mesh)
 
-    def die(_: SignedTx) -> None:
-        raise Crash(crash_point)
+    def die(signed: SignedTx) -> None:
+        raise Crash(signed.tx_hash)
 
     crashing = fresh_sender(mesh, hooks=FaultHooks(**{crash_point: die}))
     automine(mesh, False)  # a broadcast transaction waits in the pool, without a receipt
     try:
-        with pytest.raises(Crash):
+        with pytest.raises(Crash) as crash:
             drain(factory, crashing, clock, holder="dead-process")
         (row,) = rows(factory)
         persisted_hash = row.tx_hash
+        assert str(crash.value) == persisted_hash  # it died around the persisted transaction
         assert row.status == "sent" and row.raw_tx is not None
         # Signing is deterministic: move the base fee, so that a sender signing the row
         # afresh would build other bytes (another fee cap, another hash) than the ones stored.
@@ -379,6 +420,9 @@ def test_job_settled_out_of_band_is_recognised_and_the_rest_of_the_batch_settles
         "confirmed", "already settled on chain", None)
     assert first.status == last.status == "confirmed" and first.tx_hash == last.tx_hash
     assert [job_status(factory, job_id) for job_id in jobs] == [JobStatus.SETTLED] * 3
+    with factory() as session:
+        history = crud.status_history(session, entity="job", entity_id=jobs[1])
+    assert history[-1].reason == "settlement confirmed on chain (already settled on chain)"
     assert mesh.escrow_balance(PROVIDER).pending == 27 * TOKEN  # each job paid once
     assert sample(metrics, "mesh_outbox_confirmed_total", kind="settle") == 3
     assert sample(metrics, "mesh_outbox_confirmed_total", kind="tier") == 1
@@ -563,6 +607,7 @@ def test_reserve_assign_prove_then_slash_with_the_slasher_key_then_settle_in_que
         assert drain(factory, sender, clock)
 
     assert {row.status for row in rows(factory)} == {"confirmed"}
+    assert sample(metrics, "mesh_outbox_confirmed_total", kind="assign") == 3
     stake = mesh.provider_stake(PROVIDER)
     assert (stake.bonded, stake.reserved) == (45 * TOKEN, 35 * TOKEN)  # 5 of the reservation
     assert mesh.job_escrow.functions.isBacker(bytes.fromhex(job_id[2:]), PROVIDER).call()
