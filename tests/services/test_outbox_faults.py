@@ -186,6 +186,9 @@ def test_a_transaction_evicted_by_a_base_fee_spike_is_replaced_at_once_above_the
         rpc(mesh, "evm_mine")  # it cannot pay the base fee: anvil drops it from the pool
         assert not in_pool(mesh, first.tx_hash) and not mined(mesh, first.tx_hash)
         queue_settle(factory, behind, {PROVIDER: TOKEN})
+        # Restarted now, it resyncs its nonce from a chain that no longer counts the evicted
+        # transaction: the in-flight row's nonce stays taken.
+        sender = own_sender(mesh, MeshMetrics())
 
         assert drain(factory, sender, clock)  # no waiting: the node refuses the old fees
         first, second, signed_behind = versions(factory)
@@ -435,6 +438,7 @@ def test_a_nonce_spent_by_another_sender_of_the_key_is_resynced_and_the_row_re_s
     assert drain(factory, sender, clock)  # nonce too low, no receipt: re-signed at nonce + 1
     (row,) = rows(factory)
     assert (row.status, row.nonce) == ("sent", nonce + 1)
+    assert row.note == f"nonce {nonce} was spent by another transaction; re-signed"
     rpc(mesh, "evm_mine")
     assert drain(factory, sender, clock)
 
@@ -474,6 +478,42 @@ def test_a_gap_below_our_nonce_is_filled_with_an_empty_transfer(
     assert tx_count(mesh) == sent_before + 3  # the two fillers and our settlement
     assert len(versions(factory)) == 1  # filled, not bumped
     assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["same-process", "restarted"])
+def test_a_row_signed_after_a_reorg_the_index_has_not_seen_yet_leaves_the_reorged_one_its_nonce(
+        restarted: bool, factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    """A reorg took a confirmed settlement off the chain and no index pass has noticed yet:
+    the chain's pending count no longer holds its nonce. The next row must not take it, even
+    from a sender restarted meanwhile (which resyncs from that count): when the reorged row is
+    reopened its own bytes land again, and no row is confirmed on another row's receipt (once
+    a restarted sender reused the nonce, the reorged row was confirmed by the later row's
+    transaction at that nonce, and its job was never paid)."""
+    first, second = settle_one(factory, mesh), escrow(mesh, 10 * TOKEN)
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    assert drain(factory, sender, clock) and drain(factory, sender, clock)
+    (reorged,) = rows(factory)
+    reorg(mesh.w3, int(mesh.w3.eth.block_number) - mined_block(mesh, reorged.tx_hash) + 1)
+    queue_settle(factory, second, {PROVIDER: 6 * TOKEN})
+    if restarted:
+        sender = own_sender(mesh, MeshMetrics())
+
+    assert drain(factory, sender, clock)
+    assert rows(factory)[1].nonce == (reorged.nonce or 0) + 1
+    with factory.begin() as session:
+        assert resend_reorged(session, tx_hashes=[reorged.tx_hash or ""],
+                              now=clock.now) == [reorged.id]
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+
+    again, later = rows(factory)
+    assert again.status == later.status == "confirmed"
+    assert (again.tx_hash, again.nonce) == (reorged.tx_hash, reorged.nonce)  # the same bytes
+    assert later.tx_hash != again.tx_hash
+    assert settled_on_chain(mesh, first) and settled_on_chain(mesh, second)
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 12 * TOKEN
 
 
 # ---------------------------------------------------------------------- the RPC node
@@ -538,6 +578,57 @@ def test_a_broadcast_that_times_out_but_reaches_the_node_is_not_sent_twice(
     assert tx_count(mesh) == sent_before + 1
     assert rows(factory)[0].tx_hash == row.tx_hash
     assert_paid_once(factory, mesh, job_id, pending_before)
+
+
+def test_while_a_receipt_cannot_be_read_nothing_new_is_signed_and_other_receipts_are_read(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        proxy: CutProxy, clock: VirtualClock) -> None:
+    job_id = settle_one(factory, mesh)
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+    sender = own_sender(mesh, metrics, url=proxy.url)
+    assert drain(factory, sender, clock)  # both sent (and mined)
+    settle, tier = rows(factory)
+    queue(factory, "tier", "tier:2", {"provider": PROVIDER, "tier": 1})
+    unreadable = (settle.tx_hash or "").encode()
+    proxy.tap = lambda request, _: unreadable not in request  # its receipt requests fail
+
+    assert drain(factory, sender, clock)  # the pass stops at the first transaction
+    assert [(row.status, row.attempts) for row in rows(factory)] == [
+        ("sent", 2), ("sent", 1), ("pending", 0)]
+    assert (rows(factory)[0].note or "").startswith("transient ")
+    assert drain(factory, sender, clock)  # it backs off: the others are resolved, none signed
+    assert [row.status for row in rows(factory)] == ["sent", "confirmed", "pending"]
+
+    proxy.tap = None
+    clock.now += 2
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+    assert [row.status for row in rows(factory)] == ["confirmed"] * 3
+    assert settled_on_chain(mesh, job_id) and mesh.provider_stake(PROVIDER).tier == 1
+    assert tier.nonce == (settle.nonce or 0) + 1
+
+
+def test_a_pass_reads_the_keys_pending_nonce_once_however_many_transactions_it_signs(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        proxy: CutProxy, clock: VirtualClock) -> None:
+    settle_one(factory, mesh)
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+    queue(factory, "commit", "commit:3", {"epoch": 3, "root": "0x" + "44" * 32})
+    sender = own_sender(mesh, metrics, url=proxy.url)
+    reads: set[bytes] = set()
+
+    def tap(request: bytes, response: bytes | None) -> bool:
+        if response is not None and b'"eth_getTransactionCount"' in request:
+            reads.add(request)
+        return True
+
+    proxy.tap = tap
+    assert drain(factory, sender, clock)
+
+    nonces = [row.nonce or 0 for row in rows(factory)]
+    assert [row.status for row in rows(factory)] == ["sent"] * 3
+    assert nonces == list(range(nonces[0], nonces[0] + 3))
+    assert len(reads) == 1  # the rest come from the database
 
 
 # ---------------------------------------------------------------------- reorged out
