@@ -20,7 +20,7 @@ from web3.types import RPCEndpoint
 
 from orchestrator.bench.reorg import CountingDispatch
 from orchestrator.chain import tx
-from orchestrator.chain.anvil import Anvil, reorg
+from orchestrator.chain.anvil import Anvil, dev_account, reorg
 from orchestrator.chain.indexer import ChainIndexReader
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
@@ -47,6 +47,7 @@ from tests.services.test_outbox import (
     automine,
     drain,
     escrow,
+    grant,
     job_status,
     queue,
     queue_settle,
@@ -387,6 +388,42 @@ def test_a_revert_behind_a_transaction_just_replaced_is_no_verdict_until_it_land
     assert (behind.note or "").startswith("JobEscrowPayoutExceedsEscrow(job_id=" + overpaid)
     assert settled_on_chain(mesh, job_id)
     assert mesh.escrow_balance(PROVIDER).pending == pending_before + 6 * TOKEN
+
+
+def test_a_settlement_of_one_job_waiting_in_the_pool_fails_only_that_job_of_the_batch(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    """Another settler's settlement of the second job waits in the node's pool while the
+    sender builds its batch, whose estimate (on the pending block) reverts on that job: that
+    job alone is judged, and the first goes out in the same pass and is paid. (Simulated
+    alone on the latest block, neither job reverted, so both were failed with the second
+    one's error, and the first was never paid.)"""
+    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(2)]
+    for job_id in jobs:
+        queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    grant(mesh, "job_escrow", "ORCHESTRATOR_ROLE", dev_account(7).address)
+    settler = mesh.account(dev_account(7)).sender
+    contract = mesh.job_escrow
+    elsewhere = settler.sign(contract.address, contract.encode_abi(
+        "settle", (bytes.fromhex(jobs[1][2:]), [PROVIDER], [TOKEN], b"\x02" * 32)))
+    pending_before = mesh.escrow_balance(PROVIDER).pending
+    sender = own_sender(mesh, metrics)
+    automine(mesh, False)
+    try:
+        mesh.w3.eth.send_raw_transaction(elsewhere.raw)
+        assert drain(factory, sender, clock)
+        ours, theirs = rows(factory)
+        assert ours.status == "sent"
+        assert (theirs.status, theirs.note) == (
+            "failed", f"JobEscrowAlreadySettled(job_id={jobs[1]})")
+        rpc(mesh, "evm_mine")
+    finally:
+        automine(mesh, True)
+    assert drain(factory, sender, clock)
+
+    assert rows(factory)[0].status == "confirmed"
+    assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 2 * TOKEN
 
 
 def test_a_settlement_that_ran_out_of_gas_is_signed_again_and_paid_once(
