@@ -133,10 +133,13 @@ class OutboxChain:
                                  nonce=nonce, fees=fees)
 
     def simulate_settlement(self, action: SettleJob) -> Revert | None:
-        """The revert this settle would hit on its own, or None when it would land."""
+        """The revert this settle would hit on its own, or None when it would land. On the
+        pending block, as the batch's estimate was made: a settlement of one of its jobs
+        waiting in the pool must show as that job's revert, not as the whole batch's."""
         try:
             function, args = settle_batch_call([settlement_of(action)])
-            self.chain.job_escrow.functions[function](args).call({"from": self.account.address})
+            self.chain.job_escrow.functions[function](args).call(
+                {"from": self.account.address}, "pending")
         except ContractLogicError as exc:
             error = self.chain.decoder.decode(revert_data(exc))
             return error if isinstance(error, ContractError | RevertError) else RevertError(

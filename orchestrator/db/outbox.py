@@ -223,14 +223,16 @@ def set_next_nonce(session: Session, *, address: str, nonce: int, now: float) ->
     session.flush()
 
 
-def in_flight_nonce_floor(session: Session, *, address: str) -> int:
-    """One past the highest nonce the key's in-flight rows hold (0 when none): a resync from
-    the chain never goes below it, even if those bytes have not reached the node yet."""
+def used_nonce_floor(session: Session, *, address: str) -> int:
+    """One past the highest nonce a transaction of the key's rows holds, in flight, confirmed
+    or failed (0 when none): a resync from the chain never goes below it, even if those bytes
+    have not reached the node yet, a reorg took them off the chain or a lagging node does not
+    count them. So no nonce one of our transactions used goes to another, and the versions
+    signed at a nonce are always one action's (`versions`)."""
     highest = session.scalar(
         select(func.max(OutboxAction.nonce))
         .join(OutboxTransaction, OutboxTransaction.tx_hash == OutboxAction.tx_hash)
-        .where(OutboxAction.status == OutboxStatus.SENT.value,
-               OutboxTransaction.sender == address))
+        .where(OutboxTransaction.sender == address))
     return 0 if highest is None else int(highest) + 1
 
 

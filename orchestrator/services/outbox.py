@@ -24,7 +24,8 @@ does all its bookkeeping in that lease's transaction:
    are signed only when every in-flight transaction is accounted for, so nonces never clash.
    Nonces come from the database (`chain_nonces`), not from the node between passes; after
    any error, and in a newly started process, they are resynced from the chain's pending
-   count (never below the nonces in-flight rows hold, broadcast or not).
+   count, never below a nonce one of our rows' transactions holds (in flight, broadcast or
+   not, or confirmed: a reorg the index has not seen yet may have taken it off the chain).
 3. Reverts (at gas estimation or when mined): an error that proves the action already took
    effect -> `confirmed` with a note (`JobEscrowAlreadySettled` while the escrow shows the
    job Settled; `StakeManagerEpochAlreadyCommitted` when the stored root is the same;
@@ -562,13 +563,14 @@ class OutboxSender:
                tally: _Tally) -> int:
         """The key's next nonce from the database. Once a pass the chain's pending count may
         raise it (another process used the key); after an error (or a restart) it is resynced
-        to that count, but never below the nonces in-flight rows hold, sent or not."""
+        to that count, but never below the nonces our rows' transactions hold, sent or not,
+        confirmed or failed: a nonce is never given to a second action (`used_nonce_floor`)."""
         stored = outbox_db.next_nonce(session, address=sender.address)
         if stored is not None and sender.address in tally.nonce_checked:
             return stored
         pending = sender.nonce_count("pending")
         if stored is None or sender.address in self._resync:
-            nonce = max(pending, outbox_db.in_flight_nonce_floor(session, address=sender.address))
+            nonce = max(pending, outbox_db.used_nonce_floor(session, address=sender.address))
         else:
             nonce = max(stored, pending)
         if stored is not None and stored != nonce:

@@ -245,14 +245,14 @@ def test_outbox_keeps_every_version_of_a_nonce_and_owns_the_next_nonce(
     a, b = queue_settles(factory, "a", "b")
     with factory.begin() as session:
         assert outbox.next_nonce(session, address=SENDER) is None
-        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 0
+        assert outbox.used_nonce_floor(session, address=SENDER) == 0
         outbox.record_signed(session, action_ids=[a], tx_hash="0xa1", sender=SENDER, nonce=7,
                              fees=FEES, raw_tx="0xraw1", now=1.0)
         outbox.record_signed(session, action_ids=[b], tx_hash="0xb1", sender=SENDER, nonce=8,
                              fees=FEES, raw_tx="0xrawb", now=1.0)
         assert outbox.next_nonce(session, address=SENDER) == 9
-        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 9
-        assert outbox.in_flight_nonce_floor(session, address="0x" + "11" * 20) == 0
+        assert outbox.used_nonce_floor(session, address=SENDER) == 9
+        assert outbox.used_nonce_floor(session, address="0x" + "11" * 20) == 0
         outbox.record_replacement(session, action_ids=[a], tx_hash="0xa2", sender=SENDER,
                                   nonce=7, fees=bumped, raw_tx="0xraw2", now=2.0)
         assert [(v.tx_hash, v.nonce, v.fees, v.signed_at)
@@ -262,7 +262,7 @@ def test_outbox_keeps_every_version_of_a_nonce_and_owns_the_next_nonce(
         assert outbox_rows(session)[0][2:5] == ("0xa2", 7, "0xraw2")
         outbox.record_mined_version(session, action_ids=[a], tx_hash="0xa1", now=3.0)
         outbox.record_confirmed(session, action_ids=[a], expected=sent, now=3.0)
-        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 9  # b is still out
+        assert outbox.used_nonce_floor(session, address=SENDER) == 9  # b is still out
         assert outbox.reorged_rows(session, tx_hashes=["0xA2"]) == []  # a version not mined
         assert outbox.reorged_rows(session, tx_hashes=["0xA1", "0xb1"]) == [a]  # b: in flight
         outbox.reopen_reorged(session, action_ids=[a], now=4.0, note="reorged")
@@ -341,22 +341,30 @@ def test_an_outbox_entry_carries_every_field_of_its_row(factory: sessionmaker[Se
             raw_tx="0xrawh1", nonce=3, next_attempt_at=None, created_at=0.5)]
 
 
-def test_the_nonce_floor_counts_only_the_keys_own_rows_still_in_flight(
+def test_the_nonce_floor_counts_every_nonce_the_keys_own_rows_transactions_hold(
         factory: sessionmaker[Session]) -> None:
+    # Confirmed and failed rows hold theirs too: a reorg the index has not seen yet, or a
+    # lagging node, may not count them, and a nonce given twice would let one action's
+    # receipt confirm another's rows (`versions` reads every signing at a nonce).
     other = "0x" + "12" * 20
     sent = outbox.OutboxStatus.SENT
-    a, b, c = queue_settles(factory, "a", "b", "c")
+    a, b, c, d, e = queue_settles(factory, "a", "b", "c", "d", "e")
     with factory.begin() as session:
         sign(session, [a], "0xa1", 5)
         sign(session, [b], "0xb1", 9, sender=other)  # another key's higher nonce
-        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 6
-        assert outbox.in_flight_nonce_floor(session, address=other) == 10
+        assert outbox.used_nonce_floor(session, address=SENDER) == 6
+        assert outbox.used_nonce_floor(session, address=other) == 10
         sign(session, [c], "0xc1", 6)
         outbox.record_confirmed(session, action_ids=[c], expected=sent, now=2.0)
-        # The key's highest nonce is mined: only the row still out (nonce 5) holds the floor.
-        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 6
-        outbox.record_confirmed(session, action_ids=[a], expected=sent, now=3.0)
-        assert outbox.in_flight_nonce_floor(session, address=SENDER) == 0
+        assert outbox.used_nonce_floor(session, address=SENDER) == 7
+        sign(session, [d], "0xd1", 7)
+        outbox.record_failed(session, action_ids=[d], expected=sent, now=3.0, note="reverted")
+        assert outbox.used_nonce_floor(session, address=SENDER) == 8
+        sign(session, [e], "0xe1", 8)
+        assert outbox.used_nonce_floor(session, address=SENDER) == 9
+        # Its nonce went to another transaction: the row holds none any more.
+        outbox.return_to_pending(session, action_ids=[e], now=4.0, note="nonce spent")
+        assert outbox.used_nonce_floor(session, address=SENDER) == 8
 
 
 def test_versions_are_one_keys_signings_at_one_nonce_oldest_first_ties_by_hash(

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from eth_utils import keccak
 from hexbytes import HexBytes
+from prometheus_client import generate_latest
 from pydantic import SecretStr
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 from web3 import HTTPProvider, Web3
 from web3.types import RPCEndpoint
@@ -26,15 +27,18 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
 from orchestrator.config import Settings
 from orchestrator.db import crud
-from orchestrator.db.models import OutboxAction
+from orchestrator.db import outbox as outbox_store
+from orchestrator.db.models import OutboxAction, OutboxTransaction
 from orchestrator.domain.chain_actions import AssignCollateral, assignment_tree
 from orchestrator.domain.chain_views import EscrowStatus
-from orchestrator.domain.lifecycle import JobStatus, TaskStatus
+from orchestrator.domain.fees import FeePolicy
+from orchestrator.domain.lifecycle import JobStatus, OutboxStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.services import settlement
 from orchestrator.services.outbox import (
+    GWEI,
     LEASE_NAME,
     FaultHooks,
     OutboxSender,
@@ -230,6 +234,7 @@ def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
         history = crud.status_history(session, entity="job", entity_id=job_id)
     assert [(h.from_status, h.to_status) for h in history[-2:]] == [
         ("completed", "settling"), ("settling", "settled")]
+    assert history[-1].reason == f"settlement confirmed on chain ({row.tx_hash})"
     assert sample(metrics, "mesh_settlement_lag_seconds_count") == 1
     assert sample(metrics, "mesh_settlement_lag_seconds_sum") == pytest.approx(5.0)
 
@@ -286,6 +291,43 @@ def test_settle_runs_are_capped_at_the_batch_size_and_keep_queue_order_around_ot
     assert mesh.provider_stake(PROVIDER).tier == 2
 
 
+def test_a_row_backing_off_holds_back_only_those_behind_it_and_a_pass_reads_max_rows(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics,
+                          config=SenderConfig(max_rows=2))
+    tiers = [(PROVIDER, 1), (OTHER_PROVIDER, 1), (PROVIDER, 2), (OTHER_PROVIDER, 2)]
+    for index, (provider, tier) in enumerate(tiers):
+        queue(factory, "tier", f"tier:{index}", {"provider": provider, "tier": tier})
+    with factory.begin() as session:  # the second backs off, as after an RPC error
+        outbox_store.defer(session, action_ids=[rows(factory)[1].id],
+                           expected=OutboxStatus.PENDING, now=clock.now,
+                           retry_at=clock.now + 10, note="transient ConnectionError; attempt 1")
+
+    assert drain(factory, sender, clock)  # the one ahead of it goes out
+    assert [row.status for row in rows(factory)] == ["sent"] + ["pending"] * 3
+    assert drain(factory, sender, clock)  # nothing overtakes the row backing off
+    assert [row.status for row in rows(factory)] == ["confirmed"] + ["pending"] * 3
+    clock.now += 10
+    assert drain(factory, sender, clock)  # due again: two rows a pass
+    assert [row.status for row in rows(factory)] == ["confirmed", "sent", "sent", "pending"]
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+
+    assert [row.status for row in rows(factory)] == ["confirmed"] * 4
+    assert mesh.provider_stake(PROVIDER).tier == mesh.provider_stake(OTHER_PROVIDER).tier == 2
+
+
+def test_the_metrics_page_documents_every_outbox_counter(
+        mesh: MeshChain, metrics: MeshMetrics) -> None:
+    OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics)
+    page = generate_latest(metrics.registry).decode()
+    for name in ("transactions", "confirmed", "replacements", "gap_fillers", "failed",
+                 "transient_errors"):
+        assert f"# HELP mesh_outbox_{name}_total " in page
+        assert f"# TYPE mesh_outbox_{name}_total counter" in page
+
+
 def test_row_is_confirmed_only_after_the_configured_blocks_on_top_of_its_receipt(
         factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
         clock: VirtualClock) -> None:
@@ -317,16 +359,17 @@ def test_crash_between_persisting_and_recording_the_receipt_still_settles_once(
     customer_before = mesh.token_balance(CUSTOMER.address)
     sent_before = tx_count(mesh)
 
-    def die(_: SignedTx) -> None:
-        raise Crash(crash_point)
+    def die(signed: SignedTx) -> None:
+        raise Crash(signed.tx_hash)
 
     crashing = fresh_sender(mesh, hooks=FaultHooks(**{crash_point: die}))
     automine(mesh, False)  # a broadcast transaction waits in the pool, without a receipt
     try:
-        with pytest.raises(Crash):
+        with pytest.raises(Crash) as crash:
             drain(factory, crashing, clock, holder="dead-process")
         (row,) = rows(factory)
         persisted_hash = row.tx_hash
+        assert str(crash.value) == persisted_hash  # it died around the persisted transaction
         assert row.status == "sent" and row.raw_tx is not None
         # Signing is deterministic: move the base fee, so that a sender signing the row
         # afresh would build other bytes (another fee cap, another hash) than the ones stored.
@@ -377,14 +420,19 @@ def test_job_settled_out_of_band_is_recognised_and_the_rest_of_the_batch_settles
         "confirmed", "already settled on chain", None)
     assert first.status == last.status == "confirmed" and first.tx_hash == last.tx_hash
     assert [job_status(factory, job_id) for job_id in jobs] == [JobStatus.SETTLED] * 3
+    with factory() as session:
+        history = crud.status_history(session, entity="job", entity_id=jobs[1])
+    assert history[-1].reason == "settlement confirmed on chain (already settled on chain)"
     assert mesh.escrow_balance(PROVIDER).pending == 27 * TOKEN  # each job paid once
     assert sample(metrics, "mesh_outbox_confirmed_total", kind="settle") == 3
     assert sample(metrics, "mesh_outbox_confirmed_total", kind="tier") == 1
 
 
+@pytest.mark.parametrize(("count", "elsewhere"), [(1, 0), (2, 1)], ids=["alone", "second"])
 def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_resends_the_rest(
-        factory: sessionmaker[Session], mesh: MeshChain, clock: VirtualClock) -> None:
-    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(2)]
+        count: int, elsewhere: int, factory: sessionmaker[Session], mesh: MeshChain,
+        clock: VirtualClock) -> None:
+    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(count)]
     for job_id in jobs:
         queue_settle(factory, job_id, {PROVIDER: TOKEN})
 
@@ -393,24 +441,107 @@ def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_re
 
     with pytest.raises(Crash):
         drain(factory, fresh_sender(mesh, hooks=FaultHooks(before_broadcast=die)), clock)
-    # Between signing and broadcasting, a second settler (another key) settles job 0.
+    # Between signing and broadcasting, a second settler (another key) settles one job.
     grant(mesh, "job_escrow", "ORCHESTRATOR_ROLE", dev_account(7).address)
-    mesh.account(dev_account(7)).settle(bytes.fromhex(jobs[0][2:]), [PROVIDER], [TOKEN],
+    mesh.account(dev_account(7)).settle(bytes.fromhex(jobs[elsewhere][2:]), [PROVIDER], [TOKEN],
                                          b"\x02" * 32)
     (batch_hash,) = {row.tx_hash for row in rows(factory)}
 
     restarted = fresh_sender(mesh)
-    for _ in range(4):
-        drain(factory, restarted, clock)
+    assert drain(factory, restarted, clock)  # the persisted batch goes out, and reverts
+    assert drain(factory, restarted, clock)  # its receipt: the error names the job settled
 
     receipt = mesh.w3.eth.get_transaction_receipt(HexBytes(batch_hash or ""))
-    assert receipt["status"] == 0  # the persisted batch went out and reverted on job 0
-    settled_elsewhere, resent = rows(factory)
+    assert receipt["status"] == 0
+    outbox = rows(factory)
+    settled_elsewhere = outbox.pop(elsewhere)
     assert (settled_elsewhere.status, settled_elsewhere.note) == (
         "confirmed", "already settled on chain")
-    assert resent.status == "confirmed" and resent.tx_hash != batch_hash
+    for resent in outbox:  # never applied: signed again at once, without the job named
+        assert (resent.status, resent.note) == (
+            "sent", f"batch reverted on row {settled_elsewhere.id}; re-signed")
+        assert resent.tx_hash != batch_hash
+    assert drain(factory, restarted, clock)
+
+    assert {row.status for row in rows(factory)} == {"confirmed"}
     assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
-    assert mesh.escrow_balance(PROVIDER).pending == 2 * TOKEN
+    assert mesh.escrow_balance(PROVIDER).pending == count * TOKEN
+
+
+def test_an_assignment_root_committed_meanwhile_confirms_every_row_of_the_reverted_batch(
+        factory: sessionmaker[Session], mesh: MeshChain, clock: VirtualClock) -> None:
+    assigns = [AssignCollateral(keccak(text=f"assigned job {i}"), PROVIDER, 20 * TOKEN)
+               for i in range(2)]
+    for index, assign in enumerate(assigns):
+        queue(factory, "assign", f"assign:{index}", {
+            "job_id": "0x" + assign.job_id.hex(), "provider": PROVIDER,
+            "collateral": str(assign.collateral)})
+
+    def die(_: SignedTx) -> None:
+        raise Crash("before broadcast")
+
+    with pytest.raises(Crash):
+        drain(factory, fresh_sender(mesh, hooks=FaultHooks(before_broadcast=die)), clock)
+    # Between signing and broadcasting, another orchestrator key commits the same root.
+    grant(mesh, "job_escrow", "ORCHESTRATOR_ROLE", dev_account(7).address)
+    mesh.account(dev_account(7)).commit_assignments(assignment_tree(assigns).root)
+    (batch_hash,) = {row.tx_hash for row in rows(factory)}
+
+    restarted = fresh_sender(mesh)
+    for _ in range(2):  # the persisted root goes out and reverts; its receipt is judged
+        assert drain(factory, restarted, clock)
+
+    assert mesh.w3.eth.get_transaction_receipt(HexBytes(batch_hash or ""))["status"] == 0
+    assert [(row.status, row.note, row.tx_hash) for row in rows(factory)] == [
+        ("confirmed", "this assignment root was already committed", batch_hash)] * 2
+
+
+def test_a_key_without_the_orchestrator_role_fails_its_actions_and_takes_none_as_done(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    stranger = dev_account(7)
+    sender = OutboxSender(mesh, mesh.account(stranger), metrics)
+    job_id = escrow(mesh, 5 * TOKEN)
+    queue(factory, "assign", "assign:1", {"job_id": job_id, "provider": PROVIDER,
+                                          "collateral": str(20 * TOKEN)})
+    queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    sent_before = int(mesh.w3.eth.get_transaction_count(stranger.address))
+
+    assert drain(factory, sender, clock)
+
+    denied = f"AccessControlUnauthorizedAccount(account='{stranger.address}'"
+    assert [(row.status, (row.note or "").startswith(denied)) for row in rows(factory)] == [
+        ("failed", True)] * 2
+    for kind in ("assign", "settle"):
+        assert sample(metrics, "mesh_outbox_failed_total", kind=kind,
+                      error="AccessControlUnauthorizedAccount") == 1
+    assert int(mesh.w3.eth.get_transaction_count(stranger.address)) == sent_before
+    assert not settled_on_chain(mesh, job_id)
+
+
+def test_an_in_flight_row_without_its_signed_bytes_holds_back_new_rows(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        clock: VirtualClock) -> None:
+    # A sent row whose bytes are gone (a hand edit, a partial restore) cannot be sent again,
+    # and its nonce is unaccounted for: the pass goes on, but nothing new is signed.
+    first, second = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
+    queue_settle(factory, first, {PROVIDER: TOKEN})
+    automine(mesh, False)
+    try:
+        assert drain(factory, sender, clock)
+        mesh.w3.provider.make_request(RPCEndpoint("anvil_dropAllTransactions"), [])
+    finally:
+        automine(mesh, True)
+    with factory.begin() as session:
+        session.execute(update(OutboxAction).values(raw_tx=None))
+    queue_settle(factory, second, {PROVIDER: TOKEN})
+
+    assert drain(factory, sender, clock)
+    assert drain(factory, sender, clock)
+
+    assert [(row.status, row.raw_tx is None) for row in rows(factory)] == [
+        ("sent", True), ("pending", True)]
+    assert not settled_on_chain(mesh, first) and not settled_on_chain(mesh, second)
 
 
 def test_epoch_committed_with_the_same_root_is_confirmed_and_another_root_fails(
@@ -476,6 +607,7 @@ def test_reserve_assign_prove_then_slash_with_the_slasher_key_then_settle_in_que
         assert drain(factory, sender, clock)
 
     assert {row.status for row in rows(factory)} == {"confirmed"}
+    assert sample(metrics, "mesh_outbox_confirmed_total", kind="assign") == 3
     stake = mesh.provider_stake(PROVIDER)
     assert (stake.bonded, stake.reserved) == (45 * TOKEN, 35 * TOKEN)  # 5 of the reservation
     assert mesh.job_escrow.functions.isBacker(bytes.fromhex(job_id[2:]), PROVIDER).call()
@@ -512,7 +644,7 @@ def test_a_proof_finds_the_committed_root_when_a_later_assign_of_the_same_terms_
 
 def test_a_proof_without_a_committed_assign_fails_and_does_not_block_later_rows(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
-        clock: VirtualClock) -> None:
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
     job_id = escrow(mesh, 10 * TOKEN)
     queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER})
     queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
@@ -522,6 +654,50 @@ def test_a_proof_without_a_committed_assign_fails_and_does_not_block_later_rows(
 
     assert [(row.status, row.note) for row in rows(factory)] == [
         ("failed", "no confirmed assign row for this job and provider"), ("confirmed", None)]
+    assert sample(metrics, "mesh_outbox_failed_total", kind="prove",
+                  error="NoCommittedAssignment") == 1
+
+
+def test_every_kind_is_signed_with_the_configured_fees_at_a_nonce_of_its_own(
+        factory: sessionmaker[Session], mesh: MeshChain, metrics: MeshMetrics,
+        clock: VirtualClock) -> None:
+    # The operator's fee policy is what every transaction offers, whatever its kind; a proof
+    # signed in the same pass as another action of the key takes the nonce after it.
+    tip, cap = 3 * GWEI + 7, 90 * GWEI
+    slasher = mesh.account(dev_account(2))
+    sender = OutboxSender(mesh, mesh.account(ORCHESTRATOR), metrics, slasher=slasher,
+                          config=SenderConfig(fees=FeePolicy(priority_fee_wei=tip,
+                                                             max_fee_cap_wei=cap)))
+    job_id = staked_job(mesh)
+    queue_collateral(factory, mesh, job_id, others=0)
+    for _ in range(2):
+        assert drain(factory, sender, clock)
+    queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
+    queue_proof_and_slash(factory, job_id)
+    queue_settle(factory, job_id, {PROVIDER: 4 * TOKEN})
+
+    assert drain(factory, sender, clock)
+    tier, prove = rows(factory)[2:4]
+    assert (tier.status, prove.status) == ("sent", "sent")
+    assert prove.nonce == (tier.nonce or 0) + 1
+    for _ in range(3):
+        assert drain(factory, sender, clock)
+
+    outbox = rows(factory)
+    assert [row.kind for row in outbox] == ["reserve", "assign", "tier", "prove", "slash",
+                                            "settle"]
+    assert {row.status for row in outbox} == {"confirmed"}
+    with factory() as session:
+        signed = {version.tx_hash: version for version in session.scalars(
+            select(OutboxTransaction))}
+    assert len(signed) == len(outbox)  # one transaction each, none replaced
+    assert {version.max_priority_fee_per_gas for version in signed.values()} == {tip}
+    assert all(tip < version.max_fee_per_gas <= cap for version in signed.values())
+    assert [signed[row.tx_hash or ""].sender for row in outbox] == [
+        ORCHESTRATOR.address] * 4 + [slasher.address, ORCHESTRATOR.address]
+    assert [sample(metrics, "mesh_outbox_transactions_total", kind=row.kind)
+            for row in outbox] == [1] * 6
+    assert mesh.provider_stake(PROVIDER).tier == 2 and settled_on_chain(mesh, job_id)
 
 
 # ---------------------------------------------------------------------- failures
@@ -563,6 +739,49 @@ def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_
     attempts_before = [row.attempts for row in rows(factory)]
     drain(factory, sender, clock)
     assert [row.attempts for row in rows(factory)] == attempts_before  # failed: never resent
+
+
+def test_a_settle_run_goes_out_in_one_pass_without_the_rows_that_cannot_settle(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        metrics: MeshMetrics, clock: VirtualClock) -> None:
+    # In the pass that reads them: a row the codec refuses, a job with no escrow and a job
+    # that would overpay its escrow fail on their own, a second row of a job already in the
+    # batch waits, and the job that can settle goes out, alone in its settleBatch.
+    fine, overpaid = escrow(mesh, 5 * TOKEN), escrow(mesh, 5 * TOKEN)
+    never_escrowed = "0x" + keccak(text="never escrowed").hex()
+    queue(factory, "settle", "settle:garbled", {
+        "job_id": fine, "providers": [PROVIDER], "payouts": ["lots"],
+        "merkle_root": "0x" + "ab" * 32})
+    queue_settle(factory, never_escrowed, {PROVIDER: TOKEN})
+    queue_settle(factory, fine, {PROVIDER: 2 * TOKEN})
+    queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
+    queue(factory, "settle", "settle:again", {
+        "job_id": fine, "providers": [PROVIDER], "payouts": [str(3 * TOKEN)],
+        "merkle_root": "0x" + "ab" * 32})
+    pending_before, sent_before = mesh.escrow_balance(PROVIDER).pending, tx_count(mesh)
+
+    assert drain(factory, sender, clock)
+    garbled, unfunded, paid, over, again = rows(factory)
+    assert (garbled.status, garbled.note) == (
+        "failed", "invalid payload: payouts holds 'lots', not an unsigned integer")
+    assert (unfunded.status, unfunded.note) == ("failed", "escrow job is NONE")
+    assert (paid.status, paid.nonce) == ("sent", sent_before)
+    assert over.status == "failed"
+    assert (over.note or "").startswith("JobEscrowPayoutExceedsEscrow(job_id=" + overpaid)
+    assert (again.status, again.tx_hash) == ("pending", None)
+    for error in ("InvalidPayload", "EscrowNotFunded", "JobEscrowPayoutExceedsEscrow"):
+        assert sample(metrics, "mesh_outbox_failed_total", kind="settle", error=error) == 1
+    assert sample(metrics, "mesh_outbox_transactions_total", kind="settle") == 1
+
+    assert drain(factory, sender, clock)  # the batch confirmed; the second row finds it done
+    garbled, unfunded, paid, over, again = rows(factory)
+    assert paid.status == "confirmed"
+    assert (again.status, again.note, again.tx_hash) == (
+        "confirmed", "already settled on chain", None)
+    assert [row.status for row in (garbled, unfunded, over)] == ["failed"] * 3
+    assert tx_count(mesh) == sent_before + 1
+    assert mesh.escrow_balance(PROVIDER).pending == pending_before + 2 * TOKEN
+    assert settled_on_chain(mesh, fine) and not settled_on_chain(mesh, overpaid)
 
 
 def test_a_lone_settle_that_reverts_fails_with_its_decoded_error_and_counts_once(
@@ -733,3 +952,41 @@ def test_service_sender_takes_its_confirmations_and_slasher_from_the_settings(
 
     assert {row.status for row in rows(factory)} == {"confirmed"}  # the slash: slasher key
     assert mesh.provider_stake(PROVIDER).bonded == 45 * TOKEN
+
+
+def test_service_sender_takes_its_fees_batch_size_and_replacement_deadline_from_the_settings(
+        factory: sessionmaker[Session], mesh: MeshChain, db_url: str, tmp_path: Path,
+        clock: VirtualClock) -> None:
+    mesh.deployment.save(tmp_path)
+    settings = Settings(database_url=db_url, data_dir=tmp_path, json_logs=False,
+                        rpc_url=mesh.w3.provider.endpoint_uri,  # type: ignore[attr-defined]
+                        orchestrator_key=SecretStr(ORCHESTRATOR.key.hex()),
+                        outbox_priority_fee_gwei=2.5, outbox_max_fee_gwei=80,
+                        outbox_settle_batch=2, outbox_replace_after_s=5)
+    jobs = [escrow(mesh, 5 * TOKEN) for _ in range(3)]
+    for job_id in jobs:
+        queue_settle(factory, job_id, {PROVIDER: TOKEN})
+    service_work: Callable[[Session, float], object] = build_sender(settings, MeshMetrics())
+    runner = LeaderRunner(factory, holder="service", clock=clock)
+    first_nonce = tx_count(mesh)
+
+    automine(mesh, False)
+    try:
+        assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+        assert [row.nonce for row in rows(factory)] == [first_nonce] * 2 + [first_nonce + 1]
+        clock.now += 5  # both transactions unmined 5 s after signing: each is replaced
+        assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+        mesh.w3.provider.make_request(RPCEndpoint("evm_mine"), [])
+    finally:
+        automine(mesh, True)
+    assert runner.run_if_leader(LEASE_NAME, ttl_s=3.0, work=service_work)
+
+    assert {row.status for row in rows(factory)} == {"confirmed"}
+    assert all(settled_on_chain(mesh, job_id) for job_id in jobs)
+    with factory() as session:
+        versions = list(session.scalars(select(OutboxTransaction)
+                                        .order_by(OutboxTransaction.signed_at,
+                                                  OutboxTransaction.nonce)))
+    tips = [version.max_priority_fee_per_gas for version in versions]
+    assert tips[:2] == [int(2.5 * GWEI)] * 2 and all(tip > 2.5 * GWEI for tip in tips[2:])
+    assert len(tips) == 4 and all(version.max_fee_per_gas <= 80 * GWEI for version in versions)
