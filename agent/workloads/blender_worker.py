@@ -5,7 +5,8 @@ not once per chunk.
 Input: one JSON file (argv[1]) with the blend path, the frames (one for a grid task; many for
 `mesh bench render`'s direct pass), tile, samples, the sample chunks still to render, the
 chunks already done (from a checkpoint) and the output format. Output: one JSON line on stdout
-per finished chunk and one per merged frame; nothing else is trusted (the agent decodes every
+per finished chunk and one per merged frame (with the process's CPU time so far, which
+`mesh bench sandbox` compares); nothing else is trusted (the agent decodes every
 file it names). Job files never run Python: auto-exec stays off and
 `open_mainfile` gets `use_scripts=False` (what `blender --disable-autoexec` does).
 """
@@ -168,7 +169,8 @@ def main(source: str) -> None:
                  seconds=time.perf_counter() - began)
         began = time.perf_counter()
         path = merge(scene, int(frame), chunks, spec["format"], out)
-        emit(event="frame", frame=frame, path=str(path), seconds=time.perf_counter() - began)
+        emit(event="frame", frame=frame, path=str(path), seconds=time.perf_counter() - began,
+             cpu_s=time.process_time())  # this process's CPU time so far, every thread
 
 
 if __name__ == "__main__":

@@ -192,7 +192,8 @@ def bench_sandbox(
     as_json: JsonFlag = False,
 ) -> None:
     """The same bpy render of the sample scene run directly and inside the agent's sandbox:
-    `sandbox_overhead` is the median ratio of the pairs (target <= 1.03)."""
+    `sandbox_overhead` is the median ratio of the pairs' wall times (target <= 1.03),
+    `sandbox_cpu_overhead` of their CPU times (steady on a loaded machine)."""
     from orchestrator.bench import sandbox
 
     with user_errors("bench sandbox"):
