@@ -5,7 +5,14 @@ from __future__ import annotations
 from eth_abi import encode
 from eth_utils import keccak
 
-from orchestrator.chain.errors import ContractError, ErrorDecoder, RevertError, snake_case
+from orchestrator.chain.errors import (
+    ContractError,
+    ErrorDecoder,
+    OutOfGasError,
+    RevertError,
+    ran_out_of_gas,
+    snake_case,
+)
 
 ESCROW_ABI = [
     {"type": "error", "name": "JobEscrowAlreadySettled",
@@ -205,3 +212,45 @@ def test_a_revert_without_data_keeps_empty_data() -> None:
 def test_snake_case_keeps_a_leading_capital() -> None:
     assert snake_case("Xpos") == "xpos"
     assert snake_case("_X") == "x"
+
+
+def _word(value: int) -> bytes:
+    return value.to_bytes(32, "big")
+
+
+def test_an_empty_require_string_is_an_empty_reason_not_a_malformed_one() -> None:
+    # `require(ok, "")` by hand: the selector, the offset 0x20, then a length of 0 (64 bytes)
+    data = keccak(text="Error(string)")[:4] + _word(0x20) + _word(0)
+    error = ErrorDecoder([ESCROW_ABI]).decode(data)
+    assert isinstance(error, RevertError)
+    assert (error.reason, error.data) == ("reverted: ", data)
+
+
+def test_a_require_string_with_a_partial_word_left_over_is_malformed() -> None:
+    decoder = ErrorDecoder([ESCROW_ABI])
+    whole = (keccak(text="Error(string)")[:4] + _word(0x20) + _word(2)
+             + b"no".ljust(32, b"\x00"))
+    good = decoder.decode(whole)
+    assert isinstance(good, RevertError) and good.reason == "reverted: no"
+    for data in (whole + b"\x00", whole + b"\x00" * 31, whole[:-1]):
+        error = decoder.decode(data)
+        assert isinstance(error, RevertError)
+        assert (error.reason, error.data) == ("reverted with malformed Error(string)", data)
+
+
+def test_a_transaction_ran_out_of_gas_when_at_most_a_64th_of_its_limit_was_left() -> None:
+    # EIP-150: a call out of gas inside a sub-call keeps at most 1/64 of it; of 6,400 that is 100
+    assert ran_out_of_gas(6_400, 6_400)
+    assert ran_out_of_gas(6_300, 6_400)  # exactly a 64th left
+    assert not ran_out_of_gas(6_299, 6_400)  # 101 gas handed back: a revert
+    assert not ran_out_of_gas(6_250, 6_400)
+    assert not ran_out_of_gas(21_000, 100_000)
+
+
+def test_an_out_of_gas_error_names_its_transaction_and_keeps_its_gas_limit() -> None:
+    error = OutOfGasError("0xabc", 99_000, 100_000)
+    assert isinstance(error, RevertError)
+    assert error.gas_limit == 100_000
+    assert error.reason == str(error) == (
+        "transaction 0xabc ran out of gas (99,000 of its 100,000 limit used)")
+    assert error.data == b""

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 
@@ -12,14 +13,29 @@ from orchestrator.domain.lifecycle import (
     NODE_HEALTH_TRANSITIONS,
     OUTBOX_TRANSITIONS,
     TASK_TRANSITIONS,
+    ChainEventStatus,
+    CheckStatus,
     DisputeState,
+    DomainError,
+    Forbidden,
+    Invalid,
     InvalidTransition,
     JobStatus,
     LeaseState,
+    Missing,
     NodeDrain,
+    NotFound,
     OutboxStatus,
+    Refused,
     StatusChange,
     TaskStatus,
+    TooLarge,
+    Unavailable,
+    Unfunded,
+    Unprocessable,
+    VerificationStatus,
+    chain_event_transition,
+    check_transition,
     dispute_transition,
     job_transition,
     lease_transition,
@@ -27,6 +43,7 @@ from orchestrator.domain.lifecycle import (
     node_health_transition,
     outbox_transition,
     task_transition,
+    verification_transition,
 )
 from orchestrator.domain.types import NodeHealth
 
@@ -232,3 +249,91 @@ def test_dispute_transition_accepts_exactly_the_allowed_moves(current: DisputeSt
     else:
         with pytest.raises(InvalidTransition, match=r"^dispute cannot move from "):
             dispute_transition(current, target)
+
+
+# A refused move's message is part of the API's answer and of the operators' logs, so each
+# kind's wording is pinned here by hand, one refused move per machine.
+REFUSED_MOVE_MESSAGES = [
+    (lambda: check_transition(CheckStatus.MATCHED, CheckStatus.OPEN, at=0.0, reason="r"),
+     "check", "matched", "open", "check cannot move from 'matched' to 'open'"),
+    (lambda: check_transition(CheckStatus.OPEN, CheckStatus.MATCHED, at=0.0, reason="r"),
+     "check", "open", "matched", "check cannot move from 'open' to 'matched'"),
+    (lambda: verification_transition(VerificationStatus.PASSED, VerificationStatus.CHECKING,
+                                     at=0.0, reason="r"),
+     "verification", "passed", "checking",
+     "verification cannot move from 'passed' to 'checking'"),
+    (lambda: verification_transition(VerificationStatus.COMMITTED, VerificationStatus.FAILED,
+                                     at=0.0, reason="r"),
+     "verification", "committed", "failed",
+     "verification cannot move from 'committed' to 'failed'"),
+    (lambda: chain_event_transition(ChainEventStatus.FINAL, ChainEventStatus.PROVISIONAL),
+     "chain event", "final", "provisional",
+     "chain event cannot move from 'final' to 'provisional'"),
+    (lambda: chain_event_transition(ChainEventStatus.DROPPED, ChainEventStatus.DROPPED),
+     "chain event", "dropped", "dropped", "chain event cannot move from 'dropped' to 'dropped'"),
+    (lambda: node_drain_transition(NodeDrain.DRAINING, NodeDrain.ACCEPTING, at=0.0, reason="r"),
+     "node", "draining", "accepting", "node cannot move from 'draining' to 'accepting'"),
+    (lambda: node_drain_transition(NodeDrain.ACCEPTING, NodeDrain.ACCEPTING, at=0.0, reason="r"),
+     "node", "accepting", "accepting", "node cannot move from 'accepting' to 'accepting'"),
+]
+
+
+@pytest.mark.parametrize(("move", "kind", "current", "target", "message"), REFUSED_MOVE_MESSAGES,
+                         ids=[row[4] for row in REFUSED_MOVE_MESSAGES])
+def test_a_refused_move_names_its_machine_exactly(move: Callable[[], object], kind: str,
+                                                  current: str, target: str,
+                                                  message: str) -> None:
+    with pytest.raises(InvalidTransition) as caught:
+        move()
+    error = caught.value
+    assert str(error) == message
+    assert (error.kind, error.current, error.target, error.code) == (
+        kind, current, target, "invalid_transition")
+
+
+def test_an_accepted_check_move_is_described_for_the_history() -> None:
+    change = check_transition(CheckStatus.OPEN, CheckStatus.LEASED, at=4.5, reason="pulled by n2")
+    assert change == StatusChange("check", "open", "leased", 4.5, "pulled by n2")
+    assert (change.kind, change.from_status, change.to_status, change.at, change.reason) == (
+        "check", "open", "leased", 4.5, "pulled by n2")
+    assert check_transition(CheckStatus.LEASED, CheckStatus.MISMATCHED, at=9.0,
+                            reason="pixels differ") == StatusChange(
+        "check", "leased", "mismatched", 9.0, "pixels differ")
+
+
+def test_an_accepted_verification_move_is_described_for_the_history() -> None:
+    change = verification_transition(VerificationStatus.COMMITTED, VerificationStatus.CHECKING,
+                                     at=7.25, reason="window drawn")
+    assert change == StatusChange("verify", "committed", "checking", 7.25, "window drawn")
+    assert (change.kind, change.from_status, change.to_status, change.at, change.reason) == (
+        "verify", "committed", "checking", 7.25, "window drawn")
+    assert verification_transition(VerificationStatus.DISPUTED, VerificationStatus.FAILED,
+                                   at=11.0, reason="tie-breaker sided with checker"
+                                   ) == StatusChange(
+        "verify", "disputed", "failed", 11.0, "tie-breaker sided with checker")
+
+
+def test_an_accepted_drain_move_is_described_for_the_history() -> None:
+    assert node_drain_transition(NodeDrain.ACCEPTING, NodeDrain.DRAINING, at=5.5,
+                                 reason="provider asked") == StatusChange(
+        "node", "accepting", "draining", 5.5, "provider asked")
+
+
+@pytest.mark.parametrize("kind", [Refused, Missing, Forbidden, Invalid, TooLarge, Unfunded,
+                                  Unavailable])
+def test_a_refusal_carries_its_code_and_its_message(kind: type[Refused]) -> None:
+    error = kind("job_not_funded", "the escrow of job 7 is empty")
+    assert error.code == "job_not_funded"
+    assert str(error) == "the escrow of job 7 is empty"
+    assert error.args == ("the escrow of job 7 is empty",)
+    assert isinstance(error, DomainError)
+
+
+def test_a_refusals_kind_decides_its_family() -> None:
+    assert isinstance(Missing("no_node", "m"), NotFound)
+    assert isinstance(Invalid("bad_sample", "m"), Unprocessable)
+    assert isinstance(TooLarge("too_large", "m"), Invalid)
+    assert not isinstance(Forbidden("not_yours", "m"), NotFound | Unprocessable)
+    with pytest.raises(Refused, match=r"^node n1 is unknown$") as caught:
+        raise Missing("node_missing", "node n1 is unknown")
+    assert caught.value.code == "node_missing"

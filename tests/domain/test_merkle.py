@@ -6,7 +6,7 @@ import pytest
 from eth_abi import encode
 from eth_utils import keccak
 
-from orchestrator.domain.merkle import score_leaf
+from orchestrator.domain.merkle import assignment_leaf, score_leaf
 
 PROVIDER = "0x" + "ab" * 20
 DIGEST = b"\x07" * 32
@@ -28,3 +28,9 @@ def test_score_outside_basis_points_is_refused(score_bps: int) -> None:
 def test_digest_of_another_length_is_refused() -> None:
     with pytest.raises(ValueError, match="telemetry digest must be 32 bytes, got 31"):
         score_leaf(PROVIDER, 5_000, DIGEST[:31])
+
+
+@pytest.mark.parametrize("length", [0, 31, 33])
+def test_an_assignment_of_a_job_id_of_another_length_is_refused_naming_it(length: int) -> None:
+    with pytest.raises(ValueError, match=f"^job id must be 32 bytes, got {length}$"):
+        assignment_leaf(b"\x01" * length, "0x" + "ab" * 20, 10)

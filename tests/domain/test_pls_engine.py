@@ -169,6 +169,27 @@ def test_an_abandonment_is_slashed_after_the_delay_with_the_telemetry_of_its_ver
     assert len(evidence) == 32 and evidence != NO_EVIDENCE
 
 
+@pytest.mark.parametrize("shared", ["none", "region", "network"])
+def test_three_nodes_leaving_together_are_one_outage_only_where_they_share_a_link(
+        shared: str) -> None:
+    """The region and network each node registers with reach the slashing rules: three
+    departures within the outage window are excused as one upstream cut when the three share
+    a region or a network, and each is slashed when they share neither."""
+    engine = PlsEngine()
+    for index, node in enumerate(("a", "b", "c")):
+        engine.register(node, provider_of(node),
+                        region="eu" if shared == "region" else f"region-{index}",
+                        network="AS1" if shared == "network" else f"AS-{index}",
+                        at=0.0, tier=Tier.STANDARD)
+        engine.session_started(node, 0.0)
+    for offset, node in enumerate(("a", "b", "c")):
+        engine.departed([node], 5_000.0 + offset)
+        engine.abandoned(node, f"t-{node}", 3 * TOKEN, 0.4, at=5_000.0 + offset)
+    slashes = engine.decide({}, {}, 5_000.0 + engine.config.slashing.decision_delay_s + 10).slashes
+    assert sorted(slash.node_id for slash in slashes) == (
+        ["a", "b", "c"] if shared == "none" else [])
+
+
 def test_a_failed_verification_is_slashed_at_once_and_recorded_against_the_node() -> None:
     engine = engine_with("a", "b")
     for node in ("a", "b"):
@@ -334,6 +355,24 @@ def test_ranking_rows_takes_online_rows_best_first_with_the_wall_times_given() -
                          needs, 100.0, wall_durations_s=np.array([60.0, 60.0, 60.0]))
     assert ranked.rows.tolist() == [rows[1], rows[0]]  # the cheaper of two equal nodes first
     assert ranked.positions.tolist() == [1, 0]
+
+
+def test_a_node_that_would_run_the_task_for_hours_ranks_behind_a_dearer_fast_one() -> None:
+    """The wall times reach the ranking: the same one-minute task is six hours of work on
+    the slow GPU, so it is late past its critical path and risks more time online, and the
+    node asking a tenth less goes second; with the task's nominal time for both it went first."""
+    engine = engine_with("fast", "slow", config=PlsConfig(min_rs=0.0))
+    for node in ("fast", "slow"):
+        engine.session_started(node, 0.0)
+    rows = np.array([engine.book.index_of(n) for n in ("fast", "slow")], dtype=np.intp)
+    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN)
+    prices = np.array([1.0 * TOKEN, 0.9 * TOKEN])
+    nominal = engine.rank(rows, prices, np.full(2, 1e24), needs, 100.0)
+    walls = engine.rank(rows, prices, np.full(2, 1e24), needs, 100.0,
+                        wall_durations_s=np.array([60.0, 6 * 3600.0]))
+    assert nominal.rows.tolist() == [rows[1], rows[0]]
+    assert walls.rows.tolist() == [rows[0], rows[1]]
+    assert walls.rs[1] < nominal.rs[0]  # six hours online are less likely than one minute
 
 
 GRACE = 300.0  # LeaseHold's lone grace in the tests below

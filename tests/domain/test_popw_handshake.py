@@ -153,7 +153,12 @@ def test_honest_answer_passes_the_spot_checks() -> None:
     lambda a: replace(a, start_proof=a.start_proof[:-1]),
     lambda a: replace(a, openings=(
         replace(a.openings[0], next_round_proof=a.openings[0].round_proof), *a.openings[1:])),
-], ids=["row", "final_digest", "root", "missing_opening", "start_path", "swapped_path"])
+    lambda a: replace(a, openings=(replace(a.openings[0], row=a.openings[0].row[:-2]),
+                                   *a.openings[1:])),
+    lambda a: replace(a, openings=(replace(a.openings[0], row=a.openings[0].row + b"\0\0"),
+                                   *a.openings[1:])),
+], ids=["row", "final_digest", "root", "missing_opening", "start_path", "swapped_path",
+        "short_row", "long_row"])
 def test_any_tampered_part_of_the_answer_fails_the_check(
         tamper: Callable[[PopwAnswer], PopwAnswer]) -> None:
     spec = KernelSpec(NONCE, 32, 20, 8)

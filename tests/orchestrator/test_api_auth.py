@@ -347,3 +347,55 @@ def test_a_session_token_is_base64url_json_and_its_hmac() -> None:
         check_token(b"other" * 8, hand_token, now=NOW)
     assert (caught.value.status, caught.value.code, caught.value.message) == (
         401, "token_invalid", "the session token does not verify")
+
+
+# secp256k1's group order (SEC 2, 2.4.1); EIP-2 takes s above n / 2 as the malleable twin
+SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+def test_the_high_s_twin_of_a_good_signature_is_refused_with_its_own_code() -> None:
+    headers = signed()
+    signature = bytes.fromhex(headers["x-mesh-signature"].removeprefix("0x"))
+    r, s, v = signature[:32], int.from_bytes(signature[32:64], "big"), signature[64]
+    assert s <= SECP256K1_N // 2 and verify(headers).nonce == 7  # the signer's own: low s
+    twin = r + (SECP256K1_N - s).to_bytes(32, "big") + bytes([55 - v])  # v 27 <-> 28
+    assert refused(signed() | {"x-mesh-signature": "0x" + twin.hex()}) == (
+        401, "signature_high_s", "high-s signature: sign with a low s (EIP-2)")
+
+
+def test_an_s_of_exactly_half_the_group_order_is_still_low() -> None:
+    r = bytes.fromhex(signed()["x-mesh-signature"].removeprefix("0x"))[:32]
+    half = SECP256K1_N // 2  # 0x7fff...5d576e7357a4501ddfe92f46681b20a0
+    at_half = r + half.to_bytes(32, "big") + b"\x1b"
+    # past the s check, it recovers to some other key than the one in x-mesh-address
+    assert refused(signed() | {"x-mesh-signature": "0x" + at_half.hex()})[1] == (
+        "signature_mismatch")
+    above = r + (half + 1).to_bytes(32, "big") + b"\x1b"
+    assert refused(signed() | {"x-mesh-signature": "0x" + above.hex()})[1] == "signature_high_s"
+
+
+def _token_by_hand(secret: bytes, payload: bytes) -> tuple[str, str]:
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+    return b64(payload), b64(hmac.new(secret, payload, hashlib.sha256).digest())
+
+
+def test_a_token_is_its_payload_up_to_the_first_dot_and_its_mac_after_it() -> None:
+    secret = b"k" * 32
+    # 42 bytes: base64url in whole 4-character groups, so a dot can split it cleanly
+    payload_text, mac_text = _token_by_hand(
+        secret, b'{"a":"0xdef","n":"gpu-222","e":1700000100}')
+    token = f"{payload_text}.{mac_text}"
+    assert check_token(secret, token, now=NOW) == SessionClaims("0xdef", "gpu-222", NOW + 100)
+    # a dot spliced into the payload ends it there: what follows is no MAC of the whole
+    spliced = f"{payload_text[:4]}.{payload_text[4:]}.{mac_text}"
+    with pytest.raises(ApiError) as caught:
+        check_token(secret, spliced, now=NOW)
+    assert caught.value.status == 401
+    assert caught.value.code in {"token_malformed", "token_invalid"}
+    # whatever follows the first dot is the MAC: a good token with more appended is a MAC
+    # that does not verify (counted as token_invalid), not an unreadable token
+    with pytest.raises(ApiError) as caught:
+        check_token(secret, token + ".x", now=NOW)
+    assert (caught.value.status, caught.value.code, caught.value.message) == (
+        401, "token_invalid", "the session token does not verify")
