@@ -5,8 +5,8 @@ export SOLCX_BINARY_PATH := $(CURDIR)/.solcx
 export MESH_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 # ape's foundry provider would otherwise start (or silently reuse) an anvil on port 8545.
 export APE_FOUNDRY_HOST ?= auto
-# The CI sample's pooled floor, `make mutate`'s 90 %: the sample measured 88 of 89 killed
-# (98.9 %, docs/mutation.md).
+# The CI sample's pooled floor, `make mutate`'s 90 %: the sample measured 115 of 117 killed
+# (98.3 %, docs/mutation.md).
 MUTATION_SAMPLE_THRESHOLD ?= 0.90
 
 .PHONY: setup compile test test-contracts test-invariants slither test-python lint demo fuzz chaos scaleout mutate mutate-sample

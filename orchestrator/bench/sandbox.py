@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.sandbox import Limits, Outcome, Sandbox, isolation, task_python
 from agent.workloads.blender import WORKER
@@ -32,8 +32,13 @@ def _spec(scene: Path, out: Path, *, frames: int, samples: int,
                        "done": [], "todo": [list(c) for c in plan_chunks(samples, samples)]})
 
 
-def _direct(scene: Path, root: Path, **render: Any) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of the render run as a plain child process."""
+class Timing(NamedTuple):
+    wall_s: float
+    cpu_s: float  # the render process's own, every thread
+
+
+def _direct(scene: Path, root: Path, **render: Any) -> Timing:
+    """The render run as a plain child process."""
     out = Path(tempfile.mkdtemp(dir=root))
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(out), "LANG": "C.UTF-8",
            "BLENDER_USER_RESOURCES": str(out / "blender")}
@@ -41,11 +46,11 @@ def _direct(scene: Path, root: Path, **render: Any) -> tuple[float, float]:
     done = subprocess.run([task_python(), str(WORKER), "-"], input=_spec(scene, out, **render),
                           text=True, check=True, capture_output=True, env=env, cwd=out,
                           timeout=3600)
-    return time.perf_counter() - began, _render_cpu_s(done.stdout.splitlines())
+    return Timing(time.perf_counter() - began, _render_cpu_s(done.stdout.splitlines()))
 
 
-def _sandboxed(scene: Path, root: Path, **render: Any) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of the render run in the agent's sandbox."""
+def _sandboxed(scene: Path, root: Path, **render: Any) -> Timing:
+    """The render run in the agent's sandbox."""
     lines: list[str] = []
     with Sandbox(limits=Limits(), read_only=[WORKER.parent, scene.parent],
                  parent_dir=root) as sandbox:
@@ -55,7 +60,7 @@ def _sandboxed(scene: Path, root: Path, **render: Any) -> tuple[float, float]:
         seconds = time.perf_counter() - began
         if run.outcome is not Outcome.OK:
             raise RuntimeError(f"the sandboxed render failed: {run.reason}")
-    return seconds, _render_cpu_s(lines)
+    return Timing(seconds, _render_cpu_s(lines))
 
 
 def _render_cpu_s(stdout: list[str]) -> float:
@@ -74,21 +79,21 @@ def run(*, pairs: int = 5, frames: int = 2, samples: int = 64,
         (root / "scene").mkdir()  # its own dir: the sandbox binds it read-only
         scene = sample_scene(root / "scene")
         _direct(scene, root, **render)  # warm the page cache for both sides
-        direct: list[tuple[float, float]] = []
-        sandboxed: list[tuple[float, float]] = []
+        direct: list[Timing] = []
+        sandboxed: list[Timing] = []
         for pair in range(pairs):
             order = (_direct, _sandboxed) if pair % 2 == 0 else (_sandboxed, _direct)
             for measure in order:
                 (direct if measure is _direct else sandboxed).append(
                     measure(scene, root, **render))
-    ratios = [s[0] / d[0] for s, d in zip(sandboxed, direct, strict=True)]
-    cpu_ratios = [s[1] / d[1] for s, d in zip(sandboxed, direct, strict=True)]
+    ratios = [s.wall_s / d.wall_s for s, d in zip(sandboxed, direct, strict=True)]
+    cpu_ratios = [s.cpu_s / d.cpu_s for s, d in zip(sandboxed, direct, strict=True)]
     return {"isolation": isolation(), "pairs": pairs, "render": {**render,
             "resolution": list(resolution)},
-            "direct_s": [round(d[0], 3) for d in direct],
-            "sandboxed_s": [round(s[0], 3) for s in sandboxed],
-            "direct_cpu_s": [round(d[1], 3) for d in direct],
-            "sandboxed_cpu_s": [round(s[1], 3) for s in sandboxed],
+            "direct_s": [round(d.wall_s, 3) for d in direct],
+            "sandboxed_s": [round(s.wall_s, 3) for s in sandboxed],
+            "direct_cpu_s": [round(d.cpu_s, 3) for d in direct],
+            "sandboxed_cpu_s": [round(s.cpu_s, 3) for s in sandboxed],
             "pair_ratios": [round(r, 4) for r in ratios],
             "cpu_pair_ratios": [round(r, 4) for r in cpu_ratios],
             "sandbox_overhead": round(statistics.median(ratios), 4),
