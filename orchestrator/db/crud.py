@@ -197,6 +197,7 @@ def needs_from_json(data: dict[str, Any]) -> TaskNeeds:
         priority=Priority(data.get("priority", Priority.NORMAL.value)),
         expected_duration_s=float(data.get("expected_duration_s", 60.0)),
         value=int(data.get("value", 0)),
+        critical_path_s=float(data.get("critical_path_s", 0.0)),
     )
 
 

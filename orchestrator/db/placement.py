@@ -37,12 +37,16 @@ class PlacementConflict(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A placement the gate allows: the node's RS for the task, the collateral to lock, and
-    the raw RS (before recalibration) the placement is made at."""
+    """A placement the gate allows: the node's RS for the task, the collateral to lock, the
+    raw RS (before recalibration) the placement is made at, the node's verified render speed
+    and that of the fastest node busy now that could take the task (0: none), from which
+    the gate tells whether the task should rather wait (`PlacementGate.held_back`)."""
 
     rs: float
     collateral: int
     raw_rs: float | None = None
+    speed: float = 1.0
+    faster_speed: float = 0.0
 
 
 class PlacementGate(Protocol):
@@ -60,6 +64,11 @@ class PlacementGate(Protocol):
 
     def covers(self, provider: str, amount: int, now: float) -> bool:
         """The provider's free stake still covers `amount`."""
+        ...
+
+    def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
+                  now: float) -> bool:
+        """The task should wait for a faster node than the admitted one."""
         ...
 
     def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
@@ -90,11 +99,16 @@ class WaitingTask:
     status: str
     needs: dict[str, Any]
     latest_start: float
+    queued_at: float  # when it last became schedulable
 
     @property
     def place(self) -> QueuePlace:
         """Where it stands in the queue: a cursor to read on from."""
         return self.latest_start, self.task_id
+
+    def deadline(self, needs: TaskNeeds) -> float:
+        """Its job's deadline (`latest_start` is that less the task's expected duration)."""
+        return self.latest_start + needs.expected_duration_s
 
 
 
@@ -128,7 +142,8 @@ def waiting_tasks(session: Session, *, limit: int, after: QueuePlace | None = No
     then the oldest), from past `after` (a cursor, so tasks no node can take now do not block
     the queue behind them); on PostgreSQL rows another process is placing are skipped."""
     query = (
-        select(Task.id, Task.job_id, Task.status, Task.needs, Task.latest_start)
+        select(Task.id, Task.job_id, Task.status, Task.needs, Task.latest_start,
+               Task.updated_at)
         .where(Task.status.in_(SCHEDULABLE))
         .order_by(Task.latest_start, Task.id)
         .limit(limit)
@@ -137,8 +152,8 @@ def waiting_tasks(session: Session, *, limit: int, after: QueuePlace | None = No
         query = query.where(tuple_(Task.latest_start, Task.id) > tuple_(*after))
     if lock:
         query = query.with_for_update(skip_locked=True)
-    return [WaitingTask(task_id, job_id, status, needs, queued)
-            for task_id, job_id, status, needs, queued in session.execute(query)]
+    return [WaitingTask(task_id, job_id, status, needs, queued, updated)
+            for task_id, job_id, status, needs, queued, updated in session.execute(query)]
 
 
 def commit_reservations(

@@ -165,11 +165,15 @@ def latest_verdict(session: Session, *, node_id: str) -> PopwVerdictRecord | Non
                            .order_by(PopwVerdictRecord.id.desc())).first()
 
 
-def latest_verdicts(session: Session) -> list[PopwVerdictRecord]:
+def latest_verdicts(session: Session) -> list[tuple[PopwVerdictRecord, str | None]]:
+    """Each node's newest verdict with the GPU class its challenge was issued for."""
     newest = (select(func.max(PopwVerdictRecord.id)).group_by(PopwVerdictRecord.node_id)
               .scalar_subquery())
-    return list(session.scalars(select(PopwVerdictRecord)
-                                .where(PopwVerdictRecord.id.in_(newest))))
+    rows = session.execute(
+        select(PopwVerdictRecord, PopwChallengeRecord.gpu_class)
+        .outerjoin(PopwChallengeRecord, PopwChallengeRecord.nonce == PopwVerdictRecord.nonce)
+        .where(PopwVerdictRecord.id.in_(newest)))
+    return [(record, gpu_class) for record, gpu_class in rows]
 
 
 # ---------------------------------------------------------------- collateral and slashes

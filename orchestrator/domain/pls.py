@@ -2,8 +2,12 @@
 
     expected_cost(node) = compute + P(fail) * (rework_fraction * compute + rescheduling_cost
                                                + delay_fraction * task value)
-    compute             = price_per_gpu_hour * expected hours
+    compute             = price per reference GPU-hour * expected reference hours
     P(fail)             = 1 - RS(node, T)
+
+Tasks are sized in reference GPU-seconds (an RTX 3090's); a node's asking price is turned
+into the price of a reference GPU-hour and T into its wall time there by the render speed
+of the GPU class its PoPW handshake proved (`PlsEngine.rank`).
 
 RS is conditioned on the task's duration T and the node's current uptime, so a
 long task's P(fail) separates nodes far more than a short one's: long tasks go
@@ -21,6 +25,9 @@ silence out of the node's record). A share of short tasks goes to the best new
 node (few sessions observed) so newcomers can build a history; that choice is
 drawn from the policy's own seeded generator, so a run is reproducible given
 the seed and the sequence of calls.
+
+A task that would run past its job's critical path on the best free node may wait for a
+faster busy one, never longer than the lateness that saves (`faster_node_wait_s`).
 
 Two entry points: `rank` takes `matching.Candidate`s (the service), `rank_rows`
 takes numpy arrays of book rows (the simulator; no per-node Python work but
@@ -44,6 +51,21 @@ from orchestrator.domain.types import NodeSpec, TaskNeeds
 
 FLOOR_REFRESH_S = 60.0  # how long one reading of `PlsPolicy.floor_holds` is reused
 FLOOR_BAND = math.log(1.1)  # durations within 10 % of each other share that reading
+REFERENCE_SPEED = 1.0  # the reference card's render speed (`popw.GpuClass.render_speed`)
+
+
+def faster_node_wait_s(needs: TaskNeeds, chosen_speed: float, faster_speed: float) -> float:
+    """How long (from when it was queued) a task may wait for a busy node of `faster_speed`
+    rather than start now on the best free one: the lateness past the job's critical path
+    that the faster node would save, else 0. Ski rental: if no faster node frees up in that
+    time the task starts on the slow one, at most twice as late as starting at once; if one
+    does, it is at most as late. A frame range that runs for hours on a slow GPU is what
+    holds a job's completion (the p99 of `mesh bench churn`); a short one has slack."""
+    if faster_speed <= chosen_speed or chosen_speed <= 0.0:
+        return 0.0
+    slack = max(needs.critical_path_s, needs.expected_duration_s)
+    faster_wall = needs.expected_duration_s / faster_speed
+    return max(needs.expected_duration_s / chosen_speed - max(slack, faster_wall), 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +198,7 @@ class Placement:
     collateral: int  # to lock from the provider's free stake
     explored: bool
     raw_rs: float  # before recalibration: stored with the lock, fed back with the outcome
+    speed: float = REFERENCE_SPEED  # the render speed the node was ranked at
 
 
 class PlsPolicy:
@@ -296,17 +319,24 @@ class PlsPolicy:
                           collateral[order], explored, raw_rs[order])
 
     def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
-             free_stake: Mapping[str, int]) -> list[Placement]:
+             free_stake: Mapping[str, int], speeds: Mapping[str, float] | None = None
+             ) -> list[Placement]:
         """Eligible candidates with a free slot and enough free stake, best first; ties go
-        to the emptier node, then to the node id (as `matching.rank`)."""
+        to the emptier node, then to the node id (as `matching.rank`). `speeds`: each node's
+        render speed against the reference card (prices per reference GPU-hour, wall times
+        as in `rank_rows`); the reference for a node not in it."""
         usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
         usable.sort(key=lambda c: (-c.free_slots, c.spec.node_id))
         if not usable:
             return []
+        known = speeds or {}
         rows = np.array([self.book.index_of(c.spec.node_id) for c in usable], dtype=np.intp)
+        speed = np.array([known.get(c.spec.node_id, REFERENCE_SPEED) for c in usable],
+                         dtype=np.float64)
         prices = np.array([c.spec.price_per_gpu_hour for c in usable], dtype=np.float64)
         stake = np.array([free_stake.get(c.spec.provider, 0) for c in usable], dtype=np.float64)
-        ranked = self.rank_rows(rows, prices, stake, needs, now)
+        ranked = self.rank_rows(rows, prices / speed, stake, needs, now,
+                                wall_durations_s=needs.expected_duration_s / speed)
         placements: list[Placement] = []
         for i, (pos, rs, pf, cost, raw) in enumerate(zip(
                 ranked.positions.tolist(), ranked.rs.tolist(), ranked.p_fail.tolist(),
@@ -315,7 +345,8 @@ class PlsPolicy:
             exact = self.collateral.required(needs.value, pf, needs.expected_duration_s)
             if exact <= free_stake.get(candidate.spec.provider, 0):
                 placements.append(Placement(candidate, rs, pf, cost, exact,
-                                            ranked.explored and i == 0, raw))
+                                            ranked.explored and i == 0, raw,
+                                            float(speed[pos])))
         return placements
 
     def score_fn(self, now: float) -> ScoreFn:

@@ -30,7 +30,14 @@ from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
 from orchestrator.domain.collateral import CollateralPolicy
 from orchestrator.domain.continuity import ProgressProof
 from orchestrator.domain.matching import Candidate
-from orchestrator.domain.pls import LeaseHold, Placement, PlsPolicy, RankedRows
+from orchestrator.domain.pls import (
+    REFERENCE_SPEED,
+    LeaseHold,
+    Placement,
+    PlsPolicy,
+    RankedRows,
+    faster_node_wait_s,
+)
 from orchestrator.domain.popw import PopwConfig, PopwVerdict
 from orchestrator.domain.reliability import (
     GpuSample,
@@ -72,6 +79,9 @@ class PlsConfig:
     reservation_s: float = 7 * 24 * 3600.0
     max_sample_age_s: float = 600.0  # agent samples older than this are refused
     explore_seed: int = 0  # the exploration draw's generator (a run is reproducible)
+    # A task that would run past its job's critical path on the best free node waits for a
+    # busy faster one, for at most the lateness that node would save (`faster_node_wait_s`).
+    wait_for_faster: bool = True
     collateral: CollateralPolicy = field(default_factory=CollateralPolicy)
     checkpoints: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     popw: PopwConfig = field(default_factory=PopwConfig)
@@ -121,6 +131,10 @@ class PlsEngine:
         self._checkpoint_cost: dict[str, CheckpointCost] = {}
         self._lone_holds: dict[str, list[LoneHold]] = {}
         self._lone_reported: set[tuple[str, str, float]] = set()  # lapsed holds reported
+        # Per book row: the render speed of the GPU class the node's last passing handshake
+        # proved (`GpuClass.render_speed`); the reference card's until one passes.
+        self._speeds: list[float] = []
+        self._speed_array: NDArray[np.float64] | None = None
 
     # ----- nodes ----------------------------------------------------------------------
     def register(self, node_id: str, provider: str, *, region: str, network: str, at: float,
@@ -130,7 +144,11 @@ class PlsEngine:
             self.staking.register(node_id, provider, region, network, at, tier)
             self._providers[node_id] = provider
             self._checkpoint_cost[node_id] = CheckpointCost()
-        return self.book.add_node(node_id)
+        row = self.book.add_node(node_id)
+        while len(self._speeds) <= row:
+            self._speeds.append(REFERENCE_SPEED)
+            self._speed_array = None
+        return row
 
     def knows(self, node_id: str) -> bool:
         return node_id in self._providers
@@ -218,7 +236,30 @@ class PlsEngine:
         self._checkpoint_cost[node_id].observe(seconds)
 
     def handshake(self, verdict: PopwVerdict) -> None:
+        """The staking policy's tier, and the render speed placement plans with: the class a
+        passing handshake proved; a failed one (not the GPU it claims) falls back to the
+        reference card."""
         self.staking.handshake(verdict)
+        if verdict.node_id in self._providers:
+            proved = self.config.popw.gpu_classes.get(verdict.gpu_class or "")
+            speed = proved.render_speed if verdict.passed and proved else REFERENCE_SPEED
+            self._speeds[self.book.index_of(verdict.node_id)] = speed
+            self._speed_array = None
+
+    def speeds(self, rows: NDArray[np.intp]) -> NDArray[np.float64]:
+        """Render speed (relative to the reference card) of each book row."""
+        if self._speed_array is None:
+            self._speed_array = np.asarray(self._speeds, dtype=np.float64)
+        return self._speed_array[rows]
+
+    def speed(self, node_id: str) -> float:
+        return self._speeds[self.book.index_of(node_id)]
+
+    def fastest_online(self, now: float) -> float:
+        """The render speed of the fastest node online now (the lease pull's estimate of
+        what a task may wait for; the batch placer knows which nodes are busy)."""
+        rows = np.flatnonzero(self.book.raw_score_many(None, now, 1.0) > 0.0)
+        return float(self.speeds(rows).max()) if rows.size else 0.0
 
     # ----- attempts ---------------------------------------------------------------------
     def attempt_ended(self, raw_rs: float | None, finished: bool) -> None:
@@ -279,21 +320,48 @@ class PlsEngine:
 
     # ----- placement --------------------------------------------------------------------
     def rank(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
-             free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
-             wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
+             free_stake: NDArray[np.float64], needs: TaskNeeds, now: float) -> RankedRows:
         """Eligible, idle candidates (book rows) best first (`PlsPolicy.rank_rows`: the RS
-        floor, stake covering the collateral, probation, exploration). One exploration draw
-        per call."""
-        return self.placement.rank_rows(rows, prices, free_stake, needs, now,
-                                        wall_durations_s=wall_durations_s)
+        floor, stake covering the collateral, probation, exploration). `prices` are asked per
+        GPU-hour; each node's verified speed turns them into the price of a reference GPU-hour
+        (a cheap slow card is not cheaper than it is) and the task's reference seconds into
+        its wall time there (a fast card is asked to survive a shorter time, and a slow one
+        pays for delivering past the critical path). One exploration draw per call."""
+        speeds = self.speeds(rows)
+        return self.placement.rank_rows(rows, np.asarray(prices, dtype=np.float64) / speeds,
+                                        free_stake, needs, now,
+                                        wall_durations_s=needs.expected_duration_s / speeds)
 
     def rank_candidates(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
                         free_stake: Mapping[str, int]) -> list[Placement]:
         """The same ranking over `matching.Candidate`s (the service): eligible ones with a
         free slot, ties to the emptier node then the node id, each with the exact collateral
         its provider's free stake covers. Nodes the engine does not know are no candidates."""
-        return self.placement.rank([c for c in candidates if c.spec.node_id in self._providers],
-                                   needs, now, free_stake)
+        known = [c for c in candidates if c.spec.node_id in self._providers]
+        return self.placement.rank(known, needs, now, free_stake,
+                                   speeds={c.spec.node_id: self.speed(c.spec.node_id)
+                                           for c in known})
+
+    def runs_late(self, needs: TaskNeeds, speed: float) -> bool:
+        """Whether the task would run past its job's critical path on a node of `speed`, so
+        that a faster node may be worth waiting for (what that is costs a look at the grid,
+        taken only then)."""
+        return self.config.wait_for_faster and faster_node_wait_s(needs, speed, math.inf) > 0.0
+
+    def wait_until(self, needs: TaskNeeds, chosen_speed: float, faster_speed: float, *,
+                   queued_at: float, deadline: float, p_fail: float) -> float:
+        """Until when a task queued at `queued_at` should wait for a busy node of
+        `faster_speed` rather than start on the best free one (`faster_node_wait_s`), and
+        never so long that the chosen node could not meet the job's deadline with its
+        expected re-run: the task's wall time there, and again with the chance `p_fail` that
+        the attempt is lost. A time in the past: place it now."""
+        if not self.config.wait_for_faster:
+            return -math.inf
+        budget = faster_node_wait_s(needs, chosen_speed, faster_speed)
+        if budget <= 0.0:
+            return -math.inf
+        wall = needs.expected_duration_s / chosen_speed
+        return min(queued_at + budget, deadline - wall * (1.0 + min(max(p_fail, 0.0), 1.0)))
 
     def collateral(self, needs: TaskNeeds, p_fail: float) -> int:
         """The exact collateral to lock for a placement ranked at `p_fail`."""

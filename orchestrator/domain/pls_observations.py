@@ -176,6 +176,7 @@ def decode(kind: str, body: dict[str, Any]) -> Observation:
         verdict = body["verdict"]
         return Handshake(PopwVerdict(verdict["node_id"], verdict["passed"], Tier(verdict["tier"]),
                                      verdict["decided_at"], verdict["expires_at"],
-                                     tuple(PopwReason(r) for r in verdict["reasons"])))
+                                     tuple(PopwReason(r) for r in verdict["reasons"]),
+                                     verdict.get("gpu_class")))
     observation: Observation = cls(**body)
     return observation

@@ -247,20 +247,25 @@ class _Reader:
 
 @dataclass(frozen=True, slots=True)
 class GpuClass:
-    """Nominal kernel speed of one GPU class; measure with `solve` on real cards."""
+    """Nominal speeds of one GPU class: the challenge kernel's (measure with `solve` on real
+    cards) and Cycles renders' relative to the reference card, an RTX 3090 (the reference
+    GPU-hour tasks are sized and priced in). A passing handshake proves the class within
+    `PopwConfig.too_slow_factor`, so placement may plan a task's wall time by it."""
 
     name: str
     rounds_per_s: float  # kernel rounds per second at `PopwConfig.size`, commitment included
+    render_speed: float  # Cycles throughput relative to an RTX 3090
 
 
 DEFAULT_GPU_CLASSES: Mapping[str, GpuClass] = {
     g.name: g for g in (
-        GpuClass("cpu", 20.0),
-        GpuClass("rtx3060", 400.0),
-        GpuClass("rtx3090", 900.0),
-        GpuClass("rtx4090", 1500.0),
-        GpuClass("a100", 3000.0),
-        GpuClass("h100", 5000.0),
+        GpuClass("cpu", 20.0, 0.05),
+        GpuClass("rtx3060", 400.0, 0.55),
+        GpuClass("rtx3080", 700.0, 0.85),
+        GpuClass("rtx3090", 900.0, 1.0),
+        GpuClass("rtx4090", 1500.0, 1.8),
+        GpuClass("a100", 3000.0, 2.2),
+        GpuClass("h100", 5000.0, 3.0),
     )
 }
 
@@ -418,6 +423,7 @@ class PopwVerdict:
     decided_at: float
     expires_at: float
     reasons: tuple[PopwReason, ...]  # why it failed, or why it is not HIGH
+    gpu_class: str | None = None  # the class a passing handshake proved
 
     def fresh(self, now: float) -> bool:
         return self.passed and now < self.expires_at
@@ -492,8 +498,10 @@ class ChallengeBook:
             degraded.append(PopwReason.THERMAL)
         if degraded:
             return PopwVerdict(facts.node_id, True, Tier.STANDARD, now,
-                               now + cfg.standard_validity_s, tuple(degraded))
-        return PopwVerdict(facts.node_id, True, Tier.HIGH, now, now + cfg.high_validity_s, ())
+                               now + cfg.standard_validity_s, tuple(degraded),
+                               challenge.gpu_class)
+        return PopwVerdict(facts.node_id, True, Tier.HIGH, now, now + cfg.high_validity_s, (),
+                           challenge.gpu_class)
 
     def prune(self, now: float, retention_s: float = 86_400.0) -> int:
         """Forget challenges whose deadline passed more than `retention_s` ago; a replay of

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -23,12 +23,13 @@ from orchestrator.db.placement import (
     PlacementGate,
     QueuePlace,
     Reservation,
+    WaitingTask,
     commit_reservations,
     load_slot_view,
     waiting_tasks,
 )
 from orchestrator.domain.matching import Candidate, ScoreFn, cheapest_first, rank
-from orchestrator.domain.types import NodeSpec
+from orchestrator.domain.types import NodeSpec, TaskNeeds
 
 
 @dataclass(slots=True)
@@ -37,6 +38,7 @@ class _Ranking:
     Under PLS each comes with its admission (RS, collateral, raw RS)."""
 
     node_ids: list[str]
+    needs: TaskNeeds
     admissions: list[Admission] | None = None
     cursor: int = 0
 
@@ -45,6 +47,7 @@ class _Ranking:
 class BatchResult:
     placed: list[Reservation] = field(default_factory=list)
     unplaceable: int = 0  # tasks with no eligible free slot right now
+    held_back: int = 0  # tasks the gate keeps waiting for a faster node
     conflicts: int = 0  # batches rolled back and retried
     decision_s: list[float] = field(default_factory=list)  # per-task decision latency
     wrapped: bool = False  # this batch reached the end of the queue
@@ -93,17 +96,20 @@ class Placer:
             candidates = [Candidate(spec, len(self._free[spec.node_id]))
                           for spec in self._nodes.values()]
             if self.gate is None:
-                ranking = _Ranking([c.spec.node_id for c in rank(candidates, needs, self.score)])
+                ranking = _Ranking([c.spec.node_id for c in rank(candidates, needs, self.score)],
+                                   needs)
             else:
                 ranked = self.gate.rank(candidates, needs, self.clock())
-                ranking = _Ranking([node_id for node_id, _ in ranked],
+                ranking = _Ranking([node_id for node_id, _ in ranked], needs,
                                    [admission for _, admission in ranked])
             self._rankings[key] = ranking
         return ranking
 
-    def _take_slot(self, needs_json: dict[str, Any]
-                   ) -> tuple[str, int, Admission | None] | None:
-        ranking = self._ranking(needs_json)
+    def _take_slot(self, task: WaitingTask
+                   ) -> tuple[str, int, Admission | None] | Literal["held"] | None:
+        """(node, slot, admission) taken for the task; None: no free slot will do; "held":
+        the gate holds the task back for a faster node (`PlacementGate.held_back`)."""
+        ranking = self._ranking(task.needs)
         position = ranking.cursor
         while position < len(ranking.node_ids):
             node_id = ranking.node_ids[position]
@@ -116,8 +122,10 @@ class Placer:
             if self.gate is None or ranking.admissions is None:
                 return node_id, free.pop(), None
             admission = ranking.admissions[position]
-            if self.gate.covers(self._nodes[node_id].provider, admission.collateral,
-                                self.clock()):
+            now = self.clock()
+            if self.gate.covers(self._nodes[node_id].provider, admission.collateral, now):
+                if self.gate.held_back(ranking.needs, admission, task, now):
+                    return "held"
                 return node_id, free.pop(), admission
             position += 1  # this batch used the provider's stake; the next node may fit
         return None
@@ -138,8 +146,11 @@ class Placer:
                     decisions: list[float] = []
                     for task in waiting:
                         started = time.perf_counter()
-                        choice = self._take_slot(task.needs)
+                        choice = self._take_slot(task)
                         decisions.append(time.perf_counter() - started)
+                        if choice == "held":
+                            result.held_back += 1
+                            continue
                         if choice is None:
                             result.unplaceable += 1
                             continue
@@ -174,7 +185,7 @@ class Placer:
         and catch-up."""
         total = BatchResult()
         self._cursor = None
-        placed_this_pass = unplaceable_this_pass = 0
+        placed_this_pass = unplaceable_this_pass = held_this_pass = 0
         while True:
             batch = self.place_batch(batch_size=batch_size)
             total.placed.extend(batch.placed)
@@ -182,8 +193,10 @@ class Placer:
             total.decision_s.extend(batch.decision_s)
             placed_this_pass += len(batch.placed)
             unplaceable_this_pass += batch.unplaceable
+            held_this_pass += batch.held_back
             if batch.wrapped:
                 if placed_this_pass == 0:
                     total.unplaceable = unplaceable_this_pass
+                    total.held_back = held_this_pass
                     return total
-                placed_this_pass = unplaceable_this_pass = 0
+                placed_this_pass = unplaceable_this_pass = held_this_pass = 0

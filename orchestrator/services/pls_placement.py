@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
-from orchestrator.db.placement import Admission
+from orchestrator.db.placement import Admission, WaitingTask
 from orchestrator.domain.chain_actions import AssignCollateral, ReserveCollateral
 from orchestrator.domain.matching import Candidate, eligible
 from orchestrator.domain.reliability import RsComponents
@@ -60,13 +60,32 @@ class PlsPlacement(PlsState):
              ) -> list[tuple[str, Admission]]:
         """The engine's ranking of these candidates for a task, best first, each with what
         its placement locks, over the listing's free stake (the indexed events); the caller
-        takes the first whose provider still `covers` it."""
-        usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
+        takes the first whose provider still `covers` it. Candidates with no free slot left
+        tell how fast a node the task could wait for (`held_back`)."""
+        able = [c for c in candidates if eligible(c.spec, needs)]
+        usable = [c for c in able if c.free_slots > 0]
         free = self._free_stake({c.spec.provider for c in usable}, now)
         with self._lock:
             placements = self.engine.rank_candidates(usable, needs, now, free)
-        return [(p.candidate.spec.node_id, Admission(p.rs, p.collateral, p.raw_rs))
+            busy = [self.engine.speed(c.spec.node_id) for c in able
+                    if c.free_slots <= 0 and self.engine.knows(c.spec.node_id)]
+        faster = max(busy, default=0.0)
+        return [(p.candidate.spec.node_id,
+                 Admission(p.rs, p.collateral, p.raw_rs, p.speed, faster))
                 for p in placements]
+
+    def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
+                  now: float) -> bool:
+        """The task would run late past its job's critical path on the admitted node and a
+        faster one is busy: it waits, for at most the lateness that node would save and
+        never past the point where the admitted node could still meet the deadline
+        (`PlsEngine.wait_until`)."""
+        with self._lock:
+            until = self.engine.wait_until(needs, admission.speed, admission.faster_speed,
+                                           queued_at=task.queued_at,
+                                           deadline=task.deadline(needs),
+                                           p_fail=1.0 - admission.rs)
+        return now < until
 
     def covers(self, provider: str, amount: int, now: float) -> bool:
         """The provider's free stake on the chain (the decision's read, not the listing's),
@@ -84,7 +103,14 @@ class PlsPlacement(PlsState):
         ranked = self.rank([Candidate(spec, 1)], needs, now)
         if not ranked or not self.covers(spec.provider, ranked[0][1].collateral, now):
             return None
-        return ranked[0][1]
+        admission = ranked[0][1]
+        with self._lock:
+            if not self.engine.runs_late(needs, admission.speed):
+                return admission  # on time on this node: no faster one is worth waiting for
+            # A node pulling alone cannot see which nodes are busy: the fastest one online
+            # stands for them (an idle one would pull the task itself).
+            fastest = self.engine.fastest_online(now)
+        return replace(admission, faster_speed=fastest)
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
                  provider: str, admission: Admission, now: float) -> None:

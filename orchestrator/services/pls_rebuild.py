@@ -76,10 +76,11 @@ class PlsRebuild(PlsIngest):
             for withdrawal in store.all_withdrawals(session):
                 self.engine.staking.withdrawal_replayed(
                     str(withdrawal.task_id), [bytes.fromhex(c) for c in withdrawal.chunks])
-            for record in store.latest_verdicts(session):
+            for record, gpu_class in store.latest_verdicts(session):
                 verdict = PopwVerdict(record.node_id, record.passed, Tier(record.tier),
                                       record.decided_at, record.expires_at,
-                                      tuple(PopwReason(r) for r in record.reasons))
+                                      tuple(PopwReason(r) for r in record.reasons),
+                                      gpu_class if record.passed else None)
                 self._verdicts[record.node_id] = verdict
                 if self.engine.knows(record.node_id):
                     self.engine.handshake(verdict)

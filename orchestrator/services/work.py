@@ -85,8 +85,9 @@ def _next_lease(session: Session, *, node: Node, now: float, reservation_ttl_s: 
     for task in _eligible_waiting(session, spec=spec):
         admission = None
         if gate is not None:
-            admission = gate.admit(spec, crud.needs_from_json(task.needs), now)
-            if admission is None:
+            needs = crud.needs_from_json(task.needs)
+            admission = gate.admit(spec, needs, now)
+            if admission is None or gate.held_back(needs, admission, task, now):
                 continue
         try:
             with session.begin_nested():

@@ -20,7 +20,7 @@ from orchestrator.domain.matching import eligible, latest_start
 from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds
 from orchestrator.simulation.jobs import VALUE_PER_REF_GPU_HOUR, Job
 from orchestrator.simulation.models import TOKEN, NodeProfile
-from orchestrator.simulation.policies import Policy, TaskView
+from orchestrator.simulation.policies import Policy, TaskView, Wait
 from orchestrator.simulation.world import NodeTimeline, Partition, World
 
 CHECKPOINT_MB = 40.0  # finished tiles and render state uploaded per checkpoint
@@ -42,6 +42,7 @@ class Ev(IntEnum):
     EPOCH = 5
     SCHEDULE = 6
     LEASE_EXPIRY = 7
+    WAKE = 8  # a task the policy chose to hold back may be placed now
 
 
 @dataclass(slots=True)
@@ -53,6 +54,7 @@ class TaskState:
     status: TaskStatus = TaskStatus.PENDING
     saved_s: float = 0.0  # reference GPU-seconds safely checkpointed
     attempts: int = 0
+    queued_at: float = 0.0  # when it last joined the queue
 
 
 @dataclass(slots=True)
@@ -209,6 +211,7 @@ class Simulation:
         self.attempts: dict[int, Attempt] = {}
         self._seq = 0
         self._schedule_queued = False
+        self._wake_at = math.inf  # the earliest wake a policy's `Wait` asked for
         self.now = 0.0
         # matching.eligible depends only on the node spec and the task's (VRAM, priority), so
         # its verdicts are kept per such class and recomputed for a node when its tier changes.
@@ -260,6 +263,10 @@ class Simulation:
                 self._release(ref)
             elif kind == Ev.LEASE_EXPIRY:
                 self._lease_expired(ref)
+            elif kind == Ev.WAKE:
+                if at >= self._wake_at:
+                    self._wake_at = math.inf
+                self.request_schedule()
             else:
                 self._schedule_queued = False
                 self._schedule()
@@ -274,7 +281,7 @@ class Simulation:
                 min_vram_gb=job.min_vram_gb, priority=job.priority, expected_duration_s=work,
                 value=round(work / 3600.0 * VALUE_PER_REF_GPU_HOUR),
                 critical_path_s=max(job.task_work_s))
-            self.tasks[key] = TaskState(key, job, work, needs)
+            self.tasks[key] = TaskState(key, job, work, needs, queued_at=self.now)
             heapq.heappush(self.pending, self._queued(self.tasks[key]))
         self.request_schedule()
 
@@ -454,13 +461,15 @@ class Simulation:
         return latest_start(task.job.deadline_s, task.needs.expected_duration_s), task.key
 
     def _requeue(self, task: TaskState) -> None:
+        task.queued_at = self.now
         heapq.heappush(self.pending, self._queued(task))
         self.request_schedule()
 
     def _schedule(self) -> None:
         """Place pending tasks, least laxity first, while idle nodes remain. Once a task found
         no taker among ALL idle nodes, tasks of its class (VRAM, priority) with at least as
-        much work left are skipped for the rest of the pass: the pool has not changed."""
+        much work left are skipped for the rest of the pass: the pool has not changed. A task
+        the policy holds back (`Wait`) counts against neither: it could have been placed."""
         deferred: list[tuple[float, int]] = []
         hopeless: dict[tuple[int, Priority], float] = {}  # class -> smallest refused work
         failures = 0
@@ -469,11 +478,15 @@ class Simulation:
             task = self.tasks[entry[1]]
             task_class = (task.needs.min_vram_gb, task.needs.priority)
             refused = hopeless.get(task_class, math.inf)
-            if task.work_s - task.saved_s < refused and self._place(task, hopeless):
+            if task.work_s - task.saved_s >= refused:
+                placed: bool | None = False
+            else:
+                placed = self._place(task, hopeless)
+            if placed:
                 failures = 0
             else:
                 deferred.append(entry)
-                failures += 1
+                failures += placed is False
         for entry in deferred:
             heapq.heappush(self.pending, entry)
 
@@ -491,7 +504,9 @@ class Simulation:
         for (min_vram, priority), mask in self._eligible.items():
             mask[node] = eligible(spec, TaskNeeds(min_vram_gb=min_vram, priority=priority))
 
-    def _place(self, task: TaskState, hopeless: dict[tuple[int, Priority], float]) -> bool:
+    def _place(self, task: TaskState, hopeless: dict[tuple[int, Priority], float]
+               ) -> bool | None:
+        """True: placed; False: no taker; None: the policy holds it back (`Wait`)."""
         task_class = (task.needs.min_vram_gb, task.needs.priority)
         idle = self.pool.nodes()
         eligible_nodes = idle[self.eligible_mask(task.needs)[idle]]
@@ -505,8 +520,13 @@ class Simulation:
         needs = dataclasses.replace(
             task.needs, expected_duration_s=remaining,
             value=round(remaining / 3600.0 * VALUE_PER_REF_GPU_HOUR))
-        view = TaskView(task.key, needs, remaining)
+        view = TaskView(task.key, needs, remaining, task.queued_at, task.job.deadline_s)
         choice = self.policy.choose(view, candidates, self.now)
+        if isinstance(choice, Wait):
+            if choice.until < self._wake_at:
+                self._wake_at = choice.until
+                self.push(choice.until, Ev.WAKE, 0)
+            return None
         if choice is None:
             hopeless[task_class] = min(hopeless.get(task_class, math.inf), remaining)
             return False

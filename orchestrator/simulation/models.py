@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.domain.popw import DEFAULT_GPU_CLASSES
+
 HOUR_S = 3600.0
 TOKEN = 10**18  # token units (wei) per token of the stake/payment ERC-20
 
@@ -151,19 +153,24 @@ POPULATIONS: dict[str, Population] = {
 class GpuClass:
     name: str
     vram_gb: int
-    speed: float  # throughput relative to an RTX 3090 on Cycles renders
+    popw_class: str  # the PoPW class a handshake proves (`popw.DEFAULT_GPU_CLASSES`)
     price_milli_tokens: int  # asked per GPU-hour, in thousandths of a token
     share: float  # fraction of generated nodes carrying it
+
+    @property
+    def speed(self) -> float:
+        """Throughput relative to an RTX 3090 on Cycles renders (the PoPW class's)."""
+        return DEFAULT_GPU_CLASSES[self.popw_class].render_speed
 
 
 GPU_CLASSES: dict[str, GpuClass] = {
     g.name: g
     for g in (
-        GpuClass("RTX 3060", 12, 0.55, 300, 0.30),
-        GpuClass("RTX 3080", 10, 0.85, 450, 0.20),
-        GpuClass("RTX 3090", 24, 1.00, 550, 0.25),
-        GpuClass("RTX 4090", 24, 1.80, 900, 0.20),
-        GpuClass("A100", 80, 2.20, 1200, 0.05),
+        GpuClass("RTX 3060", 12, "rtx3060", 300, 0.30),
+        GpuClass("RTX 3080", 10, "rtx3080", 450, 0.20),
+        GpuClass("RTX 3090", 24, "rtx3090", 550, 0.25),
+        GpuClass("RTX 4090", 24, "rtx4090", 900, 0.20),
+        GpuClass("A100", 80, "a100", 1200, 0.05),
     )
 }
 

@@ -24,8 +24,8 @@ from orchestrator.domain.slashing import SlashReason
 from orchestrator.domain.types import NodeSpec, Tier
 from orchestrator.simulation.engine import Attempt, PlacementObserver, Simulation
 from orchestrator.simulation.jobs import VALUE_PER_REF_GPU_HOUR
-from orchestrator.simulation.models import THROTTLE_SLOWDOWN, TOKEN, NodeProfile
-from orchestrator.simulation.policies import Choice, Grid, TaskView
+from orchestrator.simulation.models import GPU_CLASSES, THROTTLE_SLOWDOWN, TOKEN, NodeProfile
+from orchestrator.simulation.policies import Choice, Grid, TaskView, Wait
 
 PROBES_PER_CONTACT = 4  # ping-pong rounds timed whenever the orchestrator talks to a node
 GPU_SAMPLES_PER_CONTACT = 8  # enough that the throttled share tracks the true rate
@@ -66,11 +66,8 @@ class PlsDriver(PlacementObserver):
         n = len(profiles)
         self.stake = np.asarray([float(p.stake) for p in profiles])
         self.locked = np.zeros(n)
-        # The engine prices one expected duration for every candidate, so hand it each node's
-        # price per REFERENCE GPU-hour (asking price / PoPW-verified class speed): a cheap slow
-        # GPU must not look cheaper than it is.
-        self.prices = np.asarray([float(p.price_per_gpu_hour) / p.speed for p in profiles])
-        self.speeds = np.asarray([p.speed for p in profiles])  # PoPW-verified class speed
+        self.prices = np.asarray([float(p.price_per_gpu_hour) for p in profiles])
+        self.vram = np.asarray([p.vram_gb for p in profiles])
         self.providers = [spec.provider for spec in specs]
         self.verdict_expires = np.zeros(n)
         self.online = np.zeros(n, dtype=bool)
@@ -91,15 +88,23 @@ class PlsDriver(PlacementObserver):
 
     # ----- decisions ------------------------------------------------------------------
     def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | None:
+               ) -> Choice | Wait | None:
+        """The engine's best candidate, unless the task would run late on it and should
+        wait for a faster node that is busy now (`PlsEngine.wait_until`)."""
         free_stake = self.stake[candidates] - self.locked[candidates]
-        wall = task.remaining_work_s / self.speeds[candidates]
         ranked = self.engine.rank(candidates, self.prices[candidates], free_stake,
-                                  task.needs, now, wall_durations_s=wall)
+                                  task.needs, now)
         if ranked.rows.size == 0:
             return None
         position = int(ranked.positions[0])
         node = int(candidates[position])
+        speed = self.engine.speed(self.profiles[node].node_id)
+        if self.engine.runs_late(task.needs, speed):
+            until = self.engine.wait_until(task.needs, speed, self._fastest_busy(task, candidates),
+                                           queued_at=task.queued_at, deadline=task.deadline_s,
+                                           p_fail=float(ranked.p_fail[0]))
+            if until > now:
+                return Wait(until)
         collateral = self.engine.collateral(task.needs, float(ranked.p_fail[0]))
         self._chosen = (node, collateral, float(ranked.raw_rs[0]))  # committed when it starts
         return Choice(position, float(ranked.rs[0]))
@@ -107,8 +112,9 @@ class PlsDriver(PlacementObserver):
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         """Young's interval from the node's predicted hazard over this task and its measured
         checkpoint time (the EWMA's prior until a first checkpoint was timed)."""
-        return self.engine.checkpoint_interval_s(self.profiles[node].node_id, now,
-                                                 task.remaining_work_s / self.profiles[node].speed)
+        node_id = self.profiles[node].node_id
+        return self.engine.checkpoint_interval_s(
+            node_id, now, task.remaining_work_s / self.engine.speed(node_id))
 
     def lease_hold_s(self, node: int, now: float) -> float:
         """What `LeaseHold` decided at the node's DEAD verdict (`node_down`, called first)."""
@@ -193,6 +199,14 @@ class PlsDriver(PlacementObserver):
             sim.set_spec(node, dataclasses.replace(sim.specs[node], tier=change.new))
 
     # ----- helpers --------------------------------------------------------------------
+    def _fastest_busy(self, task: TaskView, idle: NDArray[np.intp]) -> float:
+        """The verified speed of the fastest node online, able to take the task and not
+        idle now (0 when there is none)."""
+        busy = self.online & (self.vram >= task.needs.min_vram_gb)
+        busy[idle] = False
+        rows = np.flatnonzero(busy)
+        return float(self.engine.speeds(rows).max()) if rows.size else 0.0
+
     def _is_false(self, reason: SlashReason, task_id: str | None, node: int) -> bool:
         """A slash of an honest node for something it did not do: a partition or a
         correlated outage read as abandonment, or a failed check of a correct result.
@@ -240,4 +254,5 @@ class PlsDriver(PlacementObserver):
                     else self.popw.standard_validity_s)
         self.verdict_expires[node] = now + validity
         self.engine.handshake(PopwVerdict(profile.node_id, tier is not Tier.BACKGROUND, tier,
-                                           now, now + validity, ()))
+                                           now, now + validity, (),
+                                           GPU_CLASSES[profile.gpu].popw_class))

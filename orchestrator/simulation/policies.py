@@ -31,12 +31,21 @@ class Choice:
 
 
 @dataclass(frozen=True, slots=True)
+class Wait:
+    """Place nothing now; offer the task again at `until` (or at the next pass before it)."""
+
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
 class TaskView:
     """What a policy may know about the task it is placing."""
 
     task_key: int
     needs: TaskNeeds
     remaining_work_s: float  # reference GPU-seconds still to do
+    queued_at: float  # since when it waits for a node (its arrival, or its requeue)
+    deadline_s: float  # its job's deadline
 
 
 class Grid(Protocol):
@@ -53,9 +62,9 @@ class Policy(Protocol):
     name: str
 
     def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | None:
+               ) -> Choice | Wait | None:
         """Pick one of `candidates` (node indices, all eligible and idle, in random order);
-        None: wait."""
+        None: none will do; `Wait`: none now, by choice, until then."""
         ...
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:

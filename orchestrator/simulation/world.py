@@ -210,18 +210,22 @@ class World:
         detector = self.detector
         declared_down = True  # a node is unknown (hence not schedulable) until it heartbeats
         phase = float(rng.uniform(0.0, HEARTBEAT_S))
-        for k, (r_start, r_end) in enumerate(reachable):
+        # A reachable stretch too short to send a heartbeat (a process that dies within
+        # seconds of starting) is invisible to the detector: the silence around it is one gap.
+        heard: list[tuple[float, float, np.ndarray]] = []
+        for r_start, r_end in reachable:
             head = self._heartbeats(profile, phase, r_start, r_end, HISTORY_BURST, False, rng)
             tail = self._heartbeats(profile, phase, r_start, r_end, HISTORY_BURST, True, rng)
             arrivals = np.unique(np.concatenate([head, tail]))
-            if arrivals.size == 0:
-                continue
+            if arrivals.size:
+                heard.append((r_start, r_end, arrivals))
+        for k, (_, r_end, arrivals) in enumerate(heard):
             for t in arrivals:
                 detector.heartbeat(node_id, float(t))
             if declared_down:
                 timeline.up_at.append(float(arrivals[0]))
             last = float(arrivals[-1])
-            next_start = reachable[k + 1][0] if k + 1 < len(reachable) else math.inf
+            next_start = heard[k + 1][0] if k + 1 < len(heard) else math.inf
             gap_end = min(next_start, self.horizon_s)
             dead_at: float | None = None
             t = math.floor(last / SWEEP_S) * SWEEP_S + SWEEP_S

@@ -12,6 +12,7 @@ from orchestrator.domain.continuity import ChunkMark, session_address, sign_prog
 from orchestrator.domain.matching import Candidate
 from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import NO_EVIDENCE, LoneHold, PlsConfig, PlsEngine, Reading
+from orchestrator.domain.popw import PopwVerdict
 from orchestrator.domain.reliability import (
     GpuSample,
     ProbeSample,
@@ -345,34 +346,107 @@ def test_telemetry_reaches_the_named_nodes_record() -> None:
     assert engine.digest("a", now) != engine.digest("b", now)
 
 
-def test_ranking_rows_takes_online_rows_best_first_with_the_wall_times_given() -> None:
+def proved(engine: PlsEngine, node_id: str, gpu_class: str | None, *, passed: bool = True,
+           at: float = 0.0) -> None:
+    engine.handshake(PopwVerdict(node_id, passed, Tier.STANDARD if passed else Tier.BACKGROUND,
+                                 at, at + 86_400.0, (), gpu_class))
+
+
+def test_ranking_rows_takes_online_rows_best_first() -> None:
     engine = engine_with("a", "b", "c", config=PlsConfig(min_rs=0.0))
     for node in ("a", "b"):
         engine.session_started(node, 0.0)  # c never came online
     rows = np.array([engine.book.index_of(n) for n in ("a", "b", "c")], dtype=np.intp)
     needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN)
     ranked = engine.rank(rows, np.array([2.0 * TOKEN, 1.0 * TOKEN, 1.0]), np.full(3, 1e24),
-                         needs, 100.0, wall_durations_s=np.array([60.0, 60.0, 60.0]))
+                         needs, 100.0)
     assert ranked.rows.tolist() == [rows[1], rows[0]]  # the cheaper of two equal nodes first
     assert ranked.positions.tolist() == [1, 0]
 
 
+def test_the_speed_a_handshake_proved_is_what_placement_plans_with() -> None:
+    engine = engine_with("a", "b")
+    rows = np.array([0, 1], dtype=np.intp)
+    assert engine.speeds(rows).tolist() == [1.0, 1.0]  # the reference card until proved
+    proved(engine, "a", "rtx3060")
+    proved(engine, "b", "a100")
+    assert engine.speeds(rows).tolist() == [0.55, 2.2]
+    assert engine.speed("b") == 2.2
+    proved(engine, "b", "a100", passed=False)  # too slow for the class it claims now
+    proved(engine, "a", "no-such-class")
+    assert engine.speeds(rows).tolist() == [1.0, 1.0]
+
+
 def test_a_node_that_would_run_the_task_for_hours_ranks_behind_a_dearer_fast_one() -> None:
-    """The wall times reach the ranking: the same one-minute task is six hours of work on
-    the slow GPU, so it is late past its critical path and risks more time online, and the
-    node asking a tenth less goes second; with the task's nominal time for both it went first."""
+    """The proved speeds reach the ranking: the same hour of reference work is 12 hours on a
+    card 12 times slower, late past its critical path and more time online at risk, so the
+    node asking a tenth less per GPU-hour (more per reference hour) goes second; unproved,
+    both are planned as the reference card and the cheaper went first."""
     engine = engine_with("fast", "slow", config=PlsConfig(min_rs=0.0))
     for node in ("fast", "slow"):
         engine.session_started(node, 0.0)
     rows = np.array([engine.book.index_of(n) for n in ("fast", "slow")], dtype=np.intp)
-    needs = TaskNeeds(expected_duration_s=60.0, value=TOKEN)
+    needs = TaskNeeds(expected_duration_s=3600.0, value=TOKEN)
     prices = np.array([1.0 * TOKEN, 0.9 * TOKEN])
     nominal = engine.rank(rows, prices, np.full(2, 1e24), needs, 100.0)
-    walls = engine.rank(rows, prices, np.full(2, 1e24), needs, 100.0,
-                        wall_durations_s=np.array([60.0, 6 * 3600.0]))
+    proved(engine, "fast", "h100")
+    proved(engine, "slow", "rtx3060")
+    speeds = engine.rank(rows, prices, np.full(2, 1e24), needs, 100.0)
     assert nominal.rows.tolist() == [rows[1], rows[0]]
-    assert walls.rows.tolist() == [rows[0], rows[1]]
-    assert walls.rs[1] < nominal.rs[0]  # six hours online are less likely than one minute
+    assert speeds.rows.tolist() == [rows[0], rows[1]]
+    assert speeds.rs[1] < nominal.rs[0]  # hours online are less likely than one
+    specs = [NodeSpec(n, provider_of(n), "gpu", 24, 8.6, "eu", p, 1)
+             for n, p in (("fast", TOKEN), ("slow", 9 * TOKEN // 10))]
+    stake = {provider_of(n): 10**24 for n in ("fast", "slow")}
+    by_candidates = engine.rank_candidates([Candidate(s, 1) for s in specs], needs, 100.0, stake)
+    assert [p.candidate.spec.node_id for p in by_candidates] == ["fast", "slow"]
+    assert [p.speed for p in by_candidates] == [3.0, 0.55]
+
+
+def test_a_task_late_on_the_free_node_waits_for_a_faster_busy_one_no_longer_than_it_saves() -> None:
+    """Ski rental: an hour of reference work on a card at half speed is two hours, an hour
+    past the critical path; a node at speed 2 would save that hour, so the task waits at
+    most an hour from when it was queued, and never so long that the slow node could not
+    finish it by the deadline with its expected re-run (two hours, plus two more times the
+    chance the attempt is lost). Nothing to wait for when the task is on time or nothing
+    faster is busy."""
+    engine = engine_with("a")
+    needs = TaskNeeds(expected_duration_s=3600.0, value=TOKEN)
+    far = 10 * 86_400.0
+
+    def until(chosen: float, faster: float, deadline: float = far, p_fail: float = 0.0,
+              of: PlsEngine = engine, task: TaskNeeds = needs) -> float:
+        return of.wait_until(task, chosen, faster, queued_at=100.0, deadline=deadline,
+                             p_fail=p_fail)
+
+    assert until(0.5, 2.0) == 3700.0
+    # a faster node that would itself be late saves only the difference
+    assert until(0.5, 0.8) == 100.0 + 2700.0
+    # the deadline: two hours on the slow node, and a quarter of them again for the risk
+    assert until(0.5, 2.0, deadline=9600.0, p_fail=0.25) == 600.0
+    assert until(0.5, 2.0, deadline=9600.0, p_fail=7.0) == 9600.0 - 4 * 3600.0  # at most 2x
+    assert until(0.5, 0.5) == -np.inf
+    assert until(1.0, 2.0) == -np.inf
+    # slack: the job's critical path is three hours, so two hours are on time
+    patient = TaskNeeds(expected_duration_s=3600.0, value=TOKEN, critical_path_s=3 * 3600.0)
+    assert until(0.5, 2.0, task=patient) == -np.inf
+    assert engine.runs_late(needs, 0.5) and not engine.runs_late(needs, 1.0)
+    assert not engine.runs_late(patient, 0.5)
+    off = engine_with("a", config=PlsConfig(wait_for_faster=False))
+    assert until(0.5, 2.0, of=off) == -np.inf
+    assert not off.runs_late(needs, 0.5)
+
+
+def test_the_fastest_online_node_is_read_from_sessions_and_proved_speeds() -> None:
+    engine = engine_with("a", "b", "c")
+    proved(engine, "a", "rtx3060")
+    proved(engine, "b", "h100")
+    assert engine.fastest_online(50.0) == 0.0  # nobody online
+    engine.session_started("a", 0.0)
+    engine.session_started("c", 0.0)
+    assert engine.fastest_online(50.0) == 1.0  # c is unproved: the reference card
+    engine.session_started("b", 10.0)
+    assert engine.fastest_online(50.0) == 3.0
 
 
 GRACE = 300.0  # LeaseHold's lone grace in the tests below

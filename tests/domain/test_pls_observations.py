@@ -55,7 +55,7 @@ EXAMPLES: list[tuple[str, Observation]] = [
     ("attempt_ended", AttemptEnded("n1", 8, "failed_verification", None, 0, 91.0, "ab" * 32)),
     ("handshake", Handshake(PopwVerdict("n1", False, Tier.BACKGROUND, 100.0, 200.0,
                                         (PopwReason.LATE, PopwReason.THERMAL)))),
-    ("handshake", Handshake(PopwVerdict("n2", True, Tier.HIGH, 100.0, 900.0, ()))),
+    ("handshake", Handshake(PopwVerdict("n2", True, Tier.HIGH, 100.0, 900.0, (), "rtx4090"))),
     ("tier", TierDecided("n1", int(Tier.BACKGROUND), 110.0)),
 ]
 
@@ -89,3 +89,10 @@ def test_every_kind_has_an_example() -> None:
 def test_an_unknown_kind_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"^unknown PLS observation kind 'nope'$"):
         decode("nope", {})
+
+
+def test_a_handshake_logged_before_verdicts_named_their_class_still_decodes() -> None:
+    kind, body = encode(Handshake(PopwVerdict("n2", True, Tier.HIGH, 100.0, 900.0, ())))
+    del body["verdict"]["gpu_class"]
+    decoded = decode(kind, body)
+    assert isinstance(decoded, Handshake) and decoded.verdict.gpu_class is None

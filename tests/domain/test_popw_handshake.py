@@ -46,7 +46,8 @@ from orchestrator.domain.reliability import GpuSample
 from orchestrator.domain.types import Tier
 
 CONFIG = PopwConfig(size=32, spot_checks=8, target_s=2.0,
-                    gpu_classes={"slow": GpuClass("slow", 10.0), "fast": GpuClass("fast", 40.0)})
+                    gpu_classes={"slow": GpuClass("slow", 10.0, 0.5),
+                                 "fast": GpuClass("fast", 40.0, 2.0)})
 NONCE = bytes(range(32))
 STEADY_PINGS: tuple[float | None, ...] = (20.0,) * 20
 
@@ -398,7 +399,7 @@ def test_a_challenge_carries_its_class_pings_and_deadline() -> None:
     assert challenge == Challenge(NONCE[:16], "node-1", "slow", 32, 20, 8, 20, 1000.0, 2.0,
                                   1000.0 + 2.0 * 2.0 + 5.0)
     tiny = ChallengeBook(PopwConfig(size=32, target_s=0.01,
-                                    gpu_classes={"slow": GpuClass("slow", 10.0)}))
+                                    gpu_classes={"slow": GpuClass("slow", 10.0, 0.5)}))
     assert tiny.issue("n", "slow", NONCE, 0.0).rounds == 1  # never fewer than one round
     with pytest.raises(ValueError, match=r"^a challenge nonce needs at least 16 bytes$"):
         book.issue("n", "slow", NONCE[:15], 0.0)
@@ -416,14 +417,14 @@ def test_every_verdict_names_its_node_time_and_validity() -> None:
     _, _, expected_s = issued()
     at = 1000.0 + expected_s
     assert judged() == PopwVerdict("node-1", True, Tier.HIGH, at,
-                                   at + CONFIG.high_validity_s, ())
+                                   at + CONFIG.high_validity_s, (), "slow")
     jittery = tuple(20.0 + (60.0 if i % 2 else 0.0) for i in range(20))
     assert judged(pings=jittery) == PopwVerdict("node-1", True, Tier.STANDARD, at,
                                                 at + CONFIG.standard_validity_s,
-                                                (PopwReason.HIGH_JITTER,))
+                                                (PopwReason.HIGH_JITTER,), "slow")
     assert judged(signed=False) == PopwVerdict("node-1", False, Tier.BACKGROUND, at,
                                                at + CONFIG.standard_validity_s,
-                                               (PopwReason.FORGED,))
+                                               (PopwReason.FORGED,))  # proves no class
 
 
 def test_the_edges_of_the_handshake_rules_are_passes() -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from orchestrator.db.session import (
 from orchestrator.domain.chain_actions import AssignCollateral, ChainAction, ProveAssignment
 from orchestrator.domain.fees import Fees
 from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
-from orchestrator.domain.types import NodeHealth
+from orchestrator.domain.types import NodeHealth, Priority, TaskNeeds
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services import work
 from orchestrator.telemetry.heartbeats import HeartbeatBuffer
@@ -534,3 +535,12 @@ def test_a_second_sender_skips_the_rows_another_holds_instead_of_waiting(
             other.execute(text("SET LOCAL lock_timeout = '2s'"))
             assert outbox.in_flight_actions(other) == []
             assert [e.id for e in outbox.pending_actions(other, limit=10)] == [b, c]
+
+
+def test_task_needs_survive_their_json_column_whole() -> None:
+    needs = TaskNeeds(min_vram_gb=12, gpu_models=frozenset({"RTX4090", "A100"}),
+                      regions=frozenset({"eu"}), providers=frozenset({"0x" + "a" * 40}),
+                      excluded_providers=frozenset({"0x" + "b" * 40}),
+                      max_price_per_gpu_hour=7, priority=Priority.HIGH,
+                      expected_duration_s=5400.0, value=10**18, critical_path_s=7200.0)
+    assert crud.needs_from_json(json.loads(json.dumps(crud.needs_to_json(needs)))) == needs

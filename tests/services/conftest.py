@@ -52,7 +52,7 @@ def stake() -> FixedStake:
 @pytest.fixture
 def pls_config() -> PlsConfig:
     # Classes 50x slower than nominal: 60 rounds for an rtx4090, so each solve is quick.
-    slow_classes = {name: GpuClass(name, gpu.rounds_per_s / 50)
+    slow_classes = {name: GpuClass(name, gpu.rounds_per_s / 50, gpu.render_speed)
                     for name, gpu in DEFAULT_GPU_CLASSES.items()}
     return PlsConfig(popw=PopwConfig(size=32, ping_rounds=5, gpu_classes=slow_classes))
 

@@ -28,6 +28,7 @@ from orchestrator.simulation.policies import (
     OraclePolicy,
     TaskView,
     Unobservant,
+    Wait,
 )
 from orchestrator.simulation.traces import Session, TraceError
 from orchestrator.simulation.world import World
@@ -119,6 +120,56 @@ class Spy(Prefer):
         return super().choose(task, candidates, now)
 
 
+class HoldBack(Prefer):
+    """Holds every task but `take` back until `until` (`Wait`), remembering when it was
+    offered which task."""
+
+    def __init__(self, until: float, take: int = -1) -> None:
+        super().__init__(node=-1)
+        self.until = until
+        self.take = take
+        self.offers: list[tuple[float, int]] = []
+
+    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
+               ) -> Choice | Wait | None:
+        self.offers.append((now, task.task_key))
+        if now < self.until and task.task_key != self.take:
+            return Wait(self.until)
+        return super().choose(task, candidates, now)
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_a_task_held_back_is_offered_again_when_its_wait_ends() -> None:
+    """Nothing else happens in this world after the job arrives: only the wake the policy
+    asked for brings the task back, and it starts then."""
+    profiles = [profile("only")]
+    world = World({"only": [Session(0.0, math.inf)]}, {"only": profiles[0]}, 86_400.0,
+                  np.random.default_rng(0))
+    policy = HoldBack(until=1_000.0)
+    sim = Simulation(world, profiles, [spec(p) for p in profiles], [one_job(600.0)], policy,
+                     np.random.default_rng(0))
+    result = sim.run()
+    assert policy.offers == [(60.0, 0), (1_000.0, 0)]
+    assert result.job_done_at[0] > 1_000.0 + 600.0
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_tasks_held_back_do_not_end_a_pass_before_the_queue_behind_them() -> None:
+    """More tasks are held back than a pass tolerates failures in a row: the task behind
+    them is still offered the idle node in the same pass."""
+    profiles = [profile("only")]
+    world = World({"only": [Session(0.0, math.inf)]}, {"only": profiles[0]}, 86_400.0,
+                  np.random.default_rng(0))
+    tasks = 40
+    job = dataclasses.replace(one_job(600.0), task_work_s=(600.0,) * tasks)
+    policy = HoldBack(until=50_000.0, take=tasks - 1)
+    Simulation(world, profiles, [spec(p) for p in profiles], [job], policy,
+               np.random.default_rng(0)).run()
+    assert (60.0, tasks - 1) in policy.offers
+    first_pass = [key for at, key in policy.offers if at == 60.0]
+    assert first_pass[-1] == tasks - 1 and len(first_pass) == tasks
+
+
 @pytest.mark.usefixtures("quiet_world")
 def test_every_idle_eligible_node_is_a_candidate() -> None:
     """As the service's `Placer` ranks every node: no sampling that could hide the best one."""
@@ -131,6 +182,21 @@ def test_every_idle_eligible_node_is_a_candidate() -> None:
     Simulation(world, profiles, [spec(p) for p in profiles], [one_job(600.0)], spy,
                np.random.default_rng(0)).run()
     assert spy.offered[0] == set(range(150))  # all but the node short of VRAM
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_a_restart_too_short_to_heartbeat_is_one_silence_to_the_detector() -> None:
+    """The process is back two seconds after it left and dies again half a second later,
+    before its first heartbeat: the detector hears nothing from 1,000 s to 5,000 s and calls
+    the node dead once in between (it once took the restart as a reconnection and then never
+    saw the node leave, so a lease placed on it stayed for hours)."""
+    node = profile("blink")
+    trace = {"blink": [Session(0.0, 1_000.0), Session(1_002.0, 1_002.5),
+                       Session(5_000.0, math.inf)]}
+    timeline = World(trace, {"blink": node}, 86_400.0, np.random.default_rng(0)).timelines["blink"]
+    (down,) = timeline.down_at
+    assert 1_000.0 < down < 1_100.0
+    assert len(timeline.up_at) == 2 and 5_000.0 <= timeline.up_at[1] < 5_010.0
 
 
 @pytest.mark.usefixtures("quiet_world")
@@ -147,7 +213,8 @@ def test_oracle_takes_the_fastest_honest_node_that_finishes_undisturbed() -> Non
     world = World(trace, {p.node_id: p for p in profiles}, 86_400.0, np.random.default_rng(0))
     oracle = OraclePolicy([world.timelines[p.node_id] for p in profiles],
                           [p.effective_speed for p in profiles], [p.cheater for p in profiles])
-    task = TaskView(0, TaskNeeds(min_vram_gb=8, expected_duration_s=3_600.0), 3_600.0)
+    task = TaskView(0, TaskNeeds(min_vram_gb=8, expected_duration_s=3_600.0), 3_600.0, 0.0,
+                    86_400.0)
     cheat, twin0, twin1, slow = range(stayer + 1, stayer + 5)
 
     def chosen(offered: list[int]) -> int:
