@@ -328,7 +328,7 @@ class PlsEngine:
         its wall time there (a fast card is asked to survive a shorter time, and a slow one
         pays for delivering past the critical path). One exploration draw per call."""
         speeds = self.speeds(rows)
-        return self.placement.rank_rows(rows, np.asarray(prices, dtype=np.float64) / speeds,
+        return self.placement.rank_rows(rows, np.asarray(prices) / speeds,
                                         free_stake, needs, now,
                                         wall_durations_s=needs.expected_duration_s / speeds)
 
