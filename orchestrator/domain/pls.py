@@ -318,13 +318,24 @@ class PlsPolicy:
         return RankedRows(rows[order], order, rs[order], p_fail[order], cost[by_cost],
                           collateral[order], explored, raw_rs[order])
 
+    def rank_at_speeds(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
+                       speeds: NDArray[np.float64], free_stake: NDArray[np.float64],
+                       needs: TaskNeeds, now: float) -> RankedRows:
+        """`rank_rows` for nodes of the given render speeds (against the reference card):
+        asking prices per GPU-hour become prices per reference GPU-hour (a cheap slow card is
+        not cheaper than it is) and the task's reference seconds its wall time on each (a
+        fast card is asked to survive a shorter time, a slow one pays for delivering past the
+        critical path)."""
+        return self.rank_rows(rows, np.asarray(prices) / speeds, free_stake, needs, now,
+                              wall_durations_s=needs.expected_duration_s / speeds)
+
     def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
              free_stake: Mapping[str, int], speeds: Mapping[str, float] | None = None
              ) -> list[Placement]:
         """Eligible candidates with a free slot and enough free stake, best first; ties go
         to the emptier node, then to the node id (as `matching.rank`). `speeds`: each node's
-        render speed against the reference card (prices per reference GPU-hour, wall times
-        as in `rank_rows`); the reference for a node not in it."""
+        render speed against the reference card (`rank_at_speeds`); the reference for a node
+        not in it."""
         usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
         usable.sort(key=lambda c: (-c.free_slots, c.spec.node_id))
         if not usable:
@@ -335,8 +346,7 @@ class PlsPolicy:
                          dtype=np.float64)
         prices = np.array([c.spec.price_per_gpu_hour for c in usable], dtype=np.float64)
         stake = np.array([free_stake.get(c.spec.provider, 0) for c in usable], dtype=np.float64)
-        ranked = self.rank_rows(rows, prices / speed, stake, needs, now,
-                                wall_durations_s=needs.expected_duration_s / speed)
+        ranked = self.rank_at_speeds(rows, prices, speed, stake, needs, now)
         placements: list[Placement] = []
         for i, (pos, rs, pf, cost, raw) in enumerate(zip(
                 ranked.positions.tolist(), ranked.rs.tolist(), ranked.p_fail.tolist(),

@@ -133,8 +133,7 @@ class PlsEngine:
         self._lone_reported: set[tuple[str, str, float]] = set()  # lapsed holds reported
         # Per book row: the render speed of the GPU class the node's last passing handshake
         # proved (`GpuClass.render_speed`); the reference card's until one passes.
-        self._speeds: list[float] = []
-        self._speed_array: NDArray[np.float64] | None = None
+        self._speeds: NDArray[np.float64] = np.empty(0)
 
     # ----- nodes ----------------------------------------------------------------------
     def register(self, node_id: str, provider: str, *, region: str, network: str, at: float,
@@ -145,9 +144,9 @@ class PlsEngine:
             self._providers[node_id] = provider
             self._checkpoint_cost[node_id] = CheckpointCost()
         row = self.book.add_node(node_id)
-        while len(self._speeds) <= row:
-            self._speeds.append(REFERENCE_SPEED)
-            self._speed_array = None
+        if row >= self._speeds.size:
+            self._speeds = np.concatenate(
+                (self._speeds, np.full(row + 1 - self._speeds.size, REFERENCE_SPEED)))
         return row
 
     def knows(self, node_id: str) -> bool:
@@ -244,22 +243,19 @@ class PlsEngine:
             proved = self.config.popw.gpu_classes.get(verdict.gpu_class or "")
             speed = proved.render_speed if verdict.passed and proved else REFERENCE_SPEED
             self._speeds[self.book.index_of(verdict.node_id)] = speed
-            self._speed_array = None
 
     def speeds(self, rows: NDArray[np.intp]) -> NDArray[np.float64]:
         """Render speed (relative to the reference card) of each book row."""
-        if self._speed_array is None:
-            self._speed_array = np.asarray(self._speeds, dtype=np.float64)
-        return self._speed_array[rows]
+        return self._speeds[rows]
 
     def speed(self, node_id: str) -> float:
-        return self._speeds[self.book.index_of(node_id)]
+        return float(self._speeds[self.book.index_of(node_id)])
 
-    def fastest_online(self, now: float) -> float:
+    def fastest_online(self) -> float:
         """The render speed of the fastest node online now (the lease pull's estimate of
         what a task may wait for; the batch placer knows which nodes are busy)."""
-        rows = np.flatnonzero(self.book.raw_score_many(None, now, 1.0) > 0.0)
-        return float(self.speeds(rows).max()) if rows.size else 0.0
+        rows = self.book.online_rows()
+        return float(self._speeds[rows].max()) if rows.size else 0.0
 
     # ----- attempts ---------------------------------------------------------------------
     def attempt_ended(self, raw_rs: float | None, finished: bool) -> None:
@@ -322,15 +318,11 @@ class PlsEngine:
     def rank(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
              free_stake: NDArray[np.float64], needs: TaskNeeds, now: float) -> RankedRows:
         """Eligible, idle candidates (book rows) best first (`PlsPolicy.rank_rows`: the RS
-        floor, stake covering the collateral, probation, exploration). `prices` are asked per
-        GPU-hour; each node's verified speed turns them into the price of a reference GPU-hour
-        (a cheap slow card is not cheaper than it is) and the task's reference seconds into
-        its wall time there (a fast card is asked to survive a shorter time, and a slow one
-        pays for delivering past the critical path). One exploration draw per call."""
-        speeds = self.speeds(rows)
-        return self.placement.rank_rows(rows, np.asarray(prices) / speeds,
-                                        free_stake, needs, now,
-                                        wall_durations_s=needs.expected_duration_s / speeds)
+        floor, stake covering the collateral, probation, exploration) at each node's verified
+        speed (`PlsPolicy.rank_at_speeds`; `prices` are asked per GPU-hour). One exploration
+        draw per call."""
+        return self.placement.rank_at_speeds(rows, prices, self._speeds[rows], free_stake,
+                                             needs, now)
 
     def rank_candidates(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
                         free_stake: Mapping[str, int]) -> list[Placement]:

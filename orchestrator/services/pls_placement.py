@@ -109,7 +109,7 @@ class PlsPlacement(PlsState):
                 return admission  # on time on this node: no faster one is worth waiting for
             # A node pulling alone cannot see which nodes are busy: the fastest one online
             # stands for them (an idle one would pull the task itself).
-            fastest = self.engine.fastest_online(now)
+            fastest = self.engine.fastest_online()
         return replace(admission, faster_speed=fastest)
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
