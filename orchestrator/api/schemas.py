@@ -16,7 +16,12 @@ Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Bytes32Hex = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$")]
 Address = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{40}$")]
 TokenUnits = Annotated[int, Field(ge=0, lt=2**256)]
-RowKey = Annotated[int, Field(ge=1, lt=2**63)]  # a BIGINT key: larger is a 422, not a DB error
+# The largest integers the API takes: every one below 2^53 is still exact as a float, so JSON
+# parsers, float fields and the fuzzers agree on the bound (past 2^63 it also fits BIGINT: a
+# larger key is a 422, never an overflow in the DB layer, which once also reset the
+# connection). Ids and counters never come near it (2^53 mJ is 285 years at 1 kW).
+SAFE_INT = 2**53
+RowKey = Annotated[int, Field(ge=1, lt=SAFE_INT)]
 NAME_PATTERN, SHA256_PATTERN = r"^[A-Za-z0-9._:-]+$", r"^[0-9a-f]{64}$"
 # Path parameters, constrained as the OpenAPI document states them (a mismatch is a 422).
 NodeIdPath = Annotated[str, Path(min_length=1, max_length=64, pattern=NAME_PATTERN)]
@@ -25,9 +30,7 @@ JobIdPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$",
                                 description="the escrow's bytes32 job id, 0x + 64 hex")]
 AddressPath = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$",
                                   description="a provider's wallet address")]
-# A task, check or other row id: keys are BIGINT, so a larger or negative one is a 422 here,
-# never an overflow in the DB layer (which once also reset the connection).
-RowId = Annotated[int, Path(ge=0, lt=2**63)]
+RowId = Annotated[int, Path(ge=0, lt=SAFE_INT)]  # a task, check or other row id
 # A PoPW GPU class name (`popw.DEFAULT_GPU_CLASSES`: cpu, rtx4090, h100...).
 GpuClassName = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
 MAX_TASKS_PER_JOB = 10_000
@@ -349,13 +352,13 @@ class GpuSampleIn(Strict):
     power_w: float = Field(ge=0, le=10_000)
     power_limit_w: float = Field(ge=0, le=10_000)
     # NVML facts RS does not read (yet): kept as telemetry when the device reports them, None
-    # (or absent) where it does not; never a made-up 0
+    # (or absent) where it does not; never a made-up 0.
     mem_clock_mhz: float | None = Field(None, ge=0, le=50_000)
     memory_free_mb: float | None = Field(None, ge=0, le=4_194_304)
-    energy_mj: float | None = Field(None, ge=0, lt=2**63)  # since the driver loaded
-    ecc_uncorrected: int | None = Field(None, ge=0, lt=2**63)  # volatile uncorrected errors
+    energy_mj: float | None = Field(None, ge=0, lt=SAFE_INT)  # since the driver loaded
+    ecc_uncorrected: int | None = Field(None, ge=0, lt=SAFE_INT)  # volatile uncorrected errors
     xid_last: int | None = Field(None, ge=0, lt=2**32)
-    pcie_replays: int | None = Field(None, ge=0, lt=2**63)
+    pcie_replays: int | None = Field(None, ge=0, lt=SAFE_INT)
 
 
 NVML_EXTRAS = ("mem_clock_mhz", "memory_free_mb", "energy_mj", "ecc_uncorrected", "xid_last",

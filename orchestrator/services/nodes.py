@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,11 +131,11 @@ class PulledLease:
 
 def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
                pls_placement: bool, reservation_ttl_s: float, metrics: MeshMetrics,
-               now: float) -> PulledLease | None:
+               clock: Callable[[], float]) -> PulledLease | None:
     """The node's next lease, or None when there is no work for it right now."""
     node = owned_node(session, node_id=node_id, address=address)
     grant = work.pull_lease(session, node=node, pls=pls, pls_placement=pls_placement,
-                            reservation_ttl_s=reservation_ttl_s, now=now)
+                            reservation_ttl_s=reservation_ttl_s, clock=clock)
     if grant is None:
         session.commit()
         return None
@@ -145,11 +145,11 @@ def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
                          resume_from_sha256=task.checkpoint_sha256,
                          resume_progress=task.checkpoint_progress,
                          checkpoint_interval_s=grant.checkpoint_interval_s)
-    created_at = task.created_at
+    waited_s = lease.created_at - task.created_at
     session.commit()
     if grant.fresh:
         metrics.placements.inc()
-        metrics.time_to_assignment.observe(max(now - created_at, 0.0))
+        metrics.time_to_assignment.observe(max(waited_s, 0.0))
     return pulled
 
 

@@ -66,13 +66,18 @@ class RecoveryRecord:
     rework: float
 
 
-def _next_lease(session: Session, *, node: Node, now: float, reservation_ttl_s: float,
-                gate: PlacementGate | None) -> Lease | None:
+def _next_lease(session: Session, *, node: Node, clock: Callable[[], float],
+                reservation_ttl_s: float, gate: PlacementGate | None
+                ) -> tuple[Lease, bool] | None:
     """The oldest unstarted reservation of this node, else a new one on a free slot for the
-    oldest waiting task it may run (and that `gate`, when given, admits)."""
+    oldest waiting task it may run (and that `gate`, when given, admits); with whether it is
+    new. A new lease is stamped with the clock read after the slots and the queue were read:
+    a release committed by the sweep after this pull began, that freed the slot or the task,
+    is stamped before the lease that follows it (never "leased twice at once")."""
     reserved = crud.oldest_reservation(session, node_id=node.id)
     if reserved is not None:
-        return reserved
+        return reserved, False
+    now = clock()
     if node.draining or node.health != NodeHealth.ALIVE.value:
         return None
     held = {lease.slot for lease in crud.live_leases(session, node_id=node.id)}
@@ -89,19 +94,21 @@ def _next_lease(session: Session, *, node: Node, now: float, reservation_ttl_s: 
             admission = gate.admit(spec, needs, now)
             if admission is None or gate.held_back(needs, admission, task, now):
                 continue
+        placed_at = clock()
         try:
             with session.begin_nested():
                 commit_reservations(session, reservations=[Reservation(
                     task.task_id, task.job_id, node.id, free[0], task.status)],
-                    now=now, ttl_s=reservation_ttl_s)
+                    now=placed_at, ttl_s=reservation_ttl_s)
                 if gate is not None and admission is not None:
                     gate.reserved(session, task_id=task.task_id, job_id=task.job_id,
                                   node_id=node.id, provider=node.provider,
-                                  admission=admission, now=now)
+                                  admission=admission, now=placed_at)
         except PlacementConflict:
             return None  # another placement won the slot or task; the agent pulls again
         session.expire_all()
-        return crud.live_lease_for_task(session, task_id=task.task_id)
+        lease = crud.live_lease_for_task(session, task_id=task.task_id)
+        return None if lease is None else (lease, True)
     return None
 
 
@@ -444,18 +451,20 @@ class Grant:
 
 
 def pull_lease(session: Session, *, node: Node, pls: PlsService, pls_placement: bool,
-               reservation_ttl_s: float, now: float) -> Grant | None:
-    """The node's next lease (placed through the PLS gate when `pls_placement`), or None."""
-    lease = _next_lease(session, node=node, now=now, reservation_ttl_s=reservation_ttl_s,
-                        gate=pls if pls_placement else None)
-    if lease is None:
+               reservation_ttl_s: float, clock: Callable[[], float]) -> Grant | None:
+    """The node's next lease (placed through the PLS gate when `pls_placement`), or None.
+    `clock` is read while placing (`_next_lease`), not once up front."""
+    pulled = _next_lease(session, node=node, clock=clock, reservation_ttl_s=reservation_ttl_s,
+                         gate=pls if pls_placement else None)
+    if pulled is None:
         return None
+    lease, fresh = pulled
     task = crud.get_task(session, task_id=lease.task_id)
     if task is None:
         raise RuntimeError(f"lease {lease.id} names a task that does not exist")
-    interval = pls.checkpoint_interval_s(node.id, now,
+    interval = pls.checkpoint_interval_s(node.id, clock(),
                                          crud.needs_from_json(task.needs).expected_duration_s)
-    return Grant(lease, task, interval, fresh=lease.created_at == now)
+    return Grant(lease, task, interval, fresh=fresh)
 
 
 def accept_job(session: Session, *, job: Job, pls: PlsService, now: float) -> None:

@@ -2,7 +2,9 @@
 on SQLite: each test holds one transaction open at the racing step while a second one, on
 another connection, does the other replica's part, then lets the first commit. Found by
 `mesh bench scaleout`: the last two tasks of a job completed at once left the job running
-for good, and a provider's first verification record written twice at once was a 500."""
+for good, and a provider's first verification record written twice at once was a 500; by
+`mesh bench chaos`: a lease pull that read its clock before the sweep freed a task stamped its
+new lease before the old one's release (the history checker's "leased twice at once")."""
 
 from __future__ import annotations
 
@@ -12,19 +14,24 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.bench.replicas import scratch_database
 from orchestrator.db import crud
 from orchestrator.db import verification as verification_store
-from orchestrator.db.models import VerificationRecord
+from orchestrator.db.models import Lease, VerificationRecord
 from orchestrator.db.placement import Reservation, commit_reservations
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.lifecycle import JobStatus
+from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.services import work
+from orchestrator.services.pls import PlsService
+from orchestrator.telemetry.metrics import MeshMetrics
 from tests.races import race
+from tests.services.pls_harness import FixedStake
 
 PROVIDER = "0x" + "ab" * 20
 RESULT = "cd" * 32
@@ -47,7 +54,7 @@ def running_job(factory: sessionmaker[Session]) -> list[int]:
     """A two-task job, each task started on a node of its own; the task ids."""
     now = time.time()
     with factory.begin() as session:
-        for node in ("n0", "n1"):
+        for node in ("n0", "n1", "spare"):
             crud.register_node(session, spec=NodeSpec(
                 node_id=node, provider=PROVIDER, gpu_model="RTX4090", vram_gb=24,
                 compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=1), now=now)
@@ -100,3 +107,34 @@ def test_a_providers_record_written_at_once_by_two_replicas_keeps_both_changes(
     with factory() as session:
         row = session.get(VerificationRecord, PROVIDER)
         assert row is not None and row.consecutive_valid == 15  # no streak lost
+
+
+def test_a_pull_that_read_its_clock_before_the_sweep_freed_a_task_leases_it_after_the_release(
+        factory: sessionmaker[Session]) -> None:
+    tasks = running_job(factory)
+    began = time.time()
+    released_at = began + 5.0  # the sweep's clock: read after the pull's first read
+    reads: list[float] = []
+
+    def clock() -> float:
+        if not reads:  # the pull's first read; then, before it reads the queue, the sweep
+            with factory.begin() as other:  # calls n0 dead and commits, on another connection
+                work.revoke_node_leases(other, node_id="n0", now=released_at, cause="dead")
+            reads.append(began)
+        else:
+            reads.append(released_at + 0.5)  # time went on
+        return reads[-1]
+
+    pls = PlsService(PlsConfig(), stake_reader=FixedStake, metrics=MeshMetrics())
+    with factory.begin() as session:
+        node = crud.get_node(session, node_id="spare")
+        assert node is not None
+        grant = work.pull_lease(session, node=node, pls=pls, pls_placement=False,
+                                reservation_ttl_s=60, clock=clock)
+    assert grant is not None and grant.fresh and grant.task.id == tasks[0]
+    with factory() as session:
+        spans = sorted((lease.created_at, lease.released_at)
+                       for lease in session.scalars(select(Lease).where(
+                           Lease.task_id == tasks[0])))
+    assert [released for _, released in spans] == [released_at, None]
+    assert spans[1][0] >= released_at  # the new lease began after the old one ended

@@ -17,13 +17,13 @@ from orchestrator.api.deps import (
 )
 from orchestrator.api.errors import errors
 from orchestrator.api.routes.blobs import blob_file
-from orchestrator.api.schemas import JobIdPath, Sha256Path
+from orchestrator.api.schemas import SAFE_INT, JobIdPath, Sha256Path
 from orchestrator.domain.lifecycle import Forbidden, Missing
 from orchestrator.services import disputes
 
 router = APIRouter(tags=["disputes"], route_class=NonceAfterValidation)
-DisputeId = Annotated[int, Path(ge=1, lt=2**63)]
-SlashId = Annotated[int, Path(ge=1, lt=2**63)]
+DisputeId = Annotated[int, Path(ge=1, lt=SAFE_INT)]
+SlashId = Annotated[int, Path(ge=1, lt=SAFE_INT)]
 
 
 @router.get("/disputes", summary="Disputes: every one for an arbiter, a party's own otherwise "

@@ -21,6 +21,7 @@ from orchestrator.api.deps import (
 from orchestrator.api.errors import ApiError, errors
 from orchestrator.api.schemas import (
     NVML_EXTRAS,
+    SAFE_INT,
     AcceptedOut,
     AddressPath,
     AnswerIn,
@@ -168,7 +169,7 @@ def node_score(node_id: NodeIdPath, session: SessionDep, ctx: CtxDep,
             responses=errors(Missing),
             summary="A provider's committed epoch score and its Merkle proof (public)")
 def score_proof(address: AddressPath, session: SessionDep, ctx: CtxDep,
-                epoch: Annotated[int, Query(ge=0, lt=2**63)]) -> ScoreProofOut:
+                epoch: Annotated[int, Query(ge=0, lt=SAFE_INT)]) -> ScoreProofOut:
     proof = ctx.pls.score_proof(session, provider=to_checksum_address(address), epoch=epoch)
     if proof is None:
         raise ApiError(404, "score_not_committed",
