@@ -520,7 +520,8 @@ class Simulation:
         needs = dataclasses.replace(
             task.needs, expected_duration_s=remaining,
             value=round(remaining / 3600.0 * VALUE_PER_REF_GPU_HOUR))
-        view = TaskView(task.key, needs, remaining, task.queued_at, task.job.deadline_s)
+        view = TaskView(task.key, needs, remaining, task.queued_at, task.job.deadline_s,
+                        self.eligible_mask(task.needs))
         choice = self.policy.choose(view, candidates, self.now)
         if isinstance(choice, Wait):
             if choice.until < self._wake_at:

@@ -67,7 +67,6 @@ class PlsDriver(PlacementObserver):
         self.stake = np.asarray([float(p.stake) for p in profiles])
         self.locked = np.zeros(n)
         self.prices = np.asarray([float(p.price_per_gpu_hour) for p in profiles])
-        self.vram = np.asarray([p.vram_gb for p in profiles])
         self.providers = [spec.provider for spec in specs]
         self.verdict_expires = np.zeros(n)
         self.online = np.zeros(n, dtype=bool)
@@ -200,9 +199,10 @@ class PlsDriver(PlacementObserver):
 
     # ----- helpers --------------------------------------------------------------------
     def _fastest_busy(self, task: TaskView, idle: NDArray[np.intp]) -> float:
-        """The verified speed of the fastest node online, able to take the task and not
-        idle now (0 when there is none)."""
-        busy = self.online & (self.vram >= task.needs.min_vram_gb)
+        """The verified speed of the fastest node online, able to take the task (its tier
+        and VRAM, as the service's `PlsService.rank` reads them) and not idle now (0 when
+        there is none)."""
+        busy = self.online & task.able
         busy[idle] = False
         rows = np.flatnonzero(busy)
         return float(self.engine.speeds(rows).max()) if rows.size else 0.0

@@ -46,6 +46,7 @@ class TaskView:
     remaining_work_s: float  # reference GPU-seconds still to do
     queued_at: float  # since when it waits for a node (its arrival, or its requeue)
     deadline_s: float  # its job's deadline
+    able: NDArray[np.bool_]  # per node: its spec may take the task (tier, VRAM), busy or idle
 
 
 class Grid(Protocol):

@@ -1,11 +1,16 @@
 """The PLS driver's bookkeeping of DEAD verdicts: a silence the node's peers share keeps its
-lease and stays out of its record, a lone one counts as the node's own departure."""
+lease and stays out of its record, a lone one counts as the node's own departure; and the
+faster node a task may wait for is one that could take it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from orchestrator.domain.types import TaskNeeds
 from orchestrator.simulation.pls_driver import PlsDriver
+from orchestrator.simulation.policies import Choice, TaskView, Wait
 from tests.simulation.test_sim_engine import profile, spec
 
 
@@ -39,3 +44,23 @@ def test_a_lone_silence_is_revoked_and_counts_as_a_departure() -> None:
     driver.node_down(1, 10_000.0 + 2 * driver.lease_hold.window_s)  # too far apart
     assert driver.lease_hold_s(1, 10_060.0) == 0.0
     assert [departures(driver, node, 10_060.0) for node in (0, 1, 2)] == [1, 1, 0]
+
+
+def test_a_task_waits_only_for_a_faster_busy_node_that_may_take_it() -> None:
+    """An RTX 3060 is free, an RTX 4090 busy: a frame range that runs past its critical path
+    on the 3060 waits for the 4090 when the 4090's tier and VRAM may take it, and starts at
+    once when they may not (a node that could never run it frees nothing for it)."""
+    profiles = [dataclasses.replace(profile("slow"), gpu="RTX 3060", vram_gb=12),
+                dataclasses.replace(profile("fast"), gpu="RTX 4090")]
+    driver = PlsDriver(profiles, [spec(p) for p in profiles], np.random.default_rng(0), seed=0)
+    for node in range(2):
+        driver.node_up(node, 0.0)  # each passes its handshake: its class's speed
+    needs = TaskNeeds(min_vram_gb=8, expected_duration_s=3_600.0, critical_path_s=3_600.0)
+    free = np.array([0], dtype=np.intp)
+
+    def choice(able: list[bool]) -> Choice | Wait | None:
+        task = TaskView(0, needs, 3_600.0, 60.0, 86_400.0, np.array(able))
+        return driver.choose(task, free, 60.0)
+
+    assert isinstance(choice([True, True]), Wait)
+    assert isinstance(choice([True, False]), Choice)

@@ -214,7 +214,7 @@ def test_oracle_takes_the_fastest_honest_node_that_finishes_undisturbed() -> Non
     oracle = OraclePolicy([world.timelines[p.node_id] for p in profiles],
                           [p.effective_speed for p in profiles], [p.cheater for p in profiles])
     task = TaskView(0, TaskNeeds(min_vram_gb=8, expected_duration_s=3_600.0), 3_600.0, 0.0,
-                    86_400.0)
+                    86_400.0, np.ones(len(profiles), dtype=bool))
     cheat, twin0, twin1, slow = range(stayer + 1, stayer + 5)
 
     def chosen(offered: list[int]) -> int:
