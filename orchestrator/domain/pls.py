@@ -330,20 +330,18 @@ class PlsPolicy:
                               wall_durations_s=needs.expected_duration_s / speeds)
 
     def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
-             free_stake: Mapping[str, int], speeds: Mapping[str, float] | None = None
+             free_stake: Mapping[str, int], speeds: NDArray[np.float64] | None = None
              ) -> list[Placement]:
         """Eligible candidates with a free slot and enough free stake, best first; ties go
-        to the emptier node, then to the node id (as `matching.rank`). `speeds`: each node's
-        render speed against the reference card (`rank_at_speeds`); the reference for a node
-        not in it."""
+        to the emptier node, then to the node id (as `matching.rank`). `speeds`: per book
+        row, each node's render speed against the reference card (`rank_at_speeds`); the
+        reference card's for all when None."""
         usable = [c for c in candidates if c.free_slots > 0 and eligible(c.spec, needs)]
         usable.sort(key=lambda c: (-c.free_slots, c.spec.node_id))
         if not usable:
             return []
-        known = speeds or {}
         rows = np.array([self.book.index_of(c.spec.node_id) for c in usable], dtype=np.intp)
-        speed = np.array([known.get(c.spec.node_id, REFERENCE_SPEED) for c in usable],
-                         dtype=np.float64)
+        speed = np.full(rows.size, REFERENCE_SPEED) if speeds is None else speeds[rows]
         prices = np.array([c.spec.price_per_gpu_hour for c in usable], dtype=np.float64)
         stake = np.array([free_stake.get(c.spec.provider, 0) for c in usable], dtype=np.float64)
         ranked = self.rank_at_speeds(rows, prices, speed, stake, needs, now)

@@ -330,9 +330,7 @@ class PlsEngine:
         free slot, ties to the emptier node then the node id, each with the exact collateral
         its provider's free stake covers. Nodes the engine does not know are no candidates."""
         known = [c for c in candidates if c.spec.node_id in self._providers]
-        return self.placement.rank(known, needs, now, free_stake,
-                                   speeds={c.spec.node_id: self.speed(c.spec.node_id)
-                                           for c in known})
+        return self.placement.rank(known, needs, now, free_stake, speeds=self._speeds)
 
     def runs_late(self, needs: TaskNeeds, speed: float) -> bool:
         """Whether the task would run past its job's critical path on a node of `speed`, so
