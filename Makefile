@@ -53,7 +53,7 @@ mutate-sample: setup compile
 	python tools/mutation.py --sample 5 --threshold $(MUTATION_SAMPLE_THRESHOLD)
 
 lint:
-	ruff check orchestrator agent tests
+	ruff check orchestrator agent protocol mesh tests tools scripts
 	mypy
 
 demo: setup compile
@@ -64,9 +64,9 @@ demo: setup compile
 # "fuzz" profile with 20 times CI's examples (tests/conftest.py).
 fuzz: setup compile
 	FOUNDRY_PROFILE=fuzz forge test $(FORGE_FLAGS) --match-contract Invariants
-	MESH_HYPOTHESIS_PROFILE=fuzz pytest tests/domain tests/orchestrator/test_api_fuzz.py tests/orchestrator/test_api_schemathesis.py -m "not postgres" -p no:cacheprovider -p no:ape_test
+	MESH_HYPOTHESIS_PROFILE=fuzz pytest tests/domain tests/api/test_api_fuzz.py tests/api/test_api_schemathesis.py -m "not postgres" -p no:cacheprovider -p no:ape_test
 
-# The long fault run (the short one is tests/bench/test_chaos_bench.py): 200 orchestrator
+# The long fault run (the short one is tests/mesh/bench/test_chaos_bench.py): 200 orchestrator
 # SIGKILLs with agent kills, RPC outages and slowdowns, agent partitions and chain reorgs,
 # then the history checker; exits 1 on any violation. JSON report in .mesh/chaos.json.
 # `make chaos CHAOS_ARGS=--postgres`: on a private PostgreSQL server, restarted as a fault too.
@@ -76,7 +76,7 @@ chaos: setup compile
 	status=$$?; cat .mesh/chaos.json; exit $$status
 
 # Two replicas on one PostgreSQL (MESH_TEST_POSTGRES_URL) under 10,000 placements, one killed
-# half-way (the short one is tests/bench/test_scaleout_bench.py); exits 1 on any violation.
+# half-way (the short one is tests/mesh/bench/test_scaleout_bench.py); exits 1 on any violation.
 scaleout: setup compile
 	mkdir -p .mesh && mesh bench scaleout --nodes 40 --jobs 20 --tasks-per-job 500 --json \
 		> .mesh/scaleout.json; status=$$?; cat .mesh/scaleout.json; exit $$status

@@ -37,13 +37,15 @@ from typing import Any, TypeVar
 import httpx
 from eth_account.signers.local import LocalAccount
 
-from agent.client import ApiCallError, Wallet, expect, sha256_file
 from agent.sandbox import Limits, Outcome, Sandbox, UnsafeOutput, isolation, task_python
 from agent.spool import OfflineChunk, Pending, Spool
 from agent.telemetry import GpuTelemetry, Sampler
 from agent.workloads import blender
 from orchestrator.domain import popw
 from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
+from protocol.client import ApiCallError, Wallet, expect, sha256_file
+from protocol.images import OutputInvalid, exr_pixels
+from protocol.session import NodeSession
 
 log = logging.getLogger("mesh.agent")
 T = TypeVar("T")
@@ -80,8 +82,9 @@ def sha256_bytes(data: bytes) -> str:
 class Agent:
     def __init__(self, config: AgentConfig, account: LocalAccount) -> None:
         self.config = config
-        self.wallet = Wallet(config.orchestrator, bytes(account.key), str(account.address),
-                             chain_id=config.chain_id, orchestrator_id=config.orchestrator_id)
+        self.wallet = Wallet.connect(config.orchestrator, bytes(account.key),
+                                     chain_id=config.chain_id,
+                                     orchestrator_id=config.orchestrator_id)
         self.spool = Spool(config.state_dir / "spool")
         self.cache = config.state_dir / "blobs"
         self.cache.mkdir(parents=True, exist_ok=True)
@@ -90,9 +93,9 @@ class Agent:
         self.sampler = Sampler(self.gpu)
         self.draining = threading.Event()
         self._stop_beats = threading.Event()
-        self._token = ""
         self._session_key = os.urandom(32)  # never written anywhere: a restart makes a new one
-        self._token_lock = threading.Lock()
+        self.session = NodeSession(self.wallet, config.node_id,
+                                   session_key=session_address(self._session_key))
         self._progress_lock = threading.Lock()  # one showing of the offline chunks at a time
         self._sandbox: Sandbox | None = None
         self._spare: Sandbox | None = None  # a Blender worker already past `import bpy`
@@ -115,34 +118,8 @@ class Agent:
             time.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, self.config.max_backoff_s)
 
-    def login(self) -> None:
-        answer = expect(self.wallet.send("POST", "/v1/auth/login", {
-            "node_id": self.config.node_id,
-            "session_key": session_address(self._session_key)}))
-        with self._token_lock:
-            self._token = str(answer["token"])
-
-    def request(self, method: str, path: str, *, json_body: Any = None,
-                content: bytes | None = None, client: httpx.Client | None = None,
-                ok: tuple[int, ...] = (200,)) -> httpx.Response:
-        """A session-token request; logs in again once if the token expired (a restarted
-        orchestrator forgets its tokens)."""
-        http = client or self.wallet.http
-        for attempt in (0, 1):
-            with self._token_lock:
-                headers = {"authorization": f"Bearer {self._token}"}
-            response = http.request(method, path, json=json_body, content=content,
-                                    headers=headers)
-            if response.status_code == 401 and attempt == 0:
-                self.login()
-                continue
-            if response.status_code not in ok:
-                expect(response)  # raises with the service's code
-            return response
-        raise AssertionError("unreachable")
-
     def call(self, what: str, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.retry(what, lambda: self.request(method, path, **kwargs))
+        response = self.retry(what, lambda: self.session.request(method, path, **kwargs))
         return response.json() if response.content else None
 
     # ----- joining ---------------------------------------------------------------------------
@@ -166,7 +143,7 @@ class Agent:
                         "price_per_gpu_hour": config.price_per_gpu_hour, "slots": 1}
         self.retry("register", lambda: expect(self.wallet.send("POST", "/v1/nodes",
                                                                 registration)))
-        self.retry("login", self.login)
+        self.retry("login", self.session.login)
         log.info("registered %s (%s, %d GB) and logged in", config.node_id, gpu_model, vram)
         self.show_progress()  # an earlier process's: refused, its session key died with it
         self.sampler.start()
@@ -195,9 +172,9 @@ class Agent:
 
     def answer_probe(self, client: httpx.Client | None = None) -> None:
         node = self.config.node_id
-        nonce = self.request("POST", f"/v1/nodes/{node}/probe", client=client).json()["nonce"]
-        self.request("POST", f"/v1/nodes/{node}/probe/echo", json_body={"nonce": nonce},
-                     client=client)
+        nonce = self.session.request("POST", f"/v1/nodes/{node}/probe", http=client).json()["nonce"]
+        self.session.request("POST", f"/v1/nodes/{node}/probe/echo", json={"nonce": nonce},
+                     http=client)
 
     def _beat(self) -> None:
         """Heartbeats every `heartbeat_s`; GPU samples every 5 s when there is a GPU; a probe
@@ -208,13 +185,13 @@ class Agent:
             while not self._stop_beats.wait(self.config.heartbeat_s):
                 beats += 1
                 try:
-                    self.request("POST", f"/v1/nodes/{node}/heartbeat", client=client)
+                    self.session.request("POST", f"/v1/nodes/{node}/heartbeat", http=client)
                     self.show_progress(client)
                     if beats % 5 == 0 and self.gpu.available:
                         samples = [r.api_sample() for r in self.sampler.drain()][-120:]
                         if samples:
-                            self.request("POST", f"/v1/nodes/{node}/telemetry/gpu",
-                                         json_body={"samples": samples}, client=client)
+                            self.session.request("POST", f"/v1/nodes/{node}/telemetry/gpu",
+                                         json={"samples": samples}, http=client)
                     if beats % 10 == 0:
                         self.answer_probe(client)
                 except (httpx.TransportError, ApiCallError) as exc:
@@ -248,13 +225,13 @@ class Agent:
     def _show_task_progress(self, task_id: int, chunks: list[tuple[OfflineChunk, Path]],
                             client: httpx.Client | None) -> None:
         for chunk, path in chunks:
-            self.request("PUT", f"/v1/blobs/{chunk.sha256}", content=path.read_bytes(),
-                         client=client)
+            self.session.request("PUT", f"/v1/blobs/{chunk.sha256}", content=path.read_bytes(),
+                         http=client)
         marks = [ChunkMark(bytes.fromhex(c.sha256), c.rendered_at) for c, _ in chunks]
         proof = sign_progress(self._session_key, self.config.node_id, str(task_id), marks,
                               time.time())
-        answer = self.request("POST", f"/v1/nodes/{self.config.node_id}/progress",
-                              client=client, json_body={
+        answer = self.session.request("POST", f"/v1/nodes/{self.config.node_id}/progress",
+                              http=client, json={
             "task_id": task_id, "resumed_at": proof.resumed_at,
             "signature": "0x" + proof.signature.hex(),
             "chunks": [{"sha256": c.sha256, "rendered_at": c.rendered_at, "offset": c.offset,
@@ -276,7 +253,7 @@ class Agent:
         if target.is_file() and sha256_file(target) == sha256:
             return target
         response = self.retry(f"download {sha256[:12]}",
-                              lambda: self.request("GET", f"/v1/blobs/{sha256}"))
+                              lambda: self.session.request("GET", f"/v1/blobs/{sha256}"))
         if sha256_bytes(response.content) != sha256:
             raise ApiCallError(f"blob {sha256} arrived with other content")
         partial = target.with_suffix(target.suffix + ".partial")
@@ -298,7 +275,7 @@ class Agent:
                 if self.run_check():
                     idle_since = time.monotonic()
                     continue
-                lease = self.retry("pull a lease", lambda: self.request(
+                lease = self.retry("pull a lease", lambda: self.session.request(
                     "POST", f"/v1/nodes/{self.config.node_id}/lease", ok=(200, 204)))
                 if lease.status_code == 204:
                     limit = self.config.exit_when_idle_s
@@ -323,7 +300,7 @@ class Agent:
     def leave(self) -> None:
         if self.draining.is_set():
             try:
-                self.request("POST", f"/v1/nodes/{self.config.node_id}/drain")
+                self.session.request("POST", f"/v1/nodes/{self.config.node_id}/drain")
                 log.info("drained: the orchestrator was told")
             except (httpx.TransportError, ApiCallError) as exc:
                 log.warning("drain: could not tell the orchestrator: %s", exc)
@@ -340,7 +317,7 @@ class Agent:
                  json.dumps({k: payload.get(k) for k in ("kind", "frame", "tile", "shard")}))
         try:
             self.call("start", "POST", f"/v1/tasks/{task_id}/progress",
-                      json_body={"progress": float(lease.get("resume_progress") or 0.0)})
+                      json={"progress": float(lease.get("resume_progress") or 0.0)})
         except ApiCallError as exc:
             if exc.status not in (404, 409):
                 raise
@@ -355,7 +332,7 @@ class Agent:
                 self.command(lease)
             else:
                 self.give_back(task_id, "error", f"unknown workload {payload['kind']!r}")
-        except (blender.OutputInvalid, ValueError) as exc:
+        except (OutputInvalid, ValueError) as exc:
             self.give_back(task_id, "error", f"output_invalid: {exc}")
         except ApiCallError as exc:
             log.warning("task %s: the orchestrator refused: %s", task_id, exc)
@@ -364,7 +341,7 @@ class Agent:
         log.warning("task %s handed back (%s): %s", task_id, reason, message)
         try:
             self.call("give back", "POST", f"/v1/tasks/{task_id}/fail",
-                      json_body={"reason": reason, "message": message[:1000]})
+                      json={"reason": reason, "message": message[:1000]})
         except ApiCallError as exc:
             log.warning("task %s: hand-back refused: %s", task_id, exc)
 
@@ -419,10 +396,10 @@ class Agent:
                 for name in {m["sha256"] for m in manifest} - uploaded:
                     path = next(c.path for c in (*done, *pending_chunks, chunk)
                                 if c.sha256 == name)
-                    self.request("PUT", f"/v1/blobs/{name}", content=path.read_bytes())
+                    self.session.request("PUT", f"/v1/blobs/{name}", content=path.read_bytes())
                     uploaded.add(name)
-                self.request("PUT", f"/v1/blobs/{digest}", content=body)
-                self.request("POST", f"/v1/tasks/{task_id}/checkpoints", json_body={
+                self.session.request("PUT", f"/v1/blobs/{digest}", content=body)
+                self.session.request("POST", f"/v1/tasks/{task_id}/checkpoints", json={
                     "sha256": digest, "progress": progress,
                     "cost_s": max(time.perf_counter() - began, 1e-6)})
                 log.info("task %s: checkpoint %d/%d %s", task_id, len(manifest), len(plan),
@@ -478,7 +455,7 @@ class Agent:
         """Re-render a window of another provider's result when the orchestrator has one for
         this node (`blender` checks), send the chunk and frame files; False: none waits."""
         node = self.config.node_id
-        response = self.retry("pull a check", lambda: self.request(
+        response = self.retry("pull a check", lambda: self.session.request(
             "POST", f"/v1/nodes/{node}/checks/lease", ok=(200, 204)))
         if response.status_code == 204:
             return False
@@ -510,13 +487,13 @@ class Agent:
                 frame_sha = sha256_file(rendered.frame)
                 self.upload(rendered.frame, frame_sha)
             verdict = self.call("check result", "POST", f"/v1/checks/{check_id}/result",
-                                json_body={
+                                json={
                                     "chunks": [{"offset": c.offset, "length": c.length,
                                                 "sha256": c.sha256} for c in rendered.chunks],
                                     "frame_sha256": frame_sha, "render": rendered.env or None,
                                     "render_s": sum(c.seconds for c in rendered.chunks)})
             log.info("check %s: %s", check_id, verdict["status"])
-        except (ApiCallError, blender.OutputInvalid, ValueError) as exc:
+        except (ApiCallError, OutputInvalid, ValueError) as exc:
             log.warning("check %s: %s", check_id, exc)
         return True
 
@@ -531,7 +508,7 @@ class Agent:
                 sha = sha256_file(archive)
                 self.upload(archive, sha)
             verdict = self.call("check result", "POST", f"/v1/checks/{check_id}/result",
-                                json_body={"result_sha256": sha})
+                                json={"result_sha256": sha})
             log.info("check %s: %s", check_id, verdict["status"])
         except ApiCallError as exc:
             log.warning("check %s: %s", check_id, exc)
@@ -550,7 +527,7 @@ class Agent:
         chunks = []
         for entry in manifest["chunks"]:
             path = self.fetch(str(entry["sha256"]), ".exr")
-            blender.exr_pixels(path)  # decodes, or raises OutputInvalid
+            exr_pixels(path)  # decodes, or raises OutputInvalid
             chunks.append(blender.Chunk(int(entry["offset"]), int(entry["length"]), path,
                                         str(entry["sha256"]), 0.0))
         return chunks
@@ -619,7 +596,7 @@ class Agent:
             if pending.render is not None:
                 body["render"] = pending.render
             self.call("complete", "POST", f"/v1/tasks/{pending.task_id}/complete",
-                      json_body=body)
+                      json=body)
         except ApiCallError as exc:
             if exc.status not in (404, 409):
                 raise

@@ -13,10 +13,10 @@ from ape import project
 from ape.exceptions import ApeException, ContractLogicError, CustomError
 from hexbytes import HexBytes
 
+from mesh.commands.common import explain
 from orchestrator.chain.artifacts import load_artifacts
 from orchestrator.chain.deployment import Deployment, DeploymentError
 from orchestrator.chain.errors import ContractError, ErrorDecoder, snake_case
-from orchestrator.commands.common import explain
 from orchestrator.config import get_settings
 
 F = TypeVar("F", bound=Callable[..., Any])

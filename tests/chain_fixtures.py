@@ -5,10 +5,12 @@ evm snapshot."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mesh.localgrid import Grid
 from orchestrator.chain.anvil import Anvil, dev_account, revert_to, snapshot
 from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.deployment import Deployment
@@ -71,3 +73,14 @@ customer = _role_fixture(4, "Funded user who escrows jobs.")
 provider = _role_fixture(5, "Funded user who stakes and runs jobs.")
 other_provider = _role_fixture(6, "A second funded provider.")
 stranger = _role_fixture(7, "Funded user without any role.")
+
+
+@pytest.fixture
+def grid(chain: MeshChain, anvil: Anvil, tmp_path: Path) -> Iterator[Grid]:
+    """A local grid (`mesh.localgrid`) on the session's chain; the test starts its service with
+    the settings it is about (`grid.start(**env)`), every process is stopped after it."""
+    local = Grid(chain, tmp_path / "grid", rpc_url=anvil.rpc_url)
+    try:
+        yield local
+    finally:
+        local.close()

@@ -8,9 +8,10 @@ its own throwaway PostgreSQL database so parallel runs never see each other's ro
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import settings
 from sqlalchemy import Engine, create_engine, delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.bench.pgcluster import ClusterError, PostgresCluster, server_bindir
+from mesh.bench.pgcluster import ClusterError, PostgresCluster, server_bindir
 from orchestrator.db.models import Base
 from orchestrator.db.session import (
     create_scratch_database,
@@ -32,6 +33,7 @@ from orchestrator.db.session import (
 # that checks the service against a real chain. Imported, not listed in `pytest_plugins`:
 # ape's pytest plugin has fixtures of the same names (`chain`, ...), and only conftest
 # fixtures take precedence over a plugin's.
+from tests import builders
 from tests.chain_fixtures import (  # noqa: F401
     admin,
     anvil,
@@ -39,6 +41,7 @@ from tests.chain_fixtures import (  # noqa: F401
     chain,
     customer,
     deployment,
+    grid,
     orchestrator,
     other_provider,
     provider,
@@ -46,6 +49,9 @@ from tests.chain_fixtures import (  # noqa: F401
     slasher,
     stranger,
 )
+
+NodeMaker = Callable[..., list[str]]
+JobMaker = Callable[..., str]
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -148,3 +154,15 @@ def engine(db_url: str, _migrated: dict[str, Engine]) -> Engine:
 @pytest.fixture
 def factory(engine: Engine) -> sessionmaker[Session]:
     return make_session_factory(engine)
+
+
+@pytest.fixture
+def make_nodes(factory: sessionmaker[Session]) -> NodeMaker:
+    """`builders.make_nodes` on this test's database."""
+    return functools.partial(builders.make_nodes, factory)
+
+
+@pytest.fixture
+def make_job(factory: sessionmaker[Session]) -> JobMaker:
+    """`builders.make_job` on this test's database."""
+    return functools.partial(builders.make_job, factory)

@@ -1,4 +1,10 @@
-"""The house rules, read from the code itself (AST): `domain/` is pure (no SQLAlchemy, web3,
+"""The house rules, read from the code itself (AST). Three programs meet at a small shared
+package: the service (`orchestrator/`) imports neither the agent nor the tools; the provider
+agent (`agent/`) imports only `protocol` and the service's pure `orchestrator/domain/`, and no
+module of the server stack; `protocol/` imports nothing of the project; the tools (`mesh/`)
+may use all three. Nothing imports in a circle.
+
+Inside the service: `domain/` is pure (no SQLAlchemy, web3,
 FastAPI or ape), only `orchestrator/chain/` imports web3 or ape, and only `orchestrator/db/`
 builds queries, touches a session's query API or constructs models. `chain/` holds web3 only
 (no database, no use cases), and HTTP is the api's: nothing below it (`domain/`, `db/`,
@@ -20,7 +26,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("orchestrator", "agent")
+PACKAGES = ("orchestrator", "agent", "protocol", "mesh")
+PROJECT = frozenset(PACKAGES)
+# What the agent may import of the project (its own modules aside), and what it never loads:
+# a provider's machine installs neither the service's stack nor the chain's.
+AGENT_MAY_IMPORT = ("protocol", "orchestrator.domain")
+SERVER_STACK = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "web3",
+                "ape", "apscheduler", "prometheus_client"}
 PURE_FORBIDDEN = {"sqlalchemy", "web3", "fastapi", "starlette", "ape", "alembic"}
 CHAIN_ONLY = {"web3", "ape"}
 # SQLAlchemy names that build statements; sessions, engines and errors may travel.
@@ -148,6 +160,21 @@ def imported_modules(tree: ast.Module) -> Iterator[tuple[int, str, tuple[str, ..
             yield node.lineno, node.module, tuple(alias.name for alias in node.names)
 
 
+def program_breach(program: str, module: str) -> str | None:
+    """Why `program` (a top-level package) may not import `module`, or None if it may."""
+    first = top(module)
+    if program == "orchestrator" and first in {"agent", "mesh"}:
+        return f"imports {module}: the service imports neither the agent nor the tools"
+    if program == "agent" and first in PROJECT - {"agent"} and not module.startswith(
+            AGENT_MAY_IMPORT):
+        return f"imports {module}: the agent imports only protocol and orchestrator.domain"
+    if program in {"agent", "protocol"} and first in SERVER_STACK:
+        return f"imports {module}: a provider's machine does not install the server stack"
+    if program == "protocol" and first in PROJECT - {"protocol"}:
+        return f"imports {module}: protocol imports nothing of the project"
+    return None
+
+
 def top(module: str) -> str:
     first = module.split(".")[0]
     return "ape" if first.startswith("ape_") else first
@@ -197,12 +224,15 @@ def http_codes(tree: ast.Module) -> Iterator[tuple[int, str]]:
 def violations() -> list[Violation]:
     found: list[Violation] = []
     for path, tree in sources():
+        program = path.split("/")[0]
         in_domain = path.startswith("orchestrator/domain/")
         in_chain = path.startswith("orchestrator/chain/")
         in_db = path.startswith("orchestrator/db/")
         http_free = path.startswith(HTTP_FREE)
         models: set[str] = set()
         for line, module, names in imported_modules(tree):
+            if (breach := program_breach(program, module)) is not None:
+                found.append(Violation("programs", path, line, breach))
             if in_domain and top(module) in PURE_FORBIDDEN:
                 found.append(Violation("pure-domain", path, line, f"imports {module}"))
             if not in_chain and top(module) in CHAIN_ONLY:
@@ -259,7 +289,19 @@ def test_every_allowed_exception_is_still_needed() -> None:
     ("orchestrator/domain/x.py", "from sqlalchemy import select\n",
      ["pure-domain", "queries-in-db"]),
     ("orchestrator/services/x.py", "def f():\n    from web3 import Web3\n", ["web3-in-chain"]),
-    ("orchestrator/bench/x.py", "import ape_foundry\n", ["web3-in-chain"]),
+    ("mesh/bench/x.py", "import ape_foundry\n", ["web3-in-chain"]),
+    ("orchestrator/services/x.py", "from agent.workloads import blender\n", ["programs"]),
+    ("orchestrator/api/x.py", "def f():\n    from mesh.cli import app\n", ["programs"]),
+    ("agent/x.py", "from orchestrator.db import crud\n", ["programs"]),
+    ("agent/x.py", "from orchestrator.api.auth import verify_request\n", ["programs"]),
+    ("agent/x.py", "from mesh.customer import submit_job\n", ["programs"]),
+    ("agent/x.py", "import fastapi\n", ["programs"]),
+    ("agent/x.py", "from orchestrator.domain import popw\nfrom protocol.client import W\n",
+     []),
+    ("protocol/x.py", "from orchestrator.domain import popw\n", ["programs"]),
+    ("protocol/x.py", "from sqlalchemy.orm import Session\n", ["programs"]),
+    ("protocol/x.py", "from eth_account import Account\n", []),
+    ("mesh/x.py", "from orchestrator.db import crud\nfrom agent import daemon\n", []),
     ("orchestrator/services/x.py", "from sqlalchemy import select\n", ["queries-in-db"]),
     ("orchestrator/api/x.py", "def f(session):\n    session.get(1, 2)\n", ["queries-in-db"]),
     ("orchestrator/services/x.py",
@@ -308,17 +350,16 @@ def test_the_checker_catches_each_kind_of_breach(path: str, code: str, rules: li
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the orchestrator modules it imports (TYPE_CHECKING and nested included)."""
+    """Module -> the project's modules it imports (TYPE_CHECKING and nested included)."""
     modules: dict[str, ast.Module] = {}
     for path, tree in sources():
-        if path.startswith("orchestrator/"):
-            name = path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
-            modules[name] = tree
+        name = path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+        modules[name] = tree
     graph: dict[str, set[str]] = {}
     for name, tree in modules.items():
         edges: set[str] = set()
         for _, module, names in imported_modules(tree):
-            if not module.startswith("orchestrator"):
+            if top(module) not in PROJECT:
                 continue
             submodules = {f"{module}.{n}" for n in names} & modules.keys()
             edges |= submodules or ({module} & modules.keys())
@@ -326,7 +367,7 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_cycles_among_orchestrator_modules() -> None:
+def test_no_import_cycles_in_the_house() -> None:
     graph = import_graph()
     state: dict[str, int] = {}  # 1: on the path, 2: done
     path: list[str] = []
@@ -347,4 +388,4 @@ def test_no_import_cycles_among_orchestrator_modules() -> None:
         if module not in state:
             cycle = visit(module)
             assert cycle is None, "import cycle: " + " -> ".join(cycle)
-    assert "orchestrator.simulation.engine" in graph["orchestrator.simulation.pls_driver"]
+    assert "mesh.simulation.engine" in graph["mesh.simulation.pls_driver"]

@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from orchestrator.bench import churn
+from mesh.bench import churn
 
 HIGH_CHURN = ("combos:11", "combos:12", "homes:11", "homes:12", "homes-short:11",
               "churn-mix:11", "evenings:11", "evenings:12", "evenings-mix:11", "evenings-mix:12")

@@ -11,8 +11,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.keystore import PASSWORD_ENV  # noqa: E402
 from orchestrator.config import Settings  # noqa: E402
+from protocol.keystore import PASSWORD_ENV  # noqa: E402
 
 TARGET = ROOT / "docs" / "configuration.md"
 HEADER = """# Configuration

@@ -1,11 +1,8 @@
-"""Wallet-signed requests (EIP-712) and HMAC session tokens.
+"""The service's side of wallet-signed requests (what a request must carry to be taken; the
+message itself is `protocol.signing`'s) and HMAC session tokens.
 
-A signed request binds method, path, a hash of the exact body bytes, a nonce and
-an expiry to this chain id and this orchestrator (domain salt), so a signature
-cannot be replayed here, on another route, with another body, on another chain or
-against another orchestrator. ECDSA recovery costs milliseconds, so a node logs in
-once with a signature and then sends heartbeats with an HMAC session token
-(microseconds to check).
+ECDSA recovery costs milliseconds, so a node logs in once with a signature and then sends
+heartbeats with an HMAC session token (microseconds to check).
 """
 
 from __future__ import annotations
@@ -16,55 +13,22 @@ import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from eth_account import Account
-from eth_account.messages import encode_typed_data
-from eth_utils import is_hex_address, keccak, to_checksum_address
+from eth_utils import is_hex_address, to_checksum_address
 
 from orchestrator.api.errors import ApiError
+from protocol.signing import (
+    HEADER_ADDRESS,
+    HEADER_CHAIN,
+    HEADER_EXPIRY,
+    HEADER_NONCE,
+    HEADER_SIGNATURE,
+    signable_request,
+)
 
-REQUEST_TYPES = {
-    "MeshRequest": [
-        {"name": "method", "type": "string"},
-        {"name": "path", "type": "string"},
-        {"name": "bodyHash", "type": "bytes32"},
-        {"name": "nonce", "type": "uint256"},
-        {"name": "expiry", "type": "uint256"},
-    ]
-}
-HEADER_ADDRESS = "x-mesh-address"
-HEADER_SIGNATURE = "x-mesh-signature"
-HEADER_NONCE = "x-mesh-nonce"
-HEADER_EXPIRY = "x-mesh-expiry"
-HEADER_CHAIN = "x-mesh-chain-id"
 MAX_NONCE = 2**256 - 1
 SECP256K1_HALF_N = 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0
-
-
-def eip712_domain(*, chain_id: int, orchestrator_id: str) -> dict[str, Any]:
-    return {"name": "DePIN Mesh", "version": "1", "chainId": chain_id,
-            "salt": keccak(text=orchestrator_id)}
-
-
-def request_message(*, method: str, path: str, body: bytes, nonce: int,
-                    expiry: int) -> dict[str, Any]:
-    return {"method": method.upper(), "path": path, "bodyHash": keccak(body), "nonce": nonce,
-            "expiry": expiry}
-
-
-def sign_request(private_key: str | bytes, *, method: str, path: str, body: bytes, nonce: int,
-                 expiry: int, chain_id: int, orchestrator_id: str) -> dict[str, str]:
-    """The headers a client sends (agents, customers and tests use this same function)."""
-    account = Account.from_key(private_key)
-    signable = encode_typed_data(
-        domain_data=eip712_domain(chain_id=chain_id, orchestrator_id=orchestrator_id),
-        message_types=REQUEST_TYPES,
-        message_data=request_message(method=method, path=path, body=body, nonce=nonce,
-                                     expiry=expiry))
-    signature = account.sign_message(signable).signature
-    return {HEADER_ADDRESS: account.address, HEADER_SIGNATURE: "0x" + bytes(signature).hex(),
-            HEADER_NONCE: str(nonce), HEADER_EXPIRY: str(expiry), HEADER_CHAIN: str(chain_id)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +72,9 @@ def verify_request(headers: Mapping[str, str], *, method: str, path: str, body: 
     if expiry > now + max_age_s:
         raise _unauthorized("expiry_too_far", f"expiry may be at most {max_age_s:.0f}s ahead")
     try:
-        signable = encode_typed_data(
-            domain_data=eip712_domain(chain_id=chain_id, orchestrator_id=orchestrator_id),
-            message_types=REQUEST_TYPES,
-            message_data=request_message(method=method, path=path, body=body, nonce=nonce,
-                                         expiry=expiry))
+        signable = signable_request(method=method, path=path, body=body, nonce=nonce,
+                                    expiry=expiry, chain_id=chain_id,
+                                    orchestrator_id=orchestrator_id)
         signer = Account.recover_message(signable, signature=signature)
     except Exception:  # any malformed signature (bad v, s out of range) is simply invalid
         raise _unauthorized("signature_invalid", "the signature does not verify") from None

@@ -1,6 +1,6 @@
-"""Whole-history reads for the history checker (`orchestrator.bench.history_check`): every
+"""Whole-history reads for the history checker (`mesh.bench.history_check`): every
 job, task, lease and slash, as plain rows, in one pass each; and the leader leases and outbox
-as they stand (`orchestrator.bench.scaleout` samples them while replicas run)."""
+as they stand (`mesh.bench.scaleout` samples them while replicas run)."""
 
 from __future__ import annotations
 

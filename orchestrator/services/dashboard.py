@@ -21,7 +21,6 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from sqlalchemy.orm import Session
 
-from agent.workloads.blender import is_exr
 from orchestrator.db import crud
 from orchestrator.db import dashboard as store
 from orchestrator.db import verification as verification_db
@@ -41,6 +40,7 @@ from orchestrator.services.pls_staking import SLASH_KEY
 from orchestrator.services.pls_state import StakeUnavailable
 from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.metrics import MeshMetrics, ServiceFigures
+from protocol.images import is_exr
 
 REFRESH_S = 2.0  # the page polls this often: its data is never more than this (+ a request) old
 RS_HORIZON_S = 3600.0  # the RS shown is the node's score for an hour-long task
@@ -359,7 +359,7 @@ def thumbnail(session: Session, *, blobs: BlobStore, sha256: str) -> Path:
 
 def _frame_image(path: Path) -> Image.Image:
     if is_exr(path):
-        from agent.workloads.blender import OutputInvalid, exr_pixels
+        from protocol.images import OutputInvalid, exr_pixels
 
         try:
             pixels = exr_pixels(path)

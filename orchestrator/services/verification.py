@@ -22,7 +22,6 @@ import numpy as np
 from eth_utils import keccak
 from sqlalchemy.orm import Session
 
-from agent.workloads.blender import OutputInvalid, exr_pixels, image_pixels
 from orchestrator.db import crud
 from orchestrator.db import pls as pls_store
 from orchestrator.db import verification as store
@@ -63,6 +62,7 @@ from orchestrator.domain.verification import (
 from orchestrator.services import work
 from orchestrator.services.pls import PlsService
 from orchestrator.storage.blobs import BlobStore
+from protocol.images import OutputInvalid, exr_pixels, image_pixels
 
 log = logging.getLogger("orchestrator.verification")
 MAX_TIEBREAKS = 3  # per window; past that nobody is blamed and the task is redone

@@ -12,6 +12,6 @@ import pytest
 @pytest.fixture(scope="session")
 def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("scene") / "scene.blend"
-    subprocess.run([sys.executable, "-m", "agent.workloads.sample_scene", str(path)],
+    subprocess.run([sys.executable, "-m", "mesh.sample_scene", str(path)],
                    check=True, capture_output=True, timeout=120)
     return path

@@ -8,27 +8,19 @@ agents exited that way, and the jobs they should have verified never settled."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from orchestrator.bench.chaos import SCRIPT
-from orchestrator.chain.anvil import Anvil
-from orchestrator.chain.sdk import MeshChain
-from orchestrator.cutproxy import CutProxy
-from orchestrator.localgrid import Grid, wait_for
+from mesh.bench.chaos import SCRIPT
+from mesh.cutproxy import CutProxy
+from mesh.localgrid import Grid, wait_for
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
 
-@pytest.fixture
-def grid(chain: MeshChain, anvil: Anvil, tmp_path: Path) -> Iterator[Grid]:
-    grid = Grid(chain, tmp_path, rpc_url=anvil.rpc_url)
-    try:
-        yield grid.start(MESH_RESERVATION_TTL_S="3")
-    finally:
-        grid.close()
+@pytest.fixture(autouse=True)
+def _started(grid: Grid) -> None:
+    grid.start(MESH_RESERVATION_TTL_S="3")
 
 
 def test_an_agent_cut_off_before_it_starts_its_lease_drops_it_and_serves_on(

@@ -8,34 +8,23 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from agent import keystore
-from agent.client import Wallet
-from agent.customer import download
 from agent.sandbox import Limits, Outcome, Sandbox
 from agent.workloads.blender import WORKER, FrameTask, render
-from orchestrator.chain.anvil import Anvil, dev_account
-from orchestrator.chain.sdk import MeshChain
-from orchestrator.localgrid import ORCHESTRATOR_ID, STAKE, Grid, wait_for
+from mesh.customer import download
+from mesh.localgrid import ORCHESTRATOR_ID, STAKE, Grid, wait_for
+from orchestrator.chain.anvil import dev_account
+from protocol import keystore
+from protocol.client import Wallet
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 QUICK_DECISIONS = {"MESH_PLS_RECONNECT_GRACE_S": "3", "MESH_PLS_OUTAGE_WINDOW_S": "30",
                    "MESH_PLS_DECISION_DELAY_S": "30", "MESH_PLS_DECIDE_INTERVAL_S": "1"}
-
-
-@pytest.fixture
-def grid(chain: MeshChain, anvil: Anvil, tmp_path: Path) -> Iterator[Grid]:
-    grid = Grid(chain, tmp_path, rpc_url=anvil.rpc_url)
-    try:
-        yield grid
-    finally:
-        grid.close()
 
 
 def direct(scene: Path, tmp: Path, **task: object) -> np.ndarray:
@@ -62,7 +51,7 @@ def test_renderJob_splitAcrossThreeAgents_downloadsVerifiedFramesEqualToDirectRe
     keystore.create(customer_key, "customer-pw", bytes(dev_account(4).key))
     out = tmp_path / "frames"
     downloaded = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "job", "download", job_id, "--out", str(out),
+        [sys.executable, "-m", "mesh.cli", "job", "download", job_id, "--out", str(out),
          "--orchestrator", grid.url, "--keystore", str(customer_key), "--password-file",
          str(tmp_path / "pw"), "--chain-id", str(grid.chain.deployment.chain_id),
          "--orchestrator-id", ORCHESTRATOR_ID],
@@ -76,8 +65,9 @@ def test_renderJob_splitAcrossThreeAgents_downloadsVerifiedFramesEqualToDirectRe
         pixels = np.asarray(Image.open(out / f"frame-{frame:04d}.png"))
         assert np.array_equal(pixels, direct(scene, tmp_path, frame=frame, samples=8,
                                              chunk_samples=4, resolution=(32, 24)))
-    stranger = Wallet(grid.url, bytes(dev_account(7).key), dev_account(7).address,
-                      chain_id=grid.chain.deployment.chain_id, orchestrator_id=ORCHESTRATOR_ID)
+    stranger = Wallet.connect(grid.url, bytes(dev_account(7).key),
+                              chain_id=grid.chain.deployment.chain_id,
+                              orchestrator_id=ORCHESTRATOR_ID)
     refused = stranger.send("GET", f"/v1/jobs/{job_id}/results")
     stranger.close()
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "job_not_owned"
@@ -290,7 +280,7 @@ def test_agent_withAWrongPassword_saysSoInOneLineAndExits2(tmp_path: Path) -> No
     keystore.create(tmp_path / "key.json", "right")
     (tmp_path / "pw").write_text("wrong")
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "agent", "run", "--orchestrator",
+        [sys.executable, "-m", "mesh.cli", "agent", "run", "--orchestrator",
          "http://127.0.0.1:9", "--keystore", str(tmp_path / "key.json"), "--password-file",
          str(tmp_path / "pw")], capture_output=True, text=True, timeout=60, check=False)
 

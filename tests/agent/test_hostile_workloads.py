@@ -304,7 +304,7 @@ def hostile_blend(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("hostile-blend")
     scene, hostile = root / "scene.blend", root / "hostile.blend"
-    subprocess.run([sys.executable, "-m", "agent.workloads.sample_scene", str(scene)],
+    subprocess.run([sys.executable, "-m", "mesh.sample_scene", str(scene)],
                    check=True, capture_output=True, timeout=300)
     subprocess.run([sys.executable, "-c", HOSTILE_BLEND, str(scene), str(hostile)],
                    check=True, capture_output=True, timeout=300)

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.chain.anvil import Anvil
-from orchestrator.chain.sdk import MeshChain
-from orchestrator.cutproxy import CutProxy, signal_tree
-from orchestrator.localgrid import STAKE, AgentProcess, Grid, wait_for
+from mesh.cutproxy import CutProxy, signal_tree
+from mesh.localgrid import STAKE, AgentProcess, Grid, wait_for
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
@@ -32,13 +30,9 @@ FRAME = {"frames": {"start": 5, "end": 5}, "samples": 16000, "chunk_samples": 80
          "resolution": [64, 48]}
 
 
-@pytest.fixture
-def grid(chain: MeshChain, anvil: Anvil, tmp_path: Path) -> Iterator[Grid]:
-    grid = Grid(chain, tmp_path, rpc_url=anvil.rpc_url)
-    try:
-        yield grid.start(**CUT_ENV)
-    finally:
-        grid.close()
+@pytest.fixture(autouse=True)
+def _started(grid: Grid) -> None:
+    grid.start(**CUT_ENV)
 
 
 @pytest.fixture

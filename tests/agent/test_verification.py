@@ -1,5 +1,5 @@
 """Verification end to end: `mesh agent run` processes (honest ones on both CPU kernels, and
-cheaters: the real agent with a dishonest renderer, `python -m agent.workloads.cheaters`)
+cheaters: the real agent with a dishonest renderer, `python -m mesh.bench.cheating_agent`)
 against the orchestrator under uvicorn and the contracts on anvil; real Cycles renders, tiny
 (32x24, two shared cores). Every cheat is caught, no honest node is ever rejected, and the jobs
 settle on their own, paying only for results that passed."""
@@ -7,19 +7,16 @@ settle on their own, paying only for results that passed."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agent.client import expect
-from orchestrator.chain.anvil import Anvil
-from orchestrator.chain.sdk import MeshChain
+from mesh.localgrid import AgentProcess, Grid, wait_for
 from orchestrator.domain.merkle import verify
 from orchestrator.domain.verification import Leaf
-from orchestrator.localgrid import AgentProcess, Grid, wait_for
+from protocol.client import expect
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 ADMIN = {"x-admin-key": "test-admin"}
@@ -27,17 +24,8 @@ TINY = {"samples": 8, "chunk_samples": 4, "resolution": [32, 24]}
 SLOWER = {"samples": 64, "chunk_samples": 32, "resolution": [32, 24]}
 
 
-@pytest.fixture
-def grid(chain: MeshChain, anvil: Anvil, tmp_path: Path) -> Iterator[Grid]:
-    grid = Grid(chain, tmp_path, rpc_url=anvil.rpc_url)
-    try:
-        yield grid
-    finally:
-        grid.close()
-
-
 def cheater(cheat: str) -> list[str]:
-    return [sys.executable, "-m", "agent.workloads.cheaters", cheat]
+    return [sys.executable, "-m", "mesh.bench.cheating_agent", cheat]
 
 
 def admin(grid: Grid, path: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.bench import gas
+from mesh.bench import gas
 
 
 @pytest.mark.anvil

@@ -18,8 +18,9 @@ from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.popw import DEFAULT_GPU_CLASSES, GpuClass, PopwConfig
 from orchestrator.main import create_app
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock, Wallet, registration
-from tests.services.pls_harness import ADMIN_KEY, Agent, FixedStake
+from protocol.client import Wallet
+from tests.clients import LiveNode, VirtualClock, join, make_wallet
+from tests.services.pls_harness import ADMIN_KEY, FixedStake
 
 AppMaker = Callable[..., TestClient]
 
@@ -91,13 +92,9 @@ def client(make_app: AppMaker) -> TestClient:
 
 @pytest.fixture
 def agent(client: TestClient, settings: Settings, clock: VirtualClock
-          ) -> Callable[..., Agent]:
-    def build(node_id: str, *, wallet: Wallet | None = None, **overrides: object) -> Agent:
-        wallet = wallet or Wallet(client, clock, chain_id=settings.chain_id,
-                                  orchestrator_id=settings.orchestrator_id)
-        registered = wallet.send("POST", "/v1/nodes", registration(node_id, **overrides))
-        assert registered.status_code == 200, registered.text
-        login = wallet.send("POST", "/v1/auth/login", {"node_id": node_id})
-        assert login.status_code == 200, login.text
-        return Agent(node_id, wallet, login.json()["token"], client)
+          ) -> Callable[..., LiveNode]:
+    def build(node_id: str, *, wallet: Wallet | None = None, **overrides: object) -> LiveNode:
+        wallet = wallet or make_wallet(client, clock, chain_id=settings.chain_id,
+                                       orchestrator_id=settings.orchestrator_id)
+        return join(wallet, node_id, **overrides)
     return build

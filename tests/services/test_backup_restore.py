@@ -22,7 +22,7 @@ from orchestrator.main import _periodic_jobs, create_app
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.services.outbox import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock
+from tests.clients import VirtualClock
 from tests.services.pls_harness import FixedStake
 from tests.services.test_outbox import (
     CUSTOMER,

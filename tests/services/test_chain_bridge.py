@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.bench.reorg import PAYMENT, ReorgWorld
+from mesh.bench.reorg import PAYMENT, ReorgWorld
 from orchestrator.chain.anvil import Anvil, dev_account, increase_time, mine, reorg
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
@@ -46,7 +46,8 @@ from orchestrator.services import pls_chain
 from orchestrator.services.outbox import OutboxSender
 from orchestrator.services.pls import PlsService
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock, Wallet, registration
+from protocol.client import Wallet
+from tests.clients import VirtualClock, make_wallet, registration
 from tests.services.conftest import AppMaker
 from tests.services.pls_harness import ADMIN_KEY
 from tests.services.test_outbox import drain
@@ -154,7 +155,7 @@ def bridge(world: ReorgWorld, make_app: AppMaker, factory: sessionmaker[Session]
     sender = OutboxSender(own, own.account(dev_account(1)), MeshMetrics(),
                           slasher=own.account(dev_account(2)))
     node = f"node-bridge-{next(_numbers)}"
-    wallet = Wallet(app, clock, chain_id=settings.chain_id,
+    wallet = make_wallet(app, clock, chain_id=settings.chain_id,
                     orchestrator_id=settings.orchestrator_id, account=PROVIDER)
     built = Bridge(world, app, factory, clock, sender, jobs["chain-index"].work, node, wallet)
     built.final()

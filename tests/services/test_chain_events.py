@@ -16,13 +16,7 @@ from eth_account import Account
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.bench.reorg import (
-    PAYMENT,
-    CountingDispatch,
-    ReorgWorld,
-    canonical_events,
-    content_key,
-)
+from mesh.bench.reorg import PAYMENT, CountingDispatch, ReorgWorld, canonical_events, content_key
 from orchestrator.chain.anvil import (
     Anvil,
     dev_account,
@@ -54,7 +48,7 @@ from orchestrator.services.chain_events import (
 )
 from orchestrator.services.outbox import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock
+from tests.clients import VirtualClock
 from tests.services.pls_harness import FixedStake
 from tests.services.test_outbox import drain
 

@@ -38,7 +38,8 @@ from orchestrator.services import disputes, settlement, work
 from orchestrator.services.outbox import LEASE_NAME, OutboxSender
 from orchestrator.services.pls import PlsService
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock, Wallet, registration
+from protocol.client import Wallet
+from tests.clients import VirtualClock, make_wallet, registration
 from tests.services.conftest import AppMaker
 
 pytestmark = pytest.mark.anvil
@@ -387,7 +388,7 @@ def test_a_dismissed_slash_dispute_leaves_the_tier_and_record_alone(
 
 def wallet(app: TestClient, clock: VirtualClock, index: int) -> Wallet:
     settings = app.app.state.ctx.settings  # type: ignore[attr-defined]
-    return Wallet(app, clock, chain_id=settings.chain_id,
+    return make_wallet(app, clock, chain_id=settings.chain_id,
                   orchestrator_id=settings.orchestrator_id, account=dev_account(index))
 
 
@@ -457,7 +458,7 @@ def test_disputes_are_listed_for_arbiters_and_for_their_parties(
     apply(factory, mesh, app, opened, clock())
 
     def open_ones(index: int) -> list[int]:
-        headers = wallet(app, clock, index).headers("GET", "/v1/disputes", b"")
+        headers = wallet(app, clock, index).signed_headers("GET", "/v1/disputes", b"")
         response = app.get("/v1/disputes?open=true", headers=headers)
         assert response.status_code == 200, response.text
         return [d["dispute_id"] for d in response.json()]

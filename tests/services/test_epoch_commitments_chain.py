@@ -19,8 +19,8 @@ from orchestrator.db.models import OutboxAction
 from orchestrator.domain.types import Tier
 from orchestrator.services.outbox import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock, Wallet
-from tests.services.pls_harness import Agent
+from protocol.client import Wallet
+from tests.clients import LiveNode, VirtualClock, make_wallet
 from tests.services.test_placement_gates import pls_of
 
 STAKE = 1_000 * 10**18
@@ -33,7 +33,7 @@ def stake(chain: MeshChain) -> MeshChain:
     return chain
 
 
-def hour_of_telemetry(low: Agent, good: Agent, clock: VirtualClock) -> None:
+def hour_of_telemetry(low: LiveNode, good: LiveNode, clock: VirtualClock) -> None:
     """The low node never echoes its probes (all lost); the good one echoes in 5 ms."""
     low.login()
     good.login()
@@ -65,12 +65,12 @@ def test_low_score_epoch_root_lets_a_third_party_slash_and_demote_on_chain(
         chain: MeshChain, provider: MeshAccount, other_provider: MeshAccount,
         orchestrator: MeshAccount, stranger: MeshAccount, client: TestClient,
         settings: Settings, clock: VirtualClock, factory: sessionmaker[Session],
-        agent: Callable[..., Agent]) -> None:
+        agent: Callable[..., LiveNode]) -> None:
     provider.stake(STAKE)
     other_provider.stake(STAKE)
 
     def wallet(index: int) -> Wallet:
-        return Wallet(client, clock, chain_id=settings.chain_id,
+        return make_wallet(client, clock, chain_id=settings.chain_id,
                       orchestrator_id=settings.orchestrator_id, account=dev_account(index))
 
     low, good = agent("gpu-low", wallet=wallet(5)), agent("gpu-good", wallet=wallet(6))

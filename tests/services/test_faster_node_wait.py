@@ -12,8 +12,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.scheduling.placer import Placer
-from tests.orchestrator.apiclient import VirtualClock
-from tests.services.pls_harness import TOKEN, Agent, FixedStake, make_job
+from tests.builders import TOKEN, make_job
+from tests.clients import LiveNode, VirtualClock
+from tests.services.pls_harness import FixedStake
 from tests.services.test_placement_gates import pls_of
 from tests.services.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
@@ -22,7 +23,7 @@ SLOW_WALL = HOUR / 0.55  # an hour of reference work on an RTX 3060
 LATENESS = SLOW_WALL - HOUR  # past the job's critical path (the task itself)
 
 
-def proves(node: Agent, gpu_class: str, clock: VirtualClock) -> None:
+def proves(node: LiveNode, gpu_class: str, clock: VirtualClock) -> None:
     challenge = challenge_for(node, gpu_class)
     ping(node, clock, challenge["ping_rounds"])
     clock.advance(2.0)
@@ -31,8 +32,8 @@ def proves(node: Agent, gpu_class: str, clock: VirtualClock) -> None:
     assert answered.status_code == 200 and answered.json()["passed"], answered.text
 
 
-def grid(agent: Callable[..., Agent], stake: FixedStake, clock: VirtualClock
-         ) -> tuple[Agent, Agent]:
+def grid(agent: Callable[..., LiveNode], stake: FixedStake, clock: VirtualClock
+         ) -> tuple[LiveNode, LiveNode]:
     fast = agent("gpu-fast", price_per_gpu_hour=100)
     slow = agent("gpu-slow", price_per_gpu_hour=100)
     for node, gpu_class in ((fast, "rtx4090"), (slow, "rtx3060")):
@@ -42,7 +43,7 @@ def grid(agent: Callable[..., Agent], stake: FixedStake, clock: VirtualClock
 
 
 def test_the_placer_holds_a_late_task_for_the_busy_fast_node_no_longer_than_it_saves(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     grid(agent, stake, clock)
     pls = pls_of(client)
@@ -67,7 +68,7 @@ def test_the_placer_holds_a_late_task_for_the_busy_fast_node_no_longer_than_it_s
 
 
 def test_a_task_on_time_on_the_slow_node_is_not_held_back(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     grid(agent, stake, clock)
     placer = Placer(factory, gate=pls_of(client), clock=clock)
@@ -81,7 +82,7 @@ def test_a_task_on_time_on_the_slow_node_is_not_held_back(
 
 
 def test_a_slow_node_pulling_a_late_task_leaves_it_while_a_faster_node_is_online(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     _, slow = grid(agent, stake, clock)
     make_job(factory, needs=TaskNeeds(expected_duration_s=HOUR, value=TOKEN), now=clock())
@@ -93,7 +94,7 @@ def test_a_slow_node_pulling_a_late_task_leaves_it_while_a_faster_node_is_online
 
 
 def test_a_restarted_service_plans_with_the_speeds_its_handshakes_proved(
-        agent: Callable[..., Agent], stake: FixedStake, make_app: Callable[..., TestClient],
+        agent: Callable[..., LiveNode], stake: FixedStake, make_app: Callable[..., TestClient],
         client: TestClient, clock: VirtualClock) -> None:
     grid(agent, stake, clock)
     restarted = pls_of(make_app())

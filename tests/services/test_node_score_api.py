@@ -8,8 +8,8 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 
 from orchestrator.domain.types import Tier
-from tests.orchestrator.apiclient import VirtualClock
-from tests.services.pls_harness import Agent, gpu_sample
+from tests.clients import LiveNode, VirtualClock
+from tests.services.pls_harness import gpu_sample
 from tests.services.test_placement_gates import pls_of
 from tests.services.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
@@ -17,7 +17,7 @@ THERMAL_SLOWDOWN = 0x20
 
 
 def test_score_is_the_books_rs_for_the_asked_duration_and_drops_for_a_hot_gpu(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock) -> None:
     hot, cool = agent("gpu-hot"), agent("gpu-cool")
     clock.advance(600)
     hot.post("/v1/nodes/gpu-hot/telemetry/gpu", {"samples": [
@@ -37,7 +37,7 @@ def test_score_is_the_books_rs_for_the_asked_duration_and_drops_for_a_hot_gpu(
 
 
 def test_score_shows_high_tier_only_after_a_passed_handshake(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     assert client.get("/v1/nodes/gpu-1/score").json()["tier"] == Tier.STANDARD
     challenge = challenge_for(node)
@@ -50,7 +50,7 @@ def test_score_shows_high_tier_only_after_a_passed_handshake(
 
 
 def test_score_of_an_unknown_node_or_a_bad_duration_is_refused(
-        agent: Callable[..., Agent], client: TestClient) -> None:
+        agent: Callable[..., LiveNode], client: TestClient) -> None:
     agent("gpu-1")
     unknown = client.get("/v1/nodes/gpu-nobody/score")
     assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "node_not_found")

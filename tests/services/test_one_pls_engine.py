@@ -31,7 +31,8 @@ from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services.pls import PlsService, SweepFacts
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.services.pls_harness import TOKEN, FixedStake, make_job
+from tests.builders import TOKEN, make_job
+from tests.services.pls_harness import FixedStake
 
 START = 1_700_000_000.0
 STEP_S = 600.0

@@ -46,7 +46,7 @@ from orchestrator.services.outbox import (
     build_sender,
 )
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock
+from tests.clients import VirtualClock
 
 pytestmark = pytest.mark.anvil
 

@@ -18,13 +18,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from web3.exceptions import TransactionNotFound
 from web3.types import RPCEndpoint
 
-from orchestrator.bench.reorg import CountingDispatch
+from mesh.bench.reorg import CountingDispatch
+from mesh.cutproxy import CutProxy
 from orchestrator.chain import tx
 from orchestrator.chain.anvil import Anvil, dev_account, reorg
 from orchestrator.chain.indexer import ChainIndexReader
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
-from orchestrator.cutproxy import CutProxy
 from orchestrator.db import pls as pls_store
 from orchestrator.db.models import OutboxTransaction
 from orchestrator.domain.fees import FeePolicy, Fees
@@ -38,7 +38,7 @@ from orchestrator.services.outbox import (
     resend_reorged,
 )
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.orchestrator.apiclient import VirtualClock
+from tests.clients import VirtualClock
 from tests.services.test_outbox import (
     ORCHESTRATOR,
     PROVIDER,

@@ -2,7 +2,7 @@
 then a restart: every job is paid exactly once, nothing is lost, and balances are conserved.
 
 No crash hook inside the service: its JSON-RPC traffic goes through a proxy on loopback
-(`orchestrator.cutproxy`) that watches each exchange and kills the process at the exact step,
+(`mesh.cutproxy`) that watches each exchange and kills the process at the exact step,
 before passing the bytes on (so the process never learns the answer):
 
 - before_send: the signed batch is committed, its eth_sendRawTransaction has not reached the node;
@@ -25,11 +25,11 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
+from mesh.cutproxy import CutProxy
+from mesh.processes import OrchestratorProcess, ServiceError
 from orchestrator.chain.anvil import Anvil, dev_account, increase_time
 from orchestrator.chain.sdk import MeshChain
-from orchestrator.cutproxy import CutProxy
-from orchestrator.processes import OrchestratorProcess, ServiceError
-from tests.orchestrator.apiclient import VirtualClock
+from tests.clients import VirtualClock
 from tests.services.test_outbox import (
     CUSTOMER,
     ORCHESTRATOR,

@@ -15,8 +15,9 @@ from orchestrator.db.models import CollateralLock, Lease, OutboxAction
 from orchestrator.domain.types import Priority, TaskNeeds
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services.pls import PlsService
-from tests.orchestrator.apiclient import VirtualClock
-from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.builders import TOKEN, make_job
+from tests.clients import LiveNode, VirtualClock
+from tests.services.pls_harness import ADMIN, FixedStake
 from tests.services.test_popw_api import answer_body, challenge_for, ping, send_answer, solve
 
 
@@ -26,7 +27,7 @@ def pls_of(client: TestClient) -> PlsService:
 
 
 def test_lease_waits_for_free_stake_then_assigns_the_risk_priced_collateral(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     node = agent("gpu-1")
     job_id = make_job(factory, value=TOKEN, now=clock())
@@ -55,7 +56,7 @@ def test_lease_waits_for_free_stake_then_assigns_the_risk_priced_collateral(
 
 
 def test_open_assignments_still_count_against_free_stake_after_the_stake_cache_expires(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     first = agent("gpu-1")
     second = agent("gpu-2", wallet=first.wallet)  # the same provider
@@ -72,7 +73,7 @@ def test_open_assignments_still_count_against_free_stake_after_the_stake_cache_e
 
 
 def test_a_raise_not_yet_on_chain_still_backs_the_next_placement_after_the_cache_expires(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     first = agent("gpu-1")
     second = agent("gpu-2", wallet=first.wallet)  # the same provider
@@ -91,7 +92,7 @@ def test_a_raise_not_yet_on_chain_still_backs_the_next_placement_after_the_cache
 
 
 def test_stake_short_of_the_collateral_gets_no_lease(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         clock: VirtualClock) -> None:
     node = agent("gpu-1")
     stake.free[node.wallet.address] = TOKEN // 20  # under 10 % of the task's value
@@ -100,7 +101,7 @@ def test_stake_short_of_the_collateral_gets_no_lease(
 
 
 def test_high_priority_work_needs_a_fresh_high_handshake(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         clock: VirtualClock, pls_config: object) -> None:
     node = agent("gpu-1")
     stake.free[node.wallet.address] = 10 * TOKEN
@@ -114,7 +115,7 @@ def test_high_priority_work_needs_a_fresh_high_handshake(
     assert node.post("/v1/nodes/gpu-1/lease").status_code == 200
 
 
-def lose_probes(node: Agent, clock: VirtualClock) -> None:
+def lose_probes(node: LiveNode, clock: VirtualClock) -> None:
     for _ in range(10):  # probes sent, never echoed
         node.post(f"/v1/nodes/{node.node_id}/probe")
         clock.advance(11)
@@ -122,7 +123,7 @@ def lose_probes(node: Agent, clock: VirtualClock) -> None:
 
 
 def test_node_losing_its_probes_falls_under_the_rs_floor_and_gets_no_lease(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     stake.free[node.wallet.address] = 10 * TOKEN
@@ -136,7 +137,7 @@ def test_node_losing_its_probes_falls_under_the_rs_floor_and_gets_no_lease(
 
 
 def test_a_grid_with_no_node_over_the_rs_floor_still_places_its_work_priced(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     stake.free[node.wallet.address] = 10 * TOKEN
@@ -153,7 +154,7 @@ def test_a_grid_with_no_node_over_the_rs_floor_still_places_its_work_priced(
 
 
 def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batch(
-        agent: Callable[..., Agent], stake: FixedStake, factory: sessionmaker[Session],
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     staked = agent("gpu-staked", price_per_gpu_hour=200)
     agent("gpu-cheap-unstaked", price_per_gpu_hour=10)

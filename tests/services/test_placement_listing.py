@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 from eth_account import Account
+from eth_account.signers.local import LocalAccount
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,9 +26,10 @@ from orchestrator.domain.matching import Candidate
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.services.chain_events import ChainIndexer, EventDispatch, IndexedStake
 from orchestrator.services.pls import PlsService
-from tests.orchestrator.apiclient import VirtualClock, Wallet
+from protocol.client import Wallet
+from tests.builders import TOKEN, make_job
+from tests.clients import LiveNode, VirtualClock, make_wallet
 from tests.services.conftest import AppMaker
-from tests.services.pls_harness import TOKEN, Agent, make_job
 
 pytestmark = pytest.mark.anvil
 
@@ -55,13 +57,14 @@ def index_all(mesh: MeshChain, factory: sessionmaker[Session]) -> None:
             return
 
 
-def staked_wallet(mesh: MeshChain, client: object, clock: VirtualClock,
-                  settings: Settings) -> Wallet:
+def staked_wallet(mesh: MeshChain, client: TestClient, clock: VirtualClock,
+                  settings: Settings) -> tuple[LocalAccount, Wallet]:
+    """A funded account (20 tokens to stake) and its signing client."""
     account = Account.create()
     set_balance(mesh.w3, account.address, 10**18)
     mesh.account(dev_account(0)).mint(account.address, 20 * TOKEN)
-    return Wallet(client, clock, chain_id=settings.chain_id,  # type: ignore[arg-type]
-                  orchestrator_id=settings.orchestrator_id, account=account)
+    return account, make_wallet(client, clock, chain_id=settings.chain_id,
+                                orchestrator_id=settings.orchestrator_id, account=account)
 
 
 def candidate(factory: sessionmaker[Session], node_id: str) -> Candidate:
@@ -80,19 +83,19 @@ def indexed_app(make_app: AppMaker, mesh: MeshChain, factory: sessionmaker[Sessi
 
 
 def test_a_bond_seen_in_the_index_changes_the_ranking_with_no_chain_call(
-        make_app: AppMaker, mesh: MeshChain, agent: Callable[..., Agent],
+        make_app: AppMaker, mesh: MeshChain, agent: Callable[..., LiveNode],
         settings: Settings, factory: sessionmaker[Session], clock: VirtualClock) -> None:
     counting, client, pls = indexed_app(make_app, mesh, factory)
-    first = staked_wallet(mesh, client, clock, settings)
-    second = staked_wallet(mesh, client, clock, settings)
-    agent("gpu-a", wallet=first)
-    agent("gpu-b", wallet=second)
-    mesh.account(first.account).stake(10 * TOKEN)
+    first, first_wallet = staked_wallet(mesh, client, clock, settings)
+    second, second_wallet = staked_wallet(mesh, client, clock, settings)
+    agent("gpu-a", wallet=first_wallet)
+    agent("gpu-b", wallet=second_wallet)
+    mesh.account(first).stake(10 * TOKEN)
     index_all(mesh, factory)
     needs = TaskNeeds(value=TOKEN)
     both = [candidate(factory, "gpu-a"), candidate(factory, "gpu-b")]
     assert [node for node, _ in pls.rank(both, needs, clock())] == ["gpu-a"]
-    mesh.account(second.account).stake(10 * TOKEN)
+    mesh.account(second).stake(10 * TOKEN)
     clock.advance(pls.config.stake_ttl_s + 1)  # past the listing's cache
     assert [node for node, _ in pls.rank(both, needs, clock())] == ["gpu-a"]  # not indexed
     index_all(mesh, factory)
@@ -102,12 +105,12 @@ def test_a_bond_seen_in_the_index_changes_the_ranking_with_no_chain_call(
 
 
 def test_an_index_lagging_an_unbond_cannot_over_commit_the_stake(
-        make_app: AppMaker, mesh: MeshChain, agent: Callable[..., Agent],
+        make_app: AppMaker, mesh: MeshChain, agent: Callable[..., LiveNode],
         settings: Settings, factory: sessionmaker[Session], clock: VirtualClock) -> None:
     counting, client, pls = indexed_app(make_app, mesh, factory)
-    wallet = staked_wallet(mesh, client, clock, settings)
+    account, wallet = staked_wallet(mesh, client, clock, settings)
     node = agent("gpu-a", wallet=wallet)
-    provider = mesh.account(wallet.account)
+    provider = mesh.account(account)
     provider.stake(10 * TOKEN)
     index_all(mesh, factory)
     provider.request_unbond(10 * TOKEN)  # on the chain, not yet in the index

@@ -13,13 +13,7 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.bench.replicas import (
-    ReportingNode,
-    score,
-    scratch_database,
-    serve_replicas,
-    wait_for,
-)
+from mesh.bench.replicas import ReportingNode, score, scratch_database, serve_replicas, wait_for
 from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.session import make_engine, make_session_factory

@@ -17,11 +17,12 @@ from orchestrator.config import Settings
 from orchestrator.db.models import PopwVerdictRecord
 from orchestrator.domain import popw
 from orchestrator.domain.types import Tier
-from tests.orchestrator.apiclient import VirtualClock, Wallet
-from tests.services.pls_harness import Agent, gpu_sample
+from protocol.client import Wallet
+from tests.clients import LiveNode, VirtualClock, make_wallet
+from tests.services.pls_harness import gpu_sample
 
 
-def challenge_for(node: Agent, gpu_class: str = "rtx4090") -> dict[str, Any]:
+def challenge_for(node: LiveNode, gpu_class: str = "rtx4090") -> dict[str, Any]:
     issued = node.wallet.send("POST", f"/v1/nodes/{node.node_id}/popw/challenge",
                               {"gpu_class": gpu_class})
     assert issued.status_code == 200, issued.text
@@ -44,7 +45,7 @@ def tampered(answer: str) -> str:
                             .to_bytes()).decode()
 
 
-def ping(node: Agent, clock: VirtualClock, rounds: int, rtt_s: float = 0.004) -> None:
+def ping(node: LiveNode, clock: VirtualClock, rounds: int, rtt_s: float = 0.004) -> None:
     for _ in range(rounds):
         node.probe(rtt_s=rtt_s, clock=clock)
 
@@ -59,7 +60,7 @@ def send_answer(wallet: Wallet, node_id: str, body: dict[str, Any]) -> Any:
 
 
 def test_handshake_over_http_passes_at_high_tier_and_is_visible(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     assert challenge["deadline"] > challenge["issued_at"] == clock()
@@ -76,7 +77,7 @@ def test_handshake_over_http_passes_at_high_tier_and_is_visible(
 
 
 def test_wrong_answer_fails_with_its_reason_and_is_stored(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     ping(node, clock, challenge["ping_rounds"])
@@ -89,7 +90,7 @@ def test_wrong_answer_fails_with_its_reason_and_is_stored(
 
 
 def test_malformed_answer_is_refused_without_spending_the_challenge(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     assert challenge["spot_checks"] == 20
@@ -105,7 +106,7 @@ def test_malformed_answer_is_refused_without_spending_the_challenge(
     assert honest.status_code == 200, honest.text
 
 
-def test_late_answer_fails_as_late(agent: Callable[..., Agent], clock: VirtualClock) -> None:
+def test_late_answer_fails_as_late(agent: Callable[..., LiveNode], clock: VirtualClock) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     ping(node, clock, challenge["ping_rounds"])
@@ -115,14 +116,14 @@ def test_late_answer_fails_as_late(agent: Callable[..., Agent], clock: VirtualCl
 
 
 def test_answer_signed_by_another_wallet_is_forged_and_leaves_the_challenge_open(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         settings: Settings, factory: sessionmaker[Session]) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     ping(node, clock, challenge["ping_rounds"])
     clock.advance(2.0)
     body = answer_body(challenge, solve(challenge), clock)
-    thief = Wallet(client, clock, chain_id=settings.chain_id,
+    thief = make_wallet(client, clock, chain_id=settings.chain_id,
                    orchestrator_id=settings.orchestrator_id)
     forged = send_answer(thief, "gpu-1", body)
     assert (forged.status_code, forged.json()["error"]["code"]) == (403, "popw_forged")
@@ -135,7 +136,7 @@ def test_answer_signed_by_another_wallet_is_forged_and_leaves_the_challenge_open
 
 
 def test_replayed_answer_is_refused_as_replayed(
-        agent: Callable[..., Agent], clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], clock: VirtualClock) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     ping(node, clock, challenge["ping_rounds"])
@@ -147,7 +148,7 @@ def test_replayed_answer_is_refused_as_replayed(
 
 
 def test_answer_without_timed_probe_rounds_fails_for_probe_loss(
-        agent: Callable[..., Agent], clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], clock: VirtualClock) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     clock.advance(2.0)  # no ping-pong rounds answered: all count as lost
@@ -156,14 +157,14 @@ def test_answer_without_timed_probe_rounds_fails_for_probe_loss(
 
 
 def test_answer_after_a_restart_is_judged_against_the_stored_challenge(
-        agent: Callable[..., Agent], make_app: Callable[..., TestClient],
+        agent: Callable[..., LiveNode], make_app: Callable[..., TestClient],
         clock: VirtualClock) -> None:
     node = agent("gpu-1")
     challenge = challenge_for(node)
     restarted = make_app()
-    node.wallet.client = restarted
-    login = node.wallet.send("POST", "/v1/auth/login", {"node_id": "gpu-1"})
-    moved = Agent("gpu-1", node.wallet, login.json()["token"], restarted)
+    node.wallet.http = restarted
+    moved = LiveNode(node.wallet, "gpu-1")
+    moved.login()
     ping(moved, clock, challenge["ping_rounds"])
     clock.advance(2.0)
     verdict = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))

@@ -22,8 +22,9 @@ from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import TaskNeeds
-from tests.orchestrator.apiclient import VirtualClock
-from tests.services.pls_harness import TOKEN, Agent, FixedStake
+from tests.builders import TOKEN
+from tests.clients import LiveNode, VirtualClock
+from tests.services.pls_harness import FixedStake
 from tests.services.test_placement_gates import pls_of
 from tests.services.test_session_key_login import login
 from tests.services.test_slashing_service import (
@@ -55,9 +56,9 @@ def pls_config(pls_config: PlsConfig, lone_grace_s: float) -> PlsConfig:
     return replace(pls_config, lease_hold=LeaseHold(lone_grace_s=lone_grace_s))
 
 
-def cut_holding_a_frame(agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+def cut_holding_a_frame(agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
                         factory: sessionmaker[Session], clock: VirtualClock
-                        ) -> tuple[Agent, bytes, int, str, float]:
+                        ) -> tuple[LiveNode, bytes, int, str, float]:
     """gpu-cut logs in with a session key, renders chunk 0 of a frame (uploaded), and goes
     silent until the detector calls it DEAD. Returns the node, its session key, the task,
     the chunk known at the verdict, and the verdict's time."""
@@ -96,7 +97,7 @@ def cut_holding_a_frame(agent: Callable[..., Agent], client: TestClient, stake: 
     return node, key, task_id, known, departed
 
 
-def show(node: Agent, key: bytes, task_id: int, chunks: list[tuple[str, float, int]],
+def show(node: LiveNode, key: bytes, task_id: int, chunks: list[tuple[str, float, int]],
          now: float) -> tuple[int, dict[str, object]]:
     marks = [ChunkMark(bytes.fromhex(sha), at) for sha, at, _ in chunks]
     proof = sign_progress(key, node.node_id, str(task_id), marks, now)
@@ -108,7 +109,7 @@ def show(node: Agent, key: bytes, task_id: int, chunks: list[tuple[str, float, i
 
 
 def test_chunks_rendered_through_the_cut_withdraw_the_slash_once_and_for_good(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock,
         make_app: Callable[..., TestClient]) -> None:
     node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
@@ -138,7 +139,7 @@ def test_chunks_rendered_through_the_cut_withdraw_the_slash_once_and_for_good(
 
 
 def test_a_new_process_cannot_show_the_old_ones_progress(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     node, _, task_id, _, departed = cut_holding_a_frame(agent, client, stake, factory, clock)
     restarted_key = os.urandom(32)
@@ -155,7 +156,7 @@ def test_a_new_process_cannot_show_the_old_ones_progress(
 
 
 def test_an_idle_node_has_nothing_new_to_show_and_is_slashed(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
                                                               clock)
@@ -171,7 +172,7 @@ def test_an_idle_node_has_nothing_new_to_show_and_is_slashed(
 
 
 def test_a_proof_for_a_task_the_node_did_not_lose_is_not_pending(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     node, key, task_id, _, departed = cut_holding_a_frame(agent, client, stake, factory, clock)
     fresh = node.upload(b"chunk 4+4 of frame 1, rendered offline")

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.bench.replicas import scratch_database
+from mesh.bench.replicas import scratch_database
 from orchestrator.db import crud
 from orchestrator.db import verification as verification_store
 from orchestrator.db.models import Lease, VerificationRecord

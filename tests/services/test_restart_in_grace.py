@@ -16,8 +16,9 @@ from orchestrator.db import crud
 from orchestrator.db.models import CollateralLock, Lease, SlashRecord
 from orchestrator.domain.continuity import session_address
 from orchestrator.domain.lifecycle import LeaseState
-from tests.orchestrator.apiclient import VirtualClock, registration
-from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.builders import TOKEN, make_job
+from tests.clients import LiveNode, VirtualClock, registration
+from tests.services.pls_harness import ADMIN, FixedStake
 from tests.services.test_placement_gates import pls_of
 from tests.services.test_session_key_login import login
 from tests.services.test_slashing_service import (
@@ -28,7 +29,7 @@ from tests.services.test_slashing_service import (
 )
 
 
-def restart(node: Agent, **registered: object) -> None:
+def restart(node: LiveNode, **registered: object) -> None:
     """What a new agent process does first: register (its spec as it is now), then log in
     naming its own session key."""
     again = node.wallet.send("POST", "/v1/nodes", registration(node.node_id, region="us",
@@ -41,10 +42,10 @@ def restart(node: Agent, **registered: object) -> None:
     node.token = answer.json()["token"]
 
 
-def silent_with_checkpointed_tasks(agent: Callable[..., Agent], client: TestClient,
+def silent_with_checkpointed_tasks(agent: Callable[..., LiveNode], client: TestClient,
                                    stake: FixedStake, factory: sessionmaker[Session],
                                    clock: VirtualClock, slots: int
-                                   ) -> tuple[Agent, Agent, dict[int, str]]:
+                                   ) -> tuple[LiveNode, LiveNode, dict[int, str]]:
     """gpu-doomed (us, `slots` slots, logged in with a session key) runs one task per slot,
     each checkpointed at 0.5 and on at 0.7, then goes silent alone while gpu-ok (eu) beats
     on, until the detector calls it DEAD: its leases are held for the lone grace. Returns
@@ -73,7 +74,7 @@ def silent_with_checkpointed_tasks(agent: Callable[..., Agent], client: TestClie
 
 
 def test_a_restart_within_the_lone_grace_resumes_the_held_task_on_the_node_unslashed(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     doomed, survivor, checkpoints = silent_with_checkpointed_tasks(agent, client, stake,
                                                                    factory, clock, slots=1)
@@ -117,7 +118,7 @@ def test_a_restart_within_the_lone_grace_resumes_the_held_task_on_the_node_unsla
 
 
 def test_a_restart_with_fewer_slots_releases_the_task_it_cannot_take_back_at_once(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     doomed, survivor, checkpoints = silent_with_checkpointed_tasks(agent, client, stake,
                                                                    factory, clock, slots=2)
@@ -142,7 +143,7 @@ def test_a_restart_with_fewer_slots_releases_the_task_it_cannot_take_back_at_onc
 
 
 def test_the_same_process_logging_in_again_keeps_its_running_lease(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     """A token that expired, or an orchestrator that forgot it: the same key, nothing moves."""
     node = agent("gpu-steady", region="us")
@@ -165,7 +166,7 @@ def test_the_same_process_logging_in_again_keeps_its_running_lease(
 
 
 def test_a_restart_after_the_lone_grace_takes_nothing_back(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     """Back too late, even before a sweep released the lapsed hold: the task is not offered
     to the node again and the sweep moves it; the lapsed hold is an abandonment, judged as

@@ -14,14 +14,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from orchestrator.db.models import Node
 from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
 from orchestrator.domain.slashing import ProgressVerdict, StakingPolicy
-from tests.orchestrator.apiclient import VirtualClock
-from tests.services.pls_harness import Agent
+from tests.clients import LiveNode, VirtualClock
 from tests.services.test_placement_gates import pls_of
 
 EVIDENCE = b"\x22" * 32
 
 
-def login(node: Agent, session_key: str | None) -> int:
+def login(node: LiveNode, session_key: str | None) -> int:
     body: dict[str, str] = {"node_id": node.node_id}
     if session_key is not None:
         body["session_key"] = session_key
@@ -39,7 +38,7 @@ def withdraws(staking: StakingPolicy, node_id: str, key: bytes, task_id: str,
 
 
 def test_the_login_binds_the_session_key_and_a_restart_keeps_it(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         make_app: Callable[..., TestClient], factory: sessionmaker[Session]) -> None:
     node = agent("gpu-1")
     key = os.urandom(32)
@@ -53,7 +52,7 @@ def test_the_login_binds_the_session_key_and_a_restart_keeps_it(
     assert withdraws(restarted, "gpu-1", key, "t2", clock()) is ProgressVerdict.WITHDRAWN
 
 
-def test_a_new_process_login_replaces_the_key(agent: Callable[..., Agent], client: TestClient,
+def test_a_new_process_login_replaces_the_key(agent: Callable[..., LiveNode], client: TestClient,
                                               clock: VirtualClock) -> None:
     node = agent("gpu-1")
     old, new = os.urandom(32), os.urandom(32)
@@ -64,7 +63,7 @@ def test_a_new_process_login_replaces_the_key(agent: Callable[..., Agent], clien
 
 
 def test_a_login_without_a_key_binds_none_and_a_bad_key_is_refused(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         factory: sessionmaker[Session]) -> None:
     node = agent("gpu-1")  # the fixture logs in without a session key
     staking = pls_of(client).engine.staking

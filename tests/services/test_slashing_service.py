@@ -12,12 +12,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import CollateralLock, Lease, NodeSession, OutboxAction, SlashRecord
 from orchestrator.domain.types import SlashReason
-from tests.orchestrator.apiclient import VirtualClock
-from tests.services.pls_harness import ADMIN, TOKEN, Agent, FixedStake, make_job
+from tests.builders import TOKEN, make_job
+from tests.clients import LiveNode, VirtualClock
+from tests.services.pls_harness import ADMIN, FixedStake
 from tests.services.test_placement_gates import pls_of
 
 
-def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[Agent],
+def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[LiveNode],
                 rounds: int, held: list[str] | None = None) -> list[str]:
     """Every 5 s the `beating` agents send a heartbeat; the sweep runs each time. Returns the
     nodes called dead; those whose leases were held go to `held`."""
@@ -34,7 +35,7 @@ def beat_rounds(client: TestClient, clock: VirtualClock, beating: Sequence[Agent
     return dead
 
 
-def start_tasks(nodes: Sequence[Agent], stake: FixedStake, factory: sessionmaker[Session],
+def start_tasks(nodes: Sequence[LiveNode], stake: FixedStake, factory: sessionmaker[Session],
                 clock: VirtualClock) -> None:
     for node in nodes:
         stake.free[node.wallet.address] = 10 * TOKEN
@@ -58,8 +59,8 @@ def slash_actions(factory: sessionmaker[Session]) -> list[OutboxAction]:
         return list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "slash")))
 
 
-def lone_node_goes_silent(agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
-                          factory: sessionmaker[Session], clock: VirtualClock) -> Agent:
+def lone_node_goes_silent(agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
+                          factory: sessionmaker[Session], clock: VirtualClock) -> LiveNode:
     """gpu-doomed (us) runs a task and goes silent while gpu-ok (eu) beats on."""
     doomed, survivor = agent("gpu-doomed", region="us"), agent("gpu-ok", region="eu")
     start_tasks([doomed], stake, factory, clock)
@@ -69,7 +70,7 @@ def lone_node_goes_silent(agent: Callable[..., Agent], client: TestClient, stake
 
 
 def test_lone_departure_holding_a_task_slashes_its_damage_once(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     doomed = lone_node_goes_silent(agent, client, stake, factory, clock)
     decide_after_delay(client, factory, clock)
@@ -97,9 +98,9 @@ def live_tasks(factory: sessionmaker[Session]) -> dict[str, int]:
             select(Lease).where(Lease.released_at.is_(None)))}
 
 
-def region_goes_silent(agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+def region_goes_silent(agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
                        factory: sessionmaker[Session], clock: VirtualClock, size: int
-                       ) -> list[Agent]:
+                       ) -> list[LiveNode]:
     """`size` nodes in region eu run a task each, then all go silent at once for 75 s while a
     node elsewhere beats on: the detector calls every one dead, and their leases are held."""
     region = [agent(f"gpu-eu-{i}", region="eu") for i in range(size)]
@@ -113,7 +114,7 @@ def region_goes_silent(agent: Callable[..., Agent], client: TestClient, stake: F
 
 
 def test_region_wide_outage_through_the_heartbeat_path_slashes_nobody(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     region_goes_silent(agent, client, stake, factory, clock, 4)
     decide_after_delay(client, factory, clock)
@@ -123,7 +124,7 @@ def test_region_wide_outage_through_the_heartbeat_path_slashes_nobody(
 
 
 def test_region_wide_silence_holds_the_leases_and_the_nodes_resume_them(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     region = region_goes_silent(agent, client, stake, factory, clock, 4)
     held = live_tasks(factory)
@@ -143,7 +144,7 @@ def ended_sessions(factory: sessionmaker[Session]) -> dict[str, bool | None]:
 
 
 def test_a_silence_the_region_shares_is_kept_out_of_each_nodes_record(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     region = region_goes_silent(agent, client, stake, factory, clock, 4)
     assert ended_sessions(factory) == {node.node_id: False for node in region}
@@ -152,7 +153,7 @@ def test_a_silence_the_region_shares_is_kept_out_of_each_nodes_record(
 
 
 def test_a_lone_silence_counts_as_the_nodes_own_departure(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     lone_node_goes_silent(agent, client, stake, factory, clock)
     assert ended_sessions(factory) == {"gpu-doomed": True}
@@ -160,7 +161,7 @@ def test_a_lone_silence_counts_as_the_nodes_own_departure(
 
 
 def test_a_held_lease_lapses_when_the_silence_outlasts_the_hold(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     region_goes_silent(agent, client, stake, factory, clock, 3)
     clock.advance(pls_of(client).config.lease_hold.hold_s)
@@ -169,7 +170,7 @@ def test_a_held_lease_lapses_when_the_silence_outlasts_the_hold(
 
 
 def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     cheat = agent("gpu-cheat", slots=2)
     start_tasks([cheat], stake, factory, clock)
@@ -191,7 +192,7 @@ def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(
 
 
 def test_a_lone_node_back_within_the_grace_keeps_its_lease_and_is_not_slashed(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     doomed = lone_node_goes_silent(agent, client, stake, factory, clock)
     held = live_tasks(factory)
@@ -204,7 +205,7 @@ def test_a_lone_node_back_within_the_grace_keeps_its_lease_and_is_not_slashed(
 
 
 def test_a_lone_hold_that_lapses_is_an_abandonment_dated_at_the_dead_verdict(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     lone_node_goes_silent(agent, client, stake, factory, clock)
     dead_at = clock()
@@ -225,7 +226,7 @@ def test_a_lone_hold_that_lapses_is_an_abandonment_dated_at_the_dead_verdict(
 
 
 def test_a_drained_node_that_goes_silent_is_never_slashed(
-        agent: Callable[..., Agent], client: TestClient, stake: FixedStake,
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     leaving, survivor = agent("gpu-leaving", region="us"), agent("gpu-ok", region="eu")
     start_tasks([leaving], stake, factory, clock)

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import NodeSession, TelemetrySample
 from orchestrator.domain.reliability import telemetry_digest
-from tests.orchestrator.apiclient import VirtualClock
-from tests.services.pls_harness import Agent, gpu_sample
+from tests.clients import LiveNode, VirtualClock
+from tests.services.pls_harness import gpu_sample
 from tests.services.test_placement_gates import pls_of
 from tests.services.test_slashing_service import beat_rounds
 
@@ -23,7 +23,7 @@ THERMAL_SLOWDOWN = 0x20
 
 
 def test_hot_throttled_gpu_samples_lower_rs_and_are_stored(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         factory: sessionmaker[Session]) -> None:
     hot, cool = agent("gpu-hot"), agent("gpu-cool")
     clock.advance(600)
@@ -42,7 +42,7 @@ def test_hot_throttled_gpu_samples_lower_rs_and_are_stored(
 
 
 def test_nvml_facts_rs_does_not_read_are_kept_where_the_device_reported_them(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         factory: sessionmaker[Session]) -> None:
     node, plain = agent("gpu-ecc"), agent("gpu-plain")
     clock.advance(600)
@@ -65,7 +65,7 @@ def test_nvml_facts_rs_does_not_read_are_kept_where_the_device_reported_them(
 
 
 def test_out_of_bounds_or_stale_gpu_batch_is_refused_and_changes_nothing(
-        agent: Callable[..., Agent], clock: VirtualClock,
+        agent: Callable[..., LiveNode], clock: VirtualClock,
         factory: sessionmaker[Session]) -> None:
     node = agent("gpu-1")
     too_hot = node.post("/v1/nodes/gpu-1/telemetry/gpu",
@@ -79,7 +79,7 @@ def test_out_of_bounds_or_stale_gpu_batch_is_refused_and_changes_nothing(
 
 
 def test_probe_rtt_is_timed_by_the_orchestrator_and_an_unanswered_probe_is_lost(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock) -> None:
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock) -> None:
     node = agent("gpu-1")
     assert abs(node.probe(rtt_s=0.025, clock=clock) - 25.0) < 0.01
     stale = node.post("/v1/nodes/gpu-1/probe").json()["nonce"]
@@ -92,7 +92,7 @@ def test_probe_rtt_is_timed_by_the_orchestrator_and_an_unanswered_probe_is_lost(
 
 
 def test_restarted_orchestrator_rebuilds_the_same_book_from_the_db(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         make_app: Callable[..., TestClient], factory: sessionmaker[Session]) -> None:
     flaky, steady = agent("gpu-flaky"), agent("gpu-steady")
     beat_rounds(client, clock, [flaky, steady], 30)
@@ -120,7 +120,7 @@ def test_restarted_orchestrator_rebuilds_the_same_book_from_the_db(
 
 
 def test_a_large_blob_upload_is_timed_as_the_nodes_upload_throughput(
-        agent: Callable[..., Agent], client: TestClient, clock: VirtualClock,
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         factory: sessionmaker[Session], make_app: Callable[..., TestClient]) -> None:
     node = agent("gpu-up")
     body = bytes(range(256)) * (5 * 4096)  # 5 MiB

@@ -14,11 +14,11 @@ from agent.workloads.blender import (
     Chunk,
     FrameTask,
     Rendered,
-    exr_pixels,
     plan_chunks,
     render,
     tile_row_range,
 )
+from protocol.images import exr_pixels
 
 TINY = (32, 24)
 LIMITS = Limits(memory_bytes=3 << 30, wall_s=300)

@@ -1,0 +1,454 @@
+"""`mesh dispute` (a customer or a provider, with their own wallet) and `mesh arbiter`.
+
+The chain decides disputes; these commands send the transactions from the user's wallet
+and read the orchestrator's evidence bundle, signed by the same wallet (docs/DISPUTES.md).
+Every proof a bundle carries is checked against the chain before it is shown as verified.
+Heavy imports stay inside the commands so that `mesh --help` stays fast."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from mesh.commands.common import (
+    DataDir,
+    JsonFlag,
+    OrchestratorId,
+    OrchestratorUrl,
+    PasswordFile,
+    RpcUrl,
+    UserError,
+    WalletDir,
+    WalletOption,
+    checksum,
+    connect_chain,
+    emit,
+    open_wallet,
+    service,
+    tokens,
+    user_errors,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.chain.sdk import MeshAccount, MeshChain
+    from protocol.client import Wallet
+
+dispute_app = typer.Typer(help="Dispute a settlement or a slash with your own wallet.",
+                          no_args_is_help=True)
+arbiter_app = typer.Typer(help="Rule disputes: list, read the evidence, re-render, rule.",
+                          no_args_is_help=True)
+
+Reason = Annotated[str | None, typer.Option(help="Your case in words; its keccak goes on chain.")]
+ReasonFile = Annotated[Path | None, typer.Option(help="A file with your case; its keccak goes "
+                                                      "on chain.")]
+DisputeId = Annotated[int, typer.Argument(min=1, help="The dispute id (from `open`).")]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Whose wallet, and where the chain and the orchestrator are: every command's options."""
+
+    wallet: str
+    password_file: Path | None
+    wallet_dir: Path | None
+    orchestrator: str | None
+    rpc_url: str | None
+    data_dir: Path | None
+    orchestrator_id: str | None
+
+
+@dataclass
+class Party:
+    """One wallet's ways in: the chain (transactions, reads) and the orchestrator (signed)."""
+
+    chain: MeshChain
+    account: MeshAccount
+    wallet: Wallet
+
+
+def _run(command: str, work: Callable[[], T]) -> T:
+    with user_errors(command):
+        return work()
+    raise AssertionError("unreachable")  # user_errors exits on every error it catches
+
+
+@contextmanager
+def _party(access: Access) -> Iterator[Party]:
+    local = open_wallet(access.wallet, access.password_file, access.wallet_dir)
+    chain = connect_chain(access.rpc_url, access.data_dir)
+    wallet = service(access.orchestrator, access.orchestrator_id,
+                     chain.deployment.chain_id).wallet(local)
+    try:
+        yield Party(chain, chain.account(local), wallet)
+    finally:
+        wallet.close()
+
+
+def _pretty(result: Any) -> None:
+    from rich.console import Console
+    from rich.pretty import Pretty
+
+    Console().print(Pretty(result))
+
+
+def _emit(result: Any, as_json: bool) -> None:
+    emit(result, as_json, _pretty)
+
+
+def _evidence_hash(reason: str | None, reason_file: Path | None) -> bytes:
+    from eth_utils import keccak
+
+    if reason is not None and reason_file is not None:
+        raise UserError("give --reason or --reason-file, not both")
+    if reason_file is not None:
+        return bytes(keccak(reason_file.read_bytes()))
+    return bytes(keccak(text=reason)) if reason else bytes(32)
+
+
+def _job_bytes(job: str) -> bytes:
+    text = job.removeprefix("0x")
+    if len(text) != 64:
+        raise UserError(f"{job} is not a job id (0x and 64 hex digits)")
+    return bytes.fromhex(text)
+
+
+def _get(party: Party, path: str, query: str = "") -> Any:
+    from protocol.client import expect
+
+    headers = party.wallet.signed_headers("GET", path)
+    return expect(party.wallet.http.get(path + query, headers=headers))
+
+
+def _dispute_json(record: Any) -> dict[str, Any]:
+    return {"dispute_id": record.dispute_id, "kind": record.kind.name.lower(),
+            "status": record.status.name.lower(), "opener": record.opener,
+            "respondent": record.respondent, "bond": str(record.bond),
+            "frozen_amount": str(record.frozen_amount), "subject": "0x" + record.subject.hex(),
+            "ruling_deadline": record.ruling_deadline}
+
+
+# ---------------------------------------------------------------- verifying a bundle
+
+
+def verify_bundle(chain: MeshChain, bundle: dict[str, Any]) -> dict[str, Any]:
+    """Check a job bundle's proofs against the chain: the result root committed by the
+    settlement transaction, every artifact's proof under it, every score proof under the
+    epoch root on chain. Returns counts and the first failure, if any."""
+    from orchestrator.domain import merkle
+
+    def raw(text: str) -> bytes:
+        return bytes.fromhex(text.removeprefix("0x"))
+
+    report: dict[str, Any] = {"result_root_on_chain": None, "artifacts_verified": 0,
+                              "artifacts": len(bundle["artifacts"]), "scores_verified": 0,
+                              "scores": len(bundle["scores"]), "failures": []}
+    root = None
+    if bundle.get("settlement_tx"):
+        root = chain.settled_result_root(bundle["settlement_tx"], raw(bundle["job_id"]))
+    if root is None:
+        report["failures"].append("no settlement transaction commits this job's result root")
+    else:
+        report["result_root_on_chain"] = "0x" + root.hex()
+        if bundle.get("result_root") != report["result_root_on_chain"]:
+            report["failures"].append("the bundle's result root is not the one on chain")
+        for artifact in bundle["artifacts"]:
+            if merkle.verify([raw(p) for p in artifact["proof"]], root, raw(artifact["sha256"])):
+                report["artifacts_verified"] += 1
+            else:
+                report["failures"].append(f"artifact {artifact['sha256']} does not verify")
+    for score in bundle["scores"]:
+        committed = chain.epoch_root(int(score["epoch"]))
+        leaf = merkle.score_leaf(score["provider"], int(score["score_bps"]),
+                                 raw(score["telemetry_digest"]))
+        if committed is not None and merkle.verify([raw(p) for p in score["proof"]],
+                                                   committed, leaf):
+            report["scores_verified"] += 1
+        else:
+            report["failures"].append(f"score of {score['provider']} in epoch "
+                                      f"{score['epoch']} does not verify on chain")
+    report["verified"] = not report["failures"]
+    return report
+
+
+def _bundle(party: Party, *, job: str | None, slash: int | None) -> dict[str, Any]:
+    if (job is None) == (slash is None):
+        raise UserError("name one of --job or --slash")
+    if job is not None:
+        bundle: dict[str, Any] = _get(party, f"/v1/jobs/0x{_job_bytes(job).hex()}/evidence")
+        bundle["verification_on_chain"] = verify_bundle(party.chain, bundle)
+        return bundle
+    bundle = _get(party, f"/v1/slashes/{slash}/evidence")
+    if bundle.get("job") is not None:
+        bundle["job"]["verification_on_chain"] = verify_bundle(party.chain, bundle["job"])
+    return bundle
+
+
+# ---------------------------------------------------------------- mesh dispute
+
+
+def _prove_backers(party: Party, job_id: bytes, addresses: set[str]) -> None:
+    """A provider backs a job on chain once its assignment is proven: send the proofs the
+    evidence bundle serves for those of `addresses` not proven yet (anyone may send them)."""
+    bundle: dict[str, Any] = _get(party, f"/v1/jobs/0x{job_id.hex()}/evidence")
+    wanted = {address.lower() for address in addresses}
+    for assignment in bundle.get("assignments", []):
+        provider = assignment["provider"]
+        if provider.lower() in wanted and not party.chain.is_backer(job_id, provider):
+            party.account.prove_assignment(job_id, provider, int(assignment["collateral"]),
+                                           [bytes.fromhex(p[2:]) for p in assignment["proof"]])
+
+
+@dispute_app.command("open")
+def dispute_open(
+    wallet: WalletOption,
+    job: Annotated[str | None, typer.Option(help="Dispute this job's settlement (0x id).")] = None,
+    against: Annotated[str | None, typer.Option(
+        help="The other side: a provider that backed the job (you are the customer) or the "
+             "job's customer (you are a provider).")] = None,
+    amount: Annotated[str | None, typer.Option(help="Tokens of their payout (or refund) to "
+                                                    "freeze (e.g. 0.5).")] = None,
+    slash: Annotated[int | None, typer.Option(min=1, help="Dispute this slash of your stake "
+                                                           "(its id).")] = None,
+    reason: Reason = None, reason_file: ReasonFile = None,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """Open a dispute, posting the bond from your wallet (approved first if needed)."""
+
+    def work() -> dict[str, Any]:
+        evidence = _evidence_hash(reason, reason_file)
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            if slash is not None:
+                if job is not None or against is not None or amount is not None:
+                    raise UserError("--slash takes no --job, --against or --amount")
+                dispute_id, receipt = party.account.open_slash_dispute(slash, evidence)
+            else:
+                if job is None or against is None or amount is None:
+                    raise UserError("name --job, --against and --amount (or --slash)")
+                other = checksum(against)
+                _prove_backers(party, _job_bytes(job), {party.account.address, other})
+                dispute_id, receipt = party.account.open_settlement_dispute(
+                    _job_bytes(job), other, tokens(amount), evidence)
+            record = party.chain.dispute_of(dispute_id)
+            assert record is not None
+            return {**_dispute_json(record), "tx": receipt.tx_hash,
+                    "evidence": "0x" + evidence.hex()}
+
+    _emit(_run("dispute open", work), as_json)
+
+
+@dispute_app.command("status")
+def dispute_status(
+    dispute_id: DisputeId, wallet: WalletOption,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """The dispute as the chain has it, and the orchestrator's record of its outcome."""
+    from protocol.client import ApiCallError
+
+    def work() -> dict[str, Any]:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            record = party.chain.dispute_of(dispute_id)
+            if record is None:
+                raise UserError(f"there is no dispute {dispute_id} on chain")
+            try:
+                indexed: Any = _get(party, f"/v1/disputes/{dispute_id}")
+            except ApiCallError as error:  # not indexed yet, or the service is down
+                indexed = {"unavailable": str(error)}
+            return {"chain": _dispute_json(record), "orchestrator": indexed}
+
+    _emit(_run("dispute status", work), as_json)
+
+
+@dispute_app.command("evidence")
+def dispute_evidence(
+    wallet: WalletOption,
+    job: Annotated[str | None, typer.Option(help="A job's bundle (0x id).")] = None,
+    slash: Annotated[int | None, typer.Option(min=1, help="A slash's bundle (its id).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the bundle (JSON) here.")] = None,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """Fetch the evidence bundle of a job or a slash and check its proofs on chain."""
+
+    def work() -> dict[str, Any]:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            bundle = _bundle(party, job=job, slash=slash)
+        if out is not None:
+            out.write_text(json.dumps(bundle, indent=2, sort_keys=True))
+        return bundle
+
+    _emit(_run("dispute evidence", work), as_json)
+
+
+@dispute_app.command("default")
+def dispute_default(
+    dispute_id: DisputeId, wallet: WalletOption,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """Apply the default ruling to a dispute nobody ruled by its deadline (anyone may)."""
+
+    def work() -> dict[str, Any]:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            receipt = party.account.apply_default_ruling(dispute_id)
+            record = party.chain.dispute_of(dispute_id)
+            assert record is not None
+            return {**_dispute_json(record), "tx": receipt.tx_hash}
+
+    _emit(_run("dispute default", work), as_json)
+
+
+# ---------------------------------------------------------------- mesh arbiter
+
+
+@arbiter_app.command("list")
+def arbiter_list(
+    wallet: WalletOption,
+    every: Annotated[bool, typer.Option("--all", help="Ruled ones too.")] = False,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """Open disputes (with --all: every one), as the orchestrator indexed them."""
+
+    def work() -> list[Any]:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            found: list[Any] = _get(party, "/v1/disputes", "" if every else "?open=true")
+            return found
+
+    _emit(_run("arbiter list", work), as_json)
+
+
+def _subject_bundle(party: Party, dispute: dict[str, Any]) -> dict[str, Any]:
+    """The bundle a dispute is about: its job's, or its slash's."""
+    if dispute["kind"] == "slash":
+        return _bundle(party, job=None, slash=int(dispute["slash_id"]))
+    return _bundle(party, job=dispute["job_id"], slash=None)
+
+
+@arbiter_app.command("show")
+def arbiter_show(
+    dispute_id: DisputeId, wallet: WalletOption,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """One dispute with its evidence bundle, every proof checked on chain."""
+
+    def work() -> dict[str, Any]:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            dispute = _get(party, f"/v1/disputes/{dispute_id}")
+            return {"dispute": dispute, "evidence": _subject_bundle(party, dispute)}
+
+    _emit(_run("arbiter show", work), as_json)
+
+
+def _download(party: Party, job_id: str, sha256: str, target: Path) -> Path:
+    from protocol.client import ApiCallError, expect, sha256_file
+
+    path = f"/v1/jobs/{job_id}/evidence/{sha256}"
+    response = party.wallet.http.get(path, headers=party.wallet.signed_headers("GET", path))
+    if response.status_code != 200:
+        expect(response)
+    target.write_bytes(response.content)
+    if sha256_file(target) != sha256:
+        raise ApiCallError(f"{sha256[:12]}… arrived with another sha256")
+    return target
+
+
+@arbiter_app.command("reproduce")
+def arbiter_reproduce(
+    dispute_id: DisputeId, wallet: WalletOption,
+    task: Annotated[int | None, typer.Option(help="The task (tile) to re-render; needed when "
+                                                  "the job has several.")] = None,
+    workdir: Annotated[Path, typer.Option(help="Scratch folder for the scene, the result and "
+                                               "the sandbox.")] = Path(".mesh-reproduce"),
+    threads: Annotated[int, typer.Option(min=1, help="Render threads.")] = 2,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """Re-render a disputed tile here (Cycles on CPU, the agent's renderer) and compare its
+    pixels with the result the provider delivered."""
+    from mesh.reproduce import reproduce
+
+    def work() -> dict[str, Any]:
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            dispute = _get(party, f"/v1/disputes/{dispute_id}")
+            bundle = _subject_bundle(party, dispute)
+            job = bundle if bundle["kind"] == "job" else bundle.get("job")
+            if job is None:
+                raise UserError(f"dispute {dispute_id} is about no job this orchestrator ran")
+            renders = [t for t in job["tasks"] if t["recipe"] is not None and t["result_sha256"]]
+            chosen = [t for t in renders if task is None or t["task_id"] == task]
+            if len(chosen) != 1:
+                ids = ", ".join(str(t["task_id"]) for t in renders) or "none"
+                raise UserError(f"name one rendered task with --task (this job's: {ids})")
+            (picked,) = chosen
+            recipe = picked["recipe"]
+            workdir.mkdir(parents=True, exist_ok=True)
+            typer.echo(f"downloading scene and result of task {picked['task_id']}…", err=True)
+            scene = _download(party, job["job_id"], recipe["scene_sha256"],
+                              workdir / "scene.blend")
+            result = _download(party, job["job_id"], picked["result_sha256"],
+                               workdir / f"result-{picked['task_id']}")
+        typer.echo(f"rendering frame {recipe['frame']} tile {recipe['tile']}/{recipe['tiles']}"
+                   f" at {recipe['samples']} samples…", err=True)
+        found = reproduce(recipe, scene=scene, result=result, workdir=workdir, threads=threads)
+        return {"dispute_id": dispute_id, "task_id": picked["task_id"], "recipe": recipe,
+                **found.as_json()}
+
+    _emit(_run("arbiter reproduce", work), as_json)
+
+
+@arbiter_app.command("rule")
+def arbiter_rule(
+    dispute_id: DisputeId, wallet: WalletOption,
+    grant: Annotated[bool, typer.Option(
+        "--grant/--dismiss", help="For the opener (refund / reverse the slash) or the "
+                                  "respondent (the decision stands).")] = False,
+    slash_amount: Annotated[str | None, typer.Option(
+        help="Granted customer dispute only: tokens of the provider's stake to slash, at most "
+             "the frozen payout.")] = None,
+    reason: Reason = None, reason_file: ReasonFile = None,
+    password_file: PasswordFile = None, wallet_dir: WalletDir = None,
+    orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
+    orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
+) -> None:
+    """Rule a dispute before its deadline (ARBITER_ROLE); the hash of your reasoning goes on
+    chain with the ruling."""
+
+    def work() -> dict[str, Any]:
+        evidence = _evidence_hash(reason, reason_file)
+        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                           data_dir, orchestrator_id)) as party:
+            receipt = party.account.resolve_dispute(dispute_id, granted=grant,
+                                                    slash_amount=0 if slash_amount is None
+                                                    else tokens(slash_amount),
+                                                    evidence=evidence)
+            record = party.chain.dispute_of(dispute_id)
+            assert record is not None
+            return {**_dispute_json(record), "tx": receipt.tx_hash,
+                    "evidence": "0x" + evidence.hex()}
+
+    _emit(_run("arbiter rule", work), as_json)

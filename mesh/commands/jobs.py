@@ -1,0 +1,371 @@
+"""`mesh job submit|status|download|cancel`: a customer's render jobs. `submit` uploads the
+.blend, escrows the budget on chain and submits the signed spec in one step; the escrow is
+sent once, and the submission is retried with one idempotency key, so a lost answer can
+neither pay twice nor create two jobs."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mesh.commands.common import (
+    DataDir,
+    JsonFlag,
+    OrchestratorId,
+    OrchestratorUrl,
+    PasswordFile,
+    RpcUrl,
+    UserError,
+    WalletDir,
+    WalletOption,
+    api_message,
+    call_service,
+    checksums,
+    connect_chain,
+    emit,
+    ensure_tokens,
+    open_wallet,
+    print_table,
+    progress,
+    service,
+    show_tokens,
+    tokens,
+    user_errors,
+    when,
+)
+
+if TYPE_CHECKING:
+    from protocol.client import Wallet
+
+app = typer.Typer(help="A customer's render jobs (signed with the customer's wallet).",
+                  no_args_is_help=True)
+JobId = Annotated[str, typer.Argument(help="The job id (0x + 64 hex) `submit` printed.")]
+FINISHED = {"completed", "settling", "settled", "disputed"}
+STOPPED = {"failed", "cancelled", "expired"}
+
+
+def _frames(text: str) -> tuple[int, int]:
+    start, _, end = text.partition("-")
+    try:
+        first, last = int(start), int(end or start)
+    except ValueError:
+        raise UserError(f"--frames {text!r}: give one frame (7) or a range (1-24)") from None
+    if last < first:
+        raise UserError(f"--frames {text!r}: the range ends before it starts")
+    return first, last
+
+
+def _resolution(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    width, _, height = text.lower().partition("x")
+    try:
+        return [int(width), int(height)]
+    except ValueError:
+        raise UserError(f"--resolution {text!r}: give WIDTHxHEIGHT, e.g. 1920x1080") from None
+
+
+def _job_id(value: str) -> bytes:
+    raw = value.removeprefix("0x")
+    if len(raw) != 64:
+        raise UserError(f"{value!r} is not a job id (0x + 64 hex digits)")
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        raise UserError(f"{value!r} is not a job id (0x + 64 hex digits)") from None
+
+
+def _upload(wallet: Wallet, blend: Path, quiet: bool) -> str:
+    """PUT the .blend under its sha256 (signed), with a progress bar."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from protocol.client import expect, sha256_file
+
+    digest = sha256_file(blend)
+    size = blend.stat().st_size
+    path = f"/v1/blobs/{digest}"
+    with Progress(TextColumn("upload {task.description}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), console=Console(stderr=True), disable=quiet,
+                  transient=True) as bar:
+        task = bar.add_task(blend.name, total=size)
+
+        def blocks() -> Iterator[bytes]:
+            with blend.open("rb") as handle:
+                while block := handle.read(1 << 20):
+                    bar.advance(task, len(block))
+                    yield block
+
+        headers = {**wallet.signed_headers("PUT", path), "content-length": str(size)}
+        call_service("store the .blend", lambda: expect(wallet.http.put(
+            path, content=blocks(), headers=headers)))
+    return digest
+
+
+@app.command("submit")
+def submit(
+    blend: Annotated[Path, typer.Argument(help="The .blend file to render.")],
+    frames: Annotated[str, typer.Option(help="A frame (7) or a range (1-24).")],
+    budget: Annotated[str, typer.Option(help="Tokens escrowed for the job (e.g. 10).")],
+    wallet: WalletOption,
+    password_file: PasswordFile = None,
+    directory: WalletDir = None,
+    samples: Annotated[int | None, typer.Option(help="Cycles samples (default: the file's).")
+                       ] = None,
+    chunk_samples: Annotated[int | None, typer.Option(
+        help="Checkpoint every this many samples (needs --samples).")] = None,
+    tiles: Annotated[int, typer.Option(help="Tiles per frame, one task each.")] = 1,
+    resolution: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT (default: the file's).")
+                          ] = None,
+    image_format: Annotated[str, typer.Option("--format", help="png or exr.")] = "png",
+    providers: Annotated[str | None, typer.Option(
+        help="Only these providers' nodes may render it: ADDR,ADDR (sensitive scenes).")
+        ] = None,
+    region: Annotated[str | None, typer.Option(
+        help="Only nodes in these regions: eu,us-east.")] = None,
+    min_vram_gb: Annotated[int, typer.Option(help="Smallest GPU memory a node may have.")] = 0,
+    max_price: Annotated[str | None, typer.Option(
+        help="Highest price per GPU hour a node may ask (tokens).")] = None,
+    priority: Annotated[str, typer.Option(help="low, normal or high.")] = "normal",
+    deadline_h: Annotated[float, typer.Option(help="Hours until the work is due.")] = 24.0,
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Follow the job's progress until it finishes.")] = False,
+    out: Annotated[Path | None, typer.Option(
+        help="With --wait: download the frames here when it finishes.")] = None,
+    orchestrator: OrchestratorUrl = None,
+    orchestrator_id: OrchestratorId = None,
+    rpc_url: RpcUrl = None,
+    data_dir: DataDir = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Upload the .blend, escrow the budget on chain and submit the signed job spec."""
+    from eth_utils import keccak
+
+    from orchestrator.api.schemas import JobSpec
+
+    with user_errors("job submit"):
+        if not blend.is_file():
+            raise UserError(f"{blend} is not a file: give the .blend to render")
+        first, last = _frames(frames)
+        amount = tokens(budget)
+        needs: dict[str, Any] = {"min_vram_gb": min_vram_gb, "priority": priority}
+        if providers:
+            needs["providers"] = checksums(providers.split(","))
+            if len(set(needs["providers"])) < 2:
+                typer.secho("warning: results are re-checked by another provider; with one "
+                            "named, verification (and so settlement) waits for a second: "
+                            "name two or more", err=True, fg=typer.colors.YELLOW)
+        if region:
+            needs["regions"] = [r.strip() for r in region.split(",") if r.strip()]
+        if max_price is not None:
+            needs["max_price_per_gpu_hour"] = tokens(max_price)
+        chain = connect_chain(rpc_url, data_dir)
+        account = open_wallet(wallet, password_file, directory)
+        ensure_tokens(chain, account.address, amount, "this budget")
+        deadline = int(chain.w3.eth.get_block("latest")["timestamp"] + deadline_h * 3600)
+        workload: dict[str, Any] = {"kind": "blender", "blend_sha256": "0" * 64,
+                                    "frames": {"start": first, "end": last}, "tiles": tiles,
+                                    "samples": samples, "chunk_samples": chunk_samples,
+                                    "format": image_format,
+                                    "resolution": _resolution(resolution)}
+        JobSpec.model_validate({"workload": workload, "needs": needs, "deadline": deadline})
+        base = service(orchestrator, orchestrator_id, chain.deployment.chain_id)
+        client = base.wallet(account)
+        workload["blend_sha256"] = _upload(client, blend, as_json)
+        spec = JobSpec.model_validate({"workload": workload, "needs": needs,
+                                       "deadline": deadline})
+        job_id = keccak(bytes.fromhex(account.address[2:]) + secrets.token_bytes(16))
+        job_hex = "0x" + job_id.hex()
+        with progress(f"escrowing {budget} tokens for job {job_hex[:10]}…", quiet=as_json):
+            receipt = chain.account(account).create_job(job_id, amount, deadline,
+                                                        spec.canonical_hash())
+        body = {"job_id": job_hex, "spec": spec.model_dump(mode="json")}
+        job = _submit_once(client, body, recovery=(
+            f"job {job_hex} stays escrowed: get it back with `mesh job cancel {job_hex}` "
+            f"after {when(deadline + chain.grace_period())}"))
+        result = {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
+                  "budget": amount, "deadline": deadline, "escrow_tx": receipt.tx_hash,
+                  "blend_sha256": workload["blend_sha256"]}
+        if wait:
+            result["status"] = _follow(lambda: _job(client, job_hex), job_hex,
+                                       quiet=as_json)["status"]
+            if out is not None and result["status"] in FINISHED:
+                result["downloaded"] = len(_download(client, job_hex, out, as_json).files)
+        client.close()
+    emit(result, as_json, lambda r: typer.echo(
+        f"job {r['job_id']}: {r['status']}, {sum(r['tasks'].values())} tasks, "
+        f"{show_tokens(amount)} tokens escrowed in {r['escrow_tx']}; follow it with "
+        f"`mesh job status {r['job_id']} --watch`"))
+
+
+def _submit_once(client: Wallet, body: dict[str, Any], recovery: str) -> dict[str, Any]:
+    """POST the escrowed job (retried under one idempotency key: `mesh.customer.submit_job`);
+    what still fails is one line that says how to get the escrow back or submit again."""
+    import httpx
+
+    from mesh.customer import submit_job
+    from protocol.client import ApiCallError
+
+    try:
+        return submit_job(client, body)
+    except httpx.TransportError as error:
+        raise UserError(f"no orchestrator answers ({error}); {recovery}") from None
+    except ApiCallError as error:
+        raise UserError(f"the orchestrator refused the job: {api_message(error)}; "
+                        f"{recovery}") from None
+
+
+def _job(client: Wallet, job_id: str) -> dict[str, Any]:
+    from protocol.client import expect
+
+    return dict(call_service("show the job", lambda: expect(client.http.get(
+        f"/v1/jobs/{job_id}"))))
+
+
+def _follow(read: Callable[[], dict[str, Any]], job_id: str, *, quiet: bool,
+            poll_s: float = 1.0) -> dict[str, Any]:
+    """Poll the job with a progress bar of its finished tasks until it stops."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    job = read()
+    with Progress(TextColumn("job {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=quiet, transient=True) as bar:
+        task = bar.add_task(job_id[:10] + "…", total=sum(job["tasks"].values()),
+                            status=job["status"])
+        while True:
+            done = sum(n for s, n in job["tasks"].items() if s in ("done", "verified"))
+            bar.update(task, completed=done, status=job["status"])
+            if job["status"] in FINISHED | STOPPED:
+                return job
+            time.sleep(poll_s)
+            job = read()
+
+
+@app.command("status")
+def status(job: JobId, watch: Annotated[bool, typer.Option(
+               "--watch", help="Follow it with a progress bar until it finishes.")] = False,
+           orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None,
+           data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
+    """The job as the orchestrator sees it (tasks by state) and its escrow on chain."""
+    import httpx
+
+    from protocol.client import expect
+
+    with user_errors("job status"):
+        job_id = _job_id(job)
+        base = service(orchestrator, None)
+        with httpx.Client(base_url=base.url, timeout=10.0) as http:
+            def read() -> dict[str, Any]:
+                return dict(call_service("show the job", lambda: expect(http.get(
+                    f"/v1/jobs/{job}"))))
+            found = _follow(read, job, quiet=as_json) if watch else read()
+        chain = connect_chain(rpc_url, data_dir)
+        escrow = chain.escrowed_job(job_id)
+        found["escrow"] = None if escrow is None else {
+            "status": escrow.status.name.lower(), "amount": escrow.amount,
+            "deadline": escrow.deadline, "customer": escrow.customer}
+    emit(found, as_json, _show_job)
+
+
+def _show_job(job: dict[str, Any]) -> None:
+    escrow = job.get("escrow")
+    rows = {"job": job["job_id"], "status": job["status"], "customer": job["customer"],
+            "amount": show_tokens(job["amount"]),
+            "tasks": ", ".join(f"{n} {s}" for s, n in sorted(job["tasks"].items())),
+            "result root": job.get("merkle_root")}
+    if escrow is not None:
+        rows["escrow"] = (f"{escrow['status']}, {show_tokens(escrow['amount'])} tokens, due "
+                          f"{when(escrow['deadline'])}")
+    print_table(rows)
+
+
+def _download(client: Wallet, job_id: str, out: Path, quiet: bool) -> Any:
+    from mesh.customer import download
+
+    return call_service("hand over the results", lambda: download(
+        client, job_id, out, show_progress=not quiet))
+
+
+@app.command("download")
+def download(job: JobId,
+             out: Annotated[Path, typer.Option("--out", help="Folder for the frames.")],
+             wallet: WalletOption, password_file: PasswordFile = None,
+             directory: WalletDir = None, orchestrator: OrchestratorUrl = None,
+             orchestrator_id: OrchestratorId = None,
+             chain_id: Annotated[int | None, typer.Option(
+                 help="Chain id signatures are bound to (default: $MESH_CHAIN_ID).")] = None,
+             as_json: JsonFlag = False) -> None:
+    """Download a job's results, checking every sha256 (signed: the job's customer only)."""
+    with user_errors("job download"):
+        _job_id(job)
+        client = service(orchestrator, orchestrator_id, chain_id).wallet(
+            open_wallet(wallet, password_file, directory))
+        try:
+            done = _download(client, job, out, as_json)
+        finally:
+            client.close()
+    emit({"job_id": job, "files": [str(p) for p in done.files],
+          "frames": [str(p) for p in done.frames], "complete": done.complete}, as_json,
+         lambda r: typer.echo(
+             f"{len(done.files)} files checked and written to {out}"
+             + (f", {len(done.frames)} frames assembled from tiles" if done.frames else "")
+             + ("" if done.complete else "; the job is not finished yet")))
+
+
+@app.command("cancel")
+def cancel(job: JobId, wallet: WalletOption, password_file: PasswordFile = None,
+           directory: WalletDir = None, orchestrator: OrchestratorUrl = None,
+           orchestrator_id: OrchestratorId = None, rpc_url: RpcUrl = None,
+           data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
+    """Withdraw a job no node has taken, and take its escrow back once the chain allows
+    (after the deadline's grace period; run it again then)."""
+    from orchestrator.domain.chain_views import EscrowStatus
+    from protocol.client import ApiCallError, expect
+
+    with user_errors("job cancel"):
+        job_id = _job_id(job)
+        chain = connect_chain(rpc_url, data_dir)
+        account = open_wallet(wallet, password_file, directory)
+        escrow = chain.escrowed_job(job_id)
+        if escrow is not None and escrow.customer != account.address:
+            raise UserError(f"job {job} was escrowed by {escrow.customer}: use that wallet")
+        client = service(orchestrator, orchestrator_id, chain.deployment.chain_id).wallet(
+            account)
+        try:
+            try:
+                status = expect(client.send("POST", f"/v1/jobs/{job}/cancel"))["status"]
+            except ApiCallError as error:
+                if error.code != "job_not_found":
+                    raise UserError(f"the orchestrator refused to cancel: "
+                                    f"{api_message(error)}") from None
+                status = "unknown to the orchestrator"
+        finally:
+            client.close()
+        result: dict[str, Any] = {"job_id": job, "status": status, "reclaimed": 0}
+        if escrow is not None and escrow.status == EscrowStatus.FUNDED:
+            reclaimable_at = escrow.deadline + chain.grace_period()
+            if chain.w3.eth.get_block("latest")["timestamp"] > reclaimable_at:
+                with progress("reclaiming the escrow", quiet=as_json):
+                    result["reclaim_tx"] = chain.account(account).reclaim(job_id).tx_hash
+                result["reclaimed"] = escrow.amount
+            else:
+                result["reclaimable_at"] = reclaimable_at
+    emit(result, as_json, _show_cancel)
+
+
+def _show_cancel(result: dict[str, Any]) -> None:
+    line = f"job {result['job_id']}: {result['status']}"
+    if result["reclaimed"]:
+        line += f"; {show_tokens(result['reclaimed'])} tokens back in {result['reclaim_tx']}"
+    elif "reclaimable_at" in result:
+        line += (f"; the escrow can be reclaimed from {when(result['reclaimable_at'])}: run "
+                 f"`mesh job cancel {result['job_id']}` again then")
+    typer.echo(line)
+

@@ -1,0 +1,258 @@
+"""DePIN Mesh as built, driven in the simulator: the service's own `PlsEngine` (RS with
+online recalibration and daily prior refits, expected-cost ranking with probation and
+exploration, risk-priced collateral, Young/Daly checkpoints, `LeaseHold`, the staking policy
+that slashes and re-tiers), fed on a virtual clock.
+
+It sees only what a real orchestrator observes: detector verdicts (session starts and
+abrupt ends), signed probes (RTT, loss), agent GPU telemetry, measured upload throughput and
+checkpoint times, and task outcomes. Ground truth enters only through those samples; the
+driver models only the world (stake on chain, the handshake's judgement of a true link)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+from eth_utils import to_checksum_address
+from numpy.typing import NDArray
+
+from mesh.simulation.engine import Attempt, PlacementObserver, Simulation
+from mesh.simulation.jobs import VALUE_PER_REF_GPU_HOUR
+from mesh.simulation.models import GPU_CLASSES, THROTTLE_SLOWDOWN, TOKEN, NodeProfile
+from mesh.simulation.policies import Choice, Grid, TaskView, Wait
+from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
+from orchestrator.domain.popw import PopwConfig, PopwVerdict
+from orchestrator.domain.reliability import GpuSample, ProbeSample, UploadSample
+from orchestrator.domain.slashing import SlashReason
+from orchestrator.domain.types import NodeSpec, Tier
+
+PROBES_PER_CONTACT = 4  # ping-pong rounds timed whenever the orchestrator talks to a node
+GPU_SAMPLES_PER_CONTACT = 8  # enough that the throttled share tracks the true rate
+THROTTLED_REASON = 0x20  # NVML SwThermalSlowdown
+MAX_SM_CLOCK_MHZ = 1900.0
+
+
+def provider_address(node_index: int) -> str:
+    """One staking wallet per simulated node."""
+    return to_checksum_address(f"0x{node_index + 1:040x}")
+
+
+def handshake_tier(profile: NodeProfile, config: PopwConfig) -> Tier:
+    """The tier a PoPW handshake grants this node: the judge's link and thermal thresholds
+    applied to its true link (the challenge kernel itself is not simulated)."""
+    if profile.loss > config.max_probe_loss:
+        return Tier.BACKGROUND
+    hot = profile.throttle_rate > 0.3
+    if profile.jitter_ms <= config.high_tier_max_jitter_ms and not hot:
+        return Tier.HIGH
+    return Tier.STANDARD
+
+
+class PlsDriver(PlacementObserver):
+    """Policy `pls`: feeds observations into the engine and asks it to decide."""
+
+    name = "pls"
+
+    def __init__(self, profiles: Sequence[NodeProfile], specs: Sequence[NodeSpec],
+                 rng: np.random.Generator, seed: int, config: PlsConfig | None = None) -> None:
+        self.profiles = profiles
+        self.engine = PlsEngine(dataclasses.replace(config or PlsConfig(), explore_seed=seed))
+        self.book = self.engine.book
+        self.staking = self.engine.staking
+        self.lease_hold = self.engine.config.lease_hold
+        self.popw = self.engine.config.popw
+        self.rng = rng
+        n = len(profiles)
+        self.stake = np.asarray([float(p.stake) for p in profiles])
+        self.locked = np.zeros(n)
+        self.prices = np.asarray([float(p.price_per_gpu_hour) for p in profiles])
+        self.providers = [spec.provider for spec in specs]
+        self.verdict_expires = np.zeros(n)
+        self.online = np.zeros(n, dtype=bool)
+        self._lease_hold_s = np.zeros(n)  # per node, decided at its last DEAD verdict
+        self._collateral: dict[int, int] = {}  # node -> collateral locked for its task
+        self._raw_rs: dict[int, float] = {}  # node -> raw RS its running task was placed at
+        self._chosen: tuple[int, int, float] | None = None  # (node, collateral, raw RS)
+        self._abandoned: dict[str, tuple[int, bool]] = {}  # task id -> (node, blameless)
+        self.slashes_by_reason: dict[str, int] = {r.name.lower(): 0 for r in SlashReason}
+        for row, (profile, spec) in enumerate(zip(profiles, specs, strict=True)):
+            if self.engine.register(profile.node_id, spec.provider, region=profile.region,
+                                    network=profile.network, at=0.0, tier=spec.tier) != row:
+                raise RuntimeError("book rows must follow node order")
+
+    @property
+    def prior_refits(self) -> int:
+        return self.engine.prior_refits
+
+    # ----- decisions ------------------------------------------------------------------
+    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
+               ) -> Choice | Wait | None:
+        """The engine's best candidate, unless the task would run late on it and should
+        wait for a faster node that is busy now (`PlsEngine.wait_until`)."""
+        free_stake = self.stake[candidates] - self.locked[candidates]
+        ranked = self.engine.rank(candidates, self.prices[candidates], free_stake,
+                                  task.needs, now)
+        if ranked.rows.size == 0:
+            return None
+        position = int(ranked.positions[0])
+        node = int(candidates[position])
+        speed = self.engine.speed(self.profiles[node].node_id)
+        if self.engine.runs_late(task.needs, speed):
+            until = self.engine.wait_until(task.needs, speed, self._fastest_busy(task, candidates),
+                                           queued_at=task.queued_at, deadline=task.deadline_s,
+                                           p_fail=float(ranked.p_fail[0]))
+            if until > now:
+                return Wait(until)
+        collateral = self.engine.collateral(task.needs, float(ranked.p_fail[0]))
+        self._chosen = (node, collateral, float(ranked.raw_rs[0]))  # committed when it starts
+        return Choice(position, float(ranked.rs[0]))
+
+    def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
+        """Young's interval from the node's predicted hazard over this task and its measured
+        checkpoint time (the EWMA's prior until a first checkpoint was timed)."""
+        node_id = self.profiles[node].node_id
+        return self.engine.checkpoint_interval_s(
+            node_id, now, task.remaining_work_s / self.engine.speed(node_id))
+
+    def lease_hold_s(self, node: int, now: float) -> float:
+        """What `LeaseHold` decided at the node's DEAD verdict (`node_down`, called first)."""
+        return float(self._lease_hold_s[node])
+
+    # ----- observations ---------------------------------------------------------------
+    def node_up(self, node: int, now: float) -> None:
+        node_id = self.profiles[node].node_id
+        self.online[node] = True
+        self.engine.session_started(node_id, now)
+        self._contact(node, now)
+        self._handshake(node, now)
+
+    def node_down(self, node: int, now: float) -> None:
+        """A DEAD verdict. A silence its peers share (`LeaseHold`) keeps the lease and ends
+        the session censored, as `PlsService` does: not the node's own departure."""
+        node_id = self.profiles[node].node_id
+        self.online[node] = False
+        hold = self.engine.departed([node_id], now)[node_id]
+        self._lease_hold_s[node] = hold
+        self.engine.session_ended(node_id, now, abrupt=hold == 0.0)
+
+    def placed(self, sim: Simulation, attempt: Attempt) -> None:
+        """The lease started: lock the collateral priced at the choice."""
+        if self._chosen is None or self._chosen[0] != attempt.node:
+            raise RuntimeError("a placement the PLS policy did not choose")
+        node, collateral, raw = self._chosen
+        self._chosen = None
+        self._collateral[node] = collateral
+        self._raw_rs[node] = raw
+        self.locked[node] += collateral
+
+    def completed(self, sim: Simulation, attempt: Attempt) -> None:
+        _, raw = self._unlock(attempt.node)
+        node_id = self.profiles[attempt.node].node_id
+        self.engine.completed(node_id, raw)
+        if attempt.checkpoints:
+            self.engine.checkpoint_measured(node_id, attempt.cost_s)
+        self.engine.upload(node_id, UploadSample(sim.now, self._measured_upload(attempt.node)))
+        self._contact(attempt.node, sim.now)
+
+    def attempt_lost(self, sim: Simulation, attempt: Attempt, blameless: bool) -> None:
+        collateral, raw = self._unlock(attempt.node)
+        node_id = self.profiles[attempt.node].node_id
+        task_id = f"{attempt.task.key}:{attempt.task.attempts}"
+        self._abandoned[task_id] = (attempt.node, blameless)
+        # Dated at the DEAD verdict, also when the lease was held past it: the staking
+        # policy judges the departure (partition? outage?), not the revocation.
+        left_at = sim.now if attempt.held_since is None else attempt.held_since
+        # The task as leased: the work left when it started, and the share of it lost now.
+        leased_s = attempt.compute_s * attempt.speed
+        self.engine.abandoned(node_id, task_id, collateral, raw, left_at,
+                              value=round(leased_s / 3600.0 * VALUE_PER_REF_GPU_HOUR),
+                              rework_share=attempt.lost_s / leased_s if leased_s > 0 else 1.0)
+
+    def verification_failed(self, sim: Simulation, attempt: Attempt) -> None:
+        collateral, raw = self._unlock(attempt.node)
+        node_id = self.profiles[attempt.node].node_id
+        self.engine.verification_failed(node_id, f"{attempt.task.key}:{attempt.task.attempts}",
+                                        collateral, raw, sim.now)
+
+    def epoch(self, sim: Grid, now: float) -> None:
+        """Score every online node, let the staking policy decide, apply its verdicts."""
+        rows = np.flatnonzero(self.online)
+        node_ids = [self.profiles[row].node_id for row in rows.tolist()]
+        readings = self.engine.readings(node_ids, now, all_digests=False)
+        for row in rows.tolist():
+            if self.verdict_expires[row] - now < 3600.0:
+                self._handshake(row, now)
+        bonded = {self.providers[i]: int(self.stake[i]) for i in range(len(self.profiles))}
+        actions = self.engine.decide(readings, bonded, now)
+        node_of = {p.node_id: i for i, p in enumerate(self.profiles)} if actions.slashes or \
+            actions.tier_changes else {}
+        for decision in actions.slashes:
+            node = node_of[decision.node_id]
+            self.slashes_by_reason[decision.reason.name.lower()] += 1
+            amount = min(float(decision.amount), self.stake[node])
+            self.stake[node] -= amount
+            sim.slash(node, amount / TOKEN, self._is_false(decision.reason, decision.task_id, node))
+        for change in actions.tier_changes:
+            node = node_of[change.node_id]
+            sim.set_spec(node, dataclasses.replace(sim.specs[node], tier=change.new))
+
+    # ----- helpers --------------------------------------------------------------------
+    def _fastest_busy(self, task: TaskView, idle: NDArray[np.intp]) -> float:
+        """The verified speed of the fastest node online, able to take the task (its tier
+        and VRAM, as the service's `PlsService.rank` reads them) and not idle now (0 when
+        there is none)."""
+        busy = self.online & task.able
+        busy[idle] = False
+        rows = np.flatnonzero(busy)
+        return float(self.engine.speeds(rows).max()) if rows.size else 0.0
+
+    def _is_false(self, reason: SlashReason, task_id: str | None, node: int) -> bool:
+        """A slash of an honest node for something it did not do: a partition or a
+        correlated outage read as abandonment, or a failed check of a correct result.
+        A cheater is never counted: the rate's denominator is the honest nodes."""
+        if self.profiles[node].cheater:
+            return False
+        if reason is SlashReason.ABANDONMENT and task_id is not None:
+            return self._abandoned[task_id][1]
+        return reason is SlashReason.FAILED_VERIFICATION
+
+    def _unlock(self, node: int) -> tuple[int, float | None]:
+        """The node's attempt ended: release its collateral; (collateral, raw RS placed at)."""
+        amount = self._collateral.pop(node, 0)
+        self.locked[node] = max(self.locked[node] - amount, 0.0)
+        return amount, self._raw_rs.pop(node, None)
+
+    def _measured_upload(self, node: int) -> float:
+        return float(self.profiles[node].upload_mbps * self.rng.lognormal(0.0, 0.1))
+
+    def _contact(self, node: int, now: float) -> None:
+        """Probes and GPU telemetry gathered whenever the orchestrator talks to the node."""
+        profile = self.profiles[node]
+        node_id = profile.node_id
+        lost = self.rng.random(PROBES_PER_CONTACT) < profile.loss
+        rtts = profile.rtt_ms + np.abs(self.rng.normal(0.0, profile.jitter_ms, PROBES_PER_CONTACT))
+        for is_lost, rtt in zip(lost.tolist(), rtts.tolist(), strict=True):
+            self.engine.probe(node_id, ProbeSample(now, None if is_lost else rtt))
+        throttled = self.rng.random(GPU_SAMPLES_PER_CONTACT) < profile.throttle_rate
+        # Consumer GPUs run warmer the more they throttle; throttling starts in the 80s.
+        temperatures = 65.0 + 25.0 * profile.throttle_rate + self.rng.normal(
+            0.0, 3.0, GPU_SAMPLES_PER_CONTACT)
+        for hot, temperature in zip(throttled.tolist(), temperatures.tolist(), strict=True):
+            self.engine.gpu(node_id, GpuSample(
+                at=now, temperature_c=temperature,
+                sm_clock_mhz=MAX_SM_CLOCK_MHZ * (1.0 - THROTTLE_SLOWDOWN if hot else 1.0),
+                max_sm_clock_mhz=MAX_SM_CLOCK_MHZ,
+                throttle_reasons=THROTTLED_REASON if hot else 0, utilization_pct=98.0,
+                memory_used_mb=6000.0, memory_total_mb=profile.vram_gb * 1024.0,
+                power_w=300.0, power_limit_w=350.0))
+
+    def _handshake(self, node: int, now: float) -> None:
+        profile = self.profiles[node]
+        tier = handshake_tier(profile, self.popw)
+        validity = (self.popw.high_validity_s if tier is Tier.HIGH
+                    else self.popw.standard_validity_s)
+        self.verdict_expires[node] = now + validity
+        self.engine.handshake(PopwVerdict(profile.node_id, tier is not Tier.BACKGROUND, tier,
+                                           now, now + validity, (),
+                                           GPU_CLASSES[profile.gpu].popw_class))

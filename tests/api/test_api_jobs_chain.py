@@ -1,0 +1,145 @@
+"""Job submission against a real escrow on anvil: accepted only when customer, amount and
+spec hash on chain match the signed submission."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from eth_utils import keccak
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.api.schemas import JobSpec
+from orchestrator.chain.anvil import Anvil, dev_account
+from orchestrator.chain.deploy import deploy_local
+from orchestrator.chain.sdk import MeshChain
+from orchestrator.chain.tx import connect
+from orchestrator.config import Settings
+from orchestrator.db import crud
+from orchestrator.domain.lifecycle import JobStatus
+from orchestrator.domain.types import TaskNeeds
+from orchestrator.main import create_app
+from orchestrator.services import settlement
+from protocol.client import Wallet
+from tests.clients import VirtualClock, make_wallet
+
+pytestmark = pytest.mark.anvil
+PAYMENT = 5 * 10**18
+_ids = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def mesh_chain() -> Iterator[MeshChain]:
+    with Anvil() as anvil:
+        w3 = connect(anvil.rpc_url)
+        deployment = deploy_local(w3, dev_account(0).key, orchestrator=dev_account(1).address,
+                                  slasher=dev_account(2).address, arbiter=dev_account(3).address)
+        chain = MeshChain(w3, deployment)
+        chain.account(dev_account(0)).mint(dev_account(4).address, 100 * PAYMENT)
+        yield chain
+
+
+@pytest.fixture
+def chain_client(settings: Settings, clock: VirtualClock, mesh_chain: MeshChain
+                 ) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, escrow_reader=mesh_chain, clock=clock)) as client:
+        yield client
+
+
+def spec(frames: int = 3) -> dict[str, Any]:
+    return {"workload": {"kind": "blender", "blend_sha256": "b" * 64,
+                         "frames": {"start": 1, "end": frames}, "tiles": 1},
+            "needs": {"min_vram_gb": 8, "gpu_models": None, "regions": None,
+                      "max_price_per_gpu_hour": None, "priority": "normal",
+                      "expected_duration_s": 60.0},
+            "deadline": 2_000_000_000}
+
+
+def escrow(chain: MeshChain, job_spec: dict[str, Any]) -> str:
+    job_id = keccak(text=f"test job {next(_ids)}")
+    chain.account(dev_account(4)).create_job(job_id, PAYMENT, 2_000_000_000,
+                                             JobSpec.model_validate(job_spec).canonical_hash())
+    return "0x" + job_id.hex()
+
+
+def customer(client: TestClient, settings: Settings, clock: VirtualClock,
+             index: int = 4) -> Wallet:
+    return make_wallet(client, clock, chain_id=settings.chain_id,
+                       orchestrator_id=settings.orchestrator_id, account=dev_account(index))
+
+
+def test_submit_withMatchingEscrow_createsAFundedJobWithOneTaskPerFrame(
+        chain_client: TestClient, mesh_chain: MeshChain, settings: Settings,
+        clock: VirtualClock) -> None:
+    job_spec = spec(frames=3)
+    job_id = escrow(mesh_chain, job_spec)
+    wallet = customer(chain_client, settings, clock)
+    body = {"job_id": job_id, "spec": job_spec}
+    response = wallet.send("POST", "/v1/jobs", body, headers={"idempotency-key": "key-0001"})
+    assert response.status_code == 200, response.text
+    job = response.json()
+    assert (job["status"], job["amount"], job["tasks"]) == ("funded", PAYMENT, {"pending": 3})
+    again = wallet.send("POST", "/v1/jobs", body, headers={"idempotency-key": "key-0001"})
+    assert again.json() == job  # the same answer, not a second job
+    other = dict(body, spec=spec(frames=2))
+    reused = wallet.send("POST", "/v1/jobs", other, headers={"idempotency-key": "key-0001"})
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"
+
+
+def test_submit_withoutEscrow_isRefused(chain_client: TestClient, settings: Settings,
+                                        clock: VirtualClock) -> None:
+    response = customer(chain_client, settings, clock).send(
+        "POST", "/v1/jobs", {"job_id": "0x" + "ee" * 32, "spec": spec()},
+        headers={"idempotency-key": "key-0002"})
+    assert (response.status_code, response.json()["error"]["code"]) == (402, "escrow_missing")
+
+
+def test_submit_withAnotherSpec_thanEscrowed_isRefused(
+        chain_client: TestClient, mesh_chain: MeshChain, settings: Settings,
+        clock: VirtualClock) -> None:
+    job_id = escrow(mesh_chain, spec(frames=3))
+    response = customer(chain_client, settings, clock).send(
+        "POST", "/v1/jobs", {"job_id": job_id, "spec": spec(frames=300)},
+        headers={"idempotency-key": "key-0003"})
+    assert response.json()["error"]["code"] == "spec_hash_mismatch"
+    assert chain_client.get(f"/v1/jobs/{job_id}").status_code == 404
+
+
+def test_submit_bySomeoneElse_thanTheEscrowCustomer_isForbidden(
+        chain_client: TestClient, mesh_chain: MeshChain, settings: Settings,
+        clock: VirtualClock) -> None:
+    job_spec = spec()
+    job_id = escrow(mesh_chain, job_spec)
+    response = customer(chain_client, settings, clock, index=7).send(
+        "POST", "/v1/jobs", {"job_id": job_id, "spec": job_spec},
+        headers={"idempotency-key": "key-0004"})
+    assert (response.status_code, response.json()["error"]["code"]) == (
+        403, "escrow_customer_mismatch")
+
+
+def test_settlement_seen_on_chain_settles_the_job_and_is_measured(
+        mesh_chain: MeshChain, factory: sessionmaker[Session], settings: Settings) -> None:
+    job_spec = spec()
+    job_id = escrow(mesh_chain, job_spec)
+    with factory.begin() as session:
+        crud.create_job(session, job_id=job_id, customer=dev_account(4).address, spec=job_spec,
+                        spec_hash="0x" + "0" * 64, amount=PAYMENT, deadline=2e9,
+                        needs=TaskNeeds(), task_payloads=[{"frame": 1}], now=100.0,
+                        status=JobStatus.SETTLING)
+    with factory.begin() as session:
+        pending = settlement.sync_settlements(session, read_escrow=mesh_chain.escrowed_job,
+                                              now=110.0)
+    assert pending.settled == [] and pending.diverged == []
+    mesh_chain.account(dev_account(1)).settle(bytes.fromhex(job_id[2:]),
+                                              [dev_account(5).address], [PAYMENT // 2],
+                                              b"\x01" * 32)
+    with factory.begin() as session:
+        synced = settlement.sync_settlements(session, read_escrow=mesh_chain.escrowed_job,
+                                             now=130.0)
+    assert synced.settled == [(job_id, 30.0)]
+    with factory() as session:
+        job = crud.get_job(session, job_id=job_id)
+        assert job is not None and job.status == "settled"

@@ -1,0 +1,258 @@
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db import crud
+from orchestrator.domain.merkle import MerkleTree
+from orchestrator.domain.types import TaskNeeds
+from tests.api.conftest import ADMIN_KEY
+from tests.clients import LiveNode, VirtualClock
+from tests.conftest import JobMaker
+
+ADMIN = {"x-admin-key": ADMIN_KEY}
+
+
+def upload(node: LiveNode, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    response = node.client.put(f"/v1/blobs/{digest}", content=data, headers=node.auth)
+    assert response.status_code == 200, response.text
+    return digest
+
+
+def test_task_runs_end_to_end_and_the_job_queues_its_settlement_once(
+        live_node: Callable[..., LiveNode], make_job: JobMaker, client: TestClient,
+        factory: sessionmaker[Session]) -> None:
+    node = live_node("gpu-1")
+    job_id = make_job(1)
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    task_id = lease.json()["task_id"]
+    assert node.post("/v1/nodes/gpu-1/lease").json()["lease_id"] == lease.json()["lease_id"]
+    assert node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.2}).json()["status"] \
+        == "running"
+    checkpoint = upload(node, b"half a frame")
+    assert node.post(f"/v1/tasks/{task_id}/checkpoints",
+                     {"sha256": checkpoint, "progress": 0.5}).status_code == 200
+    result = upload(node, b"the frame")
+    done = node.post(f"/v1/tasks/{task_id}/complete", {"result_sha256": result})
+    assert done.json()["status"] == "done"
+    job = client.get(f"/v1/jobs/{job_id}").json()
+    expected_root = MerkleTree.build([bytes.fromhex(checkpoint), bytes.fromhex(result)]).root
+    assert (job["status"], job["merkle_root"]) == ("verifying", "0x" + expected_root.hex())
+    accepted = client.post(f"/v1/admin/jobs/{job_id}/accept", headers=ADMIN)
+    assert accepted.json()["status"] == "settling"
+    assert client.post(f"/v1/admin/jobs/{job_id}/accept", headers=ADMIN).status_code == 409
+    outbox = client.get("/v1/admin/outbox", headers=ADMIN).json()
+    assert [(a["kind"], a["idempotency_key"], a["status"]) for a in outbox] == [
+        ("settle", f"settle:{job_id}", "pending")]
+    assert client.get("/v1/admin/outbox?status=failed", headers=ADMIN).json() == []
+    assert client.get("/v1/admin/outbox?status=bogus", headers=ADMIN).status_code == 422
+    assert outbox[0]["payload"]["providers"] == [node.wallet.address]
+    with factory() as session:
+        history = crud.status_history(session, entity="job", entity_id=job_id)
+        assert [h.to_status for h in history] == ["funded", "scheduled", "running", "verifying",
+                                                  "completed", "settling"]
+
+
+def test_a_node_pulling_work_gets_the_task_with_the_least_laxity(
+        live_node: Callable[..., LiveNode], make_job: JobMaker,
+        factory: sessionmaker[Session]) -> None:
+    node = live_node("gpu-1")
+    make_job(3, needs=TaskNeeds(expected_duration_s=60), deadline=2 * 3600)  # older
+    long_frame = make_job(1, needs=TaskNeeds(expected_duration_s=5 * 3600), deadline=6 * 3600)
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    with factory() as session:
+        task = crud.get_task(session, task_id=lease.json()["task_id"])
+        assert task is not None and task.job_id == long_frame
+
+
+def test_lease_pull_with_no_work_answers_204(live_node: Callable[..., LiveNode]) -> None:
+    assert live_node("gpu-1").post("/v1/nodes/gpu-1/lease").status_code == 204
+
+
+def test_failed_start_releases_the_slot(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    node = live_node("gpu-1")  # one slot
+    make_job(2)
+    first = node.post("/v1/nodes/gpu-1/lease").json()
+    assert node.post(f"/v1/tasks/{first['task_id']}/fail",
+                     {"reason": "start_failed"}).json()["status"] == "retry"
+    second = node.post("/v1/nodes/gpu-1/lease").json()
+    assert second["lease_id"] != first["lease_id"]
+    assert second["slot"] == first["slot"] == 0
+
+
+def test_other_node_cannot_report_on_a_lease_it_does_not_hold(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    owner, intruder = live_node("gpu-1"), live_node("gpu-2")
+    make_job(1)
+    task_id = owner.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    response = intruder.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.5})
+    assert (response.status_code, response.json()["error"]["code"]) == (409, "lease_not_held")
+
+
+def test_refusals_keep_their_status_and_body_a_missing_task_404_a_bad_move_409(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    """The api maps each refusal's type to its status (`api/errors.py`); the layers below
+    choose none."""
+    node = live_node("gpu-1")
+    make_job(1)
+    missing = node.post("/v1/tasks/987654/progress", {"progress": 0.5})
+    assert (missing.status_code, missing.json()) == (404, {"error": {
+        "code": "task_not_found", "message": "no task 987654"}})
+    task_id = node.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    early = node.post(f"/v1/tasks/{task_id}/checkpoints", {"sha256": "a" * 64, "progress": 0.1})
+    assert (early.status_code, early.json()["error"]["code"]) == (409, "task_not_running")
+
+
+def test_kill_and_resume_moves_the_task_from_its_last_checkpoint(
+        live_node: Callable[..., LiveNode], make_job: JobMaker, client: TestClient,
+        clock: VirtualClock, factory: sessionmaker[Session]) -> None:
+    doomed = live_node("gpu-doomed")
+    make_job(1)
+    task_id = doomed.post("/v1/nodes/gpu-doomed/lease").json()["task_id"]
+    doomed.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1})
+    checkpoint = upload(doomed, b"frames 1-5")
+    doomed.post(f"/v1/tasks/{task_id}/checkpoints", {"sha256": checkpoint, "progress": 0.5})
+    doomed.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.7})
+    survivor = live_node("gpu-survivor")
+    for _ in range(40):  # both beat every 5 s for a while; then the doomed node goes silent
+        clock.advance(5)
+        doomed.post("/v1/nodes/gpu-doomed/heartbeat")
+        survivor.post("/v1/nodes/gpu-survivor/heartbeat")
+        client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+        client.post("/v1/admin/sweep", headers=ADMIN)
+    died_at = clock()
+    for _ in range(12):
+        clock.advance(5)
+        survivor.post("/v1/nodes/gpu-survivor/heartbeat")
+        client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+        swept = client.post("/v1/admin/sweep", headers=ADMIN).json()
+        if swept["dead_nodes"]:
+            break
+    assert swept["dead_nodes"] == ["gpu-doomed"]
+    grace = client.app.state.ctx.pls.config.lease_hold.lone_grace_s  # type: ignore[attr-defined]
+    if grace:  # MESH_PLS_LONE_GRACE_S: the lease is held that long first
+        assert survivor.post("/v1/nodes/gpu-survivor/lease").status_code == 204
+    for _ in range(int(grace // 5) + 2 if grace else 0):  # silent past the lone grace
+        clock.advance(5)
+        survivor.post("/v1/nodes/gpu-survivor/heartbeat")
+        client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+        client.post("/v1/admin/sweep", headers=ADMIN)
+    lease = survivor.post("/v1/nodes/gpu-survivor/lease").json()
+    assert (lease["task_id"], lease["resume_from_sha256"], lease["resume_progress"]) == (
+        task_id, checkpoint, 0.5)
+    clock.advance(1)
+    survivor.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.5})
+    with factory() as session:
+        (event,) = crud.recovery_events(session, task_id=task_id)
+        assert (event.from_node, event.resumed_on, event.cause) == (
+            "gpu-doomed", "gpu-survivor", "dead")
+        assert abs(event.rework - 0.2) < 1e-9
+        assert event.resumed_at is not None and event.resumed_at > died_at
+    metrics = client.get("/metrics").text
+    assert "mesh_recovery_seconds_count 1.0" in metrics
+    assert "mesh_node_failures_total 1.0" in metrics
+    late = doomed.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.8})
+    assert late.json()["error"]["code"] == "lease_not_held"
+
+
+def test_suspect_node_keeps_its_lease_and_its_work(
+        live_node: Callable[..., LiveNode], make_job: JobMaker, client: TestClient,
+        clock: VirtualClock) -> None:
+    node = live_node("gpu-1")
+    make_job(1)
+    task_id = node.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.3})
+    for _ in range(20):
+        clock.advance(5)
+        node.post("/v1/nodes/gpu-1/heartbeat")
+        client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+        client.post("/v1/admin/sweep", headers=ADMIN)
+    clock.advance(9)  # a hiccup: suspect, not dead
+    assert client.post("/v1/admin/sweep", headers=ADMIN).json()["dead_nodes"] == []
+    node.post("/v1/nodes/gpu-1/heartbeat")
+    client.app.state.ctx.heartbeats.flush()  # type: ignore[attr-defined]
+    assert node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.6}).json()["status"] \
+        == "running"
+
+
+def test_drain_takes_no_new_leases_and_moves_running_work_after_its_checkpoint(
+        live_node: Callable[..., LiveNode], make_job: JobMaker,
+        factory: sessionmaker[Session]) -> None:
+    node = live_node("gpu-1", slots=2)
+    make_job(3)
+    running = node.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    node.post(f"/v1/tasks/{running}/progress", {"progress": 0.4})
+    node.post("/v1/nodes/gpu-1/lease")  # a second, unstarted reservation
+    drained = node.post("/v1/nodes/gpu-1/drain")
+    assert drained.json()["draining"] is True
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    checkpoint = upload(node, b"partial")
+    node.post(f"/v1/tasks/{running}/checkpoints", {"sha256": checkpoint, "progress": 0.4})
+    assert node.post(f"/v1/tasks/{running}/fail", {"reason": "drain"}).json()["status"] == "retry"
+    with factory() as session:
+        (event,) = crud.recovery_events(session, task_id=running)
+        assert (event.cause, event.rework) == ("drain", 0.0)
+        assert crud.live_leases(session, node_id="gpu-1") == []
+
+
+def test_blob_upload_refuses_wrong_hash_and_oversize(live_node: Callable[..., LiveNode],
+                                                     client: TestClient) -> None:
+    node = live_node("gpu-1")
+    wrong = client.put("/v1/blobs/" + "0" * 64, content=b"data", headers=node.auth)
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (422, "blob_hash_mismatch")
+    huge = b"x" * (1024 * 1024 + 1)
+    big = client.put(f"/v1/blobs/{hashlib.sha256(huge).hexdigest()}", content=huge,
+                     headers=node.auth)
+    assert (big.status_code, big.json()["error"]["code"]) == (413, "blob_too_large")
+    assert "mesh_upload_errors_total" in client.get("/metrics").text
+
+
+def test_complete_needs_the_result_blob(live_node: Callable[..., LiveNode],
+                                        make_job: JobMaker) -> None:
+    node = live_node("gpu-1")
+    make_job(1)
+    task_id = node.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.5})
+    response = node.post(f"/v1/tasks/{task_id}/complete", {"result_sha256": "a" * 64})
+    assert (response.status_code, response.json()["error"]["code"]) == (404, "blob_missing")
+
+
+def test_lease_pull_looks_past_tasks_this_node_cannot_run(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    node = live_node("gpu-1")
+    make_job(250, needs=TaskNeeds(min_vram_gb=80))  # more than one page of unsuitable work
+    runnable = make_job(1)
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.json()["job_id"] == runnable
+
+
+def test_blob_downloads_onlyTheCheckpointAndItsChunks_ofATaskTheNodeHolds(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    first, second = live_node("gpu-1"), live_node("gpu-2")
+    make_job(1)
+    unrelated = upload(first, b"someone else's frame")
+    assert second.client.get(f"/v1/blobs/{unrelated}", headers=second.auth).status_code == 403
+    task_id = first.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    first.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1})
+    chunk = upload(first, b"samples 0-63")
+    manifest = upload(first, json.dumps({"chunks": [{"sha256": chunk}]}).encode())
+    assert first.post(f"/v1/tasks/{task_id}/checkpoints",
+                      {"sha256": manifest, "progress": 0.5}).status_code == 200
+    assert first.post(f"/v1/tasks/{task_id}/fail", {"reason": "drain"}).status_code == 200
+
+    moved = second.post("/v1/nodes/gpu-2/lease").json()
+    assert (moved["task_id"], moved["resume_from_sha256"]) == (task_id, manifest)
+    got = [second.client.get(f"/v1/blobs/{sha}", headers=second.auth)
+           for sha in (manifest, chunk, unrelated)]
+
+    assert [r.status_code for r in got] == [200, 200, 403]
+    assert got[1].content == b"samples 0-63"
+    assert got[2].json()["error"]["code"] == "blob_not_leased"

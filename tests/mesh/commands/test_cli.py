@@ -1,0 +1,120 @@
+"""The command line as a whole: help that reads right, benches that print tables, a missing
+build that is one line, and `mesh orchestrator serve` naming the settings it misses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from mesh.cli import app
+from mesh.commands import bench
+from mesh.commands.orchestrator import missing_capabilities
+from orchestrator.config import Settings
+from tests.mesh.commands.conftest import Mesh, one_line_error
+
+REPO = Path(__file__).resolve().parents[2]
+# Measured by `mesh bench gas --json` on this tree (the shape gas.run() returns).
+GAS = {"stake": 134_144, "settle": 51_618, "settle_batch_100_per_job": 14_961,
+       "targets": {"settle": 80_000, "settle_batch_100_per_job": 15_000},
+       "met": {"settle": True, "settle_batch_100_per_job": True},
+       "breakdown_per_job": {"settle_batch_100_per_job": {"sstore": 8_700, "total": 14_961}}}
+
+
+def every_command(group: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and group under `group` (typer's own click: groups have `commands`)."""
+    found = [path]
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            found += every_command(command, (*path, name))
+        else:
+            found.append((*path, name))
+    return found
+
+
+def test_noHelpPageShowsAValueAfterAFlag(mesh: Mesh) -> None:
+    paths = every_command(typer.main.get_command(app))
+    assert ("job", "submit") in paths and ("provider", "stake") in paths
+    for path in paths:
+        shown = mesh(*path, "--help")
+        assert shown.exit_code == 0, (path, shown.output)
+        assert "<bool>" not in shown.stdout, path
+    assert "--json " in mesh("bench", "gas", "--help").stdout
+
+
+def test_benchGas_withoutJson_printsATable_notAPythonDict(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    bench._show_gas(GAS)
+    shown = capsys.readouterr().out
+    assert "{" not in shown
+    assert "settle_batch_100_per_job" in shown and "14,961" in shown and "15,000" in shown
+    assert "gas per job" in shown
+
+
+def test_benchGas_withJson_isOneDocument(mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mesh.bench import gas
+
+    monkeypatch.setattr(gas, "run", lambda: GAS)  # the measurement is bench/gas's own test
+    shown = mesh("bench", "gas", "--json")
+    assert json.loads(shown.stdout) == GAS
+
+
+def test_benchGas_beforeTheContractsAreBuilt_isOneLine(tmp_path: Path) -> None:
+    """A tree without `.build/` (a fresh clone before `make compile`)."""
+    for package in ("orchestrator", "agent"):
+        shutil.copytree(REPO / package, tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([sys.executable, "-m", "mesh.cli", "bench", "gas"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path),
+                               "PATH": f"{REPO / 'node_modules' / '.bin'}:{os.environ['PATH']}"})
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("mesh bench gas: ") and "run `make compile`" in line
+
+
+def test_serve_namesEveryMissingSettingThatDisablesSomething(tmp_path: Path) -> None:
+    bare = missing_capabilities(Settings(data_dir=tmp_path, _env_file=None))
+    text = "\n".join(bare)
+    for setting in ("MESH_DATA_DIR", "MESH_ORCHESTRATOR_KEY", "MESH_ADMIN_KEY",
+                    "MESH_SESSION_SECRET"):
+        assert setting in text, setting
+    assert len(bare) == 4
+
+
+def test_serve_warnsAtStart_thatTheChainIsUnreachable(on_chain: Mesh, tmp_path: Path) -> None:
+    from pydantic import SecretStr
+
+    configured = Settings(data_dir=Path(on_chain.env["MESH_DATA_DIR"]),
+                          rpc_url="http://127.0.0.1:9", orchestrator_key=SecretStr("0x" + "1" * 64),
+                          slasher_key=SecretStr("0x" + "2" * 64), admin_key=SecretStr("a"),
+                          session_secret=SecretStr("s"), _env_file=None)
+    (warning,) = missing_capabilities(configured)
+    assert "chain unreachable" in warning and "MESH_RPC_URL" in warning
+
+
+def test_serve_printsTheWarningsBeforeItStarts(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mesh.cli", "orchestrator", "serve", "--port", "0"],
+        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "MESH_DATA_DIR": str(tmp_path)})
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert first.startswith("warning: no deployment") and "MESH_DATA_DIR" in first
+
+
+def test_serve_withABadSetting_isOneLine(mesh: Mesh) -> None:
+    mesh.env["MESH_LEASE_TTL_S"] = "soon"
+    error = one_line_error(mesh("orchestrator", "serve"), command="orchestrator serve")
+    assert "MESH_LEASE_TTL_S" in error

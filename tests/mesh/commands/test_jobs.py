@@ -1,0 +1,180 @@
+"""`mesh job submit|status|cancel` and `mesh nodes` against anvil and a real orchestrator
+process: submit uploads the .blend, escrows on chain and submits the signed spec in one step;
+a job restricted to named providers and a region carries that constraint to its tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eth_utils import keccak
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mesh.processes import OrchestratorProcess
+from orchestrator.api.schemas import JobSpec
+from orchestrator.chain.anvil import dev_account, increase_time
+from orchestrator.chain.sdk import MeshChain
+from orchestrator.db.crud import needs_from_json
+from orchestrator.db.models import Task
+from orchestrator.db.session import make_engine
+from orchestrator.domain.chain_views import EscrowStatus
+from protocol.client import Wallet, expect
+from tests.mesh.commands.conftest import ORCHESTRATOR_ID, Mesh, one_line_error
+
+TOKEN = 10**18
+TRUSTED = dev_account(6).address
+
+
+def scene(mesh: Mesh) -> Path:
+    path = mesh.root / "scene.blend"
+    path.write_bytes(b"BLENDER-v300 " + bytes(range(256)) * 64)  # the service stores, not parses
+    return path
+
+
+def customer(mesh: Mesh) -> str:
+    address = mesh.new_wallet("customer")
+    assert mesh("tokens", "mint", "customer", "100").exit_code == 0
+    return address
+
+
+def test_submit_escrowsAndSubmitsInOneStep_withTheProviderAndRegionConstraint(
+        served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
+    address = customer(served)
+    done = served.signed("job", "submit", str(scene(served)), "--frames", "1-3", "--budget",
+                         "7.5", "--wallet", "customer", "--providers", TRUSTED.lower(),
+                         "--region", "eu", "--samples", "16", "--json")
+    assert done.exit_code == 0, done.output
+    job = json.loads(done.stdout)
+    assert (job["status"], job["tasks"]) == ("funded", {"pending": 3})
+    escrow = chain.escrowed_job(bytes.fromhex(job["job_id"][2:]))
+    assert escrow is not None and escrow.status == EscrowStatus.FUNDED
+    assert (escrow.customer, escrow.amount) == (address, 7.5 * TOKEN)
+    assert chain.token_balance(address) == 100 * TOKEN - 7.5 * TOKEN
+
+    engine = make_engine(f"sqlite:///{service_db(service)}")
+    with Session(engine) as session:
+        needs = [needs_from_json(n) for n in session.scalars(
+            select(Task.needs).where(Task.job_id == job["job_id"]))]
+    engine.dispose()
+    assert [(n.providers, n.regions) for n in needs] == [({TRUSTED}, {"eu"})] * 3
+    spec = JobSpec.model_validate({"workload": {
+        "kind": "blender", "blend_sha256": job["blend_sha256"], "frames": {"start": 1, "end": 3},
+        "samples": 16}, "needs": {"providers": [TRUSTED], "regions": ["eu"]},
+        "deadline": job["deadline"]})
+    assert escrow.spec_hash == spec.canonical_hash()  # the escrow names exactly this spec
+
+    status = served("job", "status", job["job_id"], "--json")
+    assert status.exit_code == 0, status.output
+    shown = json.loads(status.stdout)
+    assert (shown["status"], shown["escrow"]["status"]) == ("funded", "funded")
+    human = served("job", "status", job["job_id"])
+    assert "3 pending" in human.stdout
+
+
+def service_db(service: OrchestratorProcess) -> Path:
+    return Path(service._env["MESH_DATA_DIR"]) / "mesh.db"
+
+
+def test_cancel_withdrawsTheJob_andReclaimsTheEscrowOnceTheChainAllows(
+        served: Mesh, chain: MeshChain) -> None:
+    address = customer(served)
+    done = served.signed("job", "submit", str(scene(served)), "--frames", "1", "--budget", "4",
+                         "--wallet", "customer", "--deadline-h", "1", "--json")
+    job = json.loads(done.stdout)
+    cancelled = served.signed("job", "cancel", job["job_id"], "--wallet", "customer", "--json")
+    assert cancelled.exit_code == 0, cancelled.output
+    first = json.loads(cancelled.stdout)
+    assert (first["status"], first["reclaimed"]) == ("cancelled", 0)
+    assert first["reclaimable_at"] == job["deadline"] + chain.grace_period()
+    assert json.loads(served("job", "status", job["job_id"], "--json").stdout)["tasks"] == {
+        "failed": 1}
+
+    increase_time(chain.w3, first["reclaimable_at"] - job["deadline"] + 3601)
+    again = served.signed("job", "cancel", job["job_id"], "--wallet", "customer", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["reclaimed"] == 4 * TOKEN
+    assert chain.token_balance(address) == 100 * TOKEN
+    escrow = chain.escrowed_job(bytes.fromhex(job["job_id"][2:]))
+    assert escrow is not None and escrow.status == EscrowStatus.RECLAIMED
+
+
+def test_cancel_byAnotherWallet_isOneLine(served: Mesh) -> None:
+    customer(served)
+    job = json.loads(served.signed("job", "submit", str(scene(served)), "--frames", "1",
+                                   "--budget", "1", "--wallet", "customer", "--json").stdout)
+    served.new_wallet("stranger")
+    error = one_line_error(served.signed("job", "cancel", job["job_id"], "--wallet",
+                                         "stranger"), command="job cancel")
+    assert "use that wallet" in error
+
+
+def test_submit_mistakes_areOneLine_andEscrowNothing(served: Mesh, mesh: Mesh,
+                                                     chain: MeshChain) -> None:
+    address = customer(served)
+    blend = scene(served)
+    cases = {
+        ("--frames", "9-2"): "the range ends before it starts",
+        ("--frames", "x"): "give one frame (7) or a range (1-24)",
+        ("--providers", "0x12"): "is not an address",
+        ("--budget", "1000"): "holds 100 tokens, this budget needs 1000",
+        ("--budget", "-1"): "give a positive amount",
+        ("--tiles", "65"): "workload.blender.tiles: Input should be less than or equal to 64",
+    }
+    for (option, value), message in cases.items():
+        args = {"--frames": "1", "--budget": "1", option: value}
+        result = served.signed("job", "submit", str(blend), "--wallet", "customer",
+                               *[item for pair in args.items() for item in pair])
+        assert message in one_line_error(result, command="job submit"), (option, value)
+    assert "is not a file" in one_line_error(served.signed(
+        "job", "submit", str(served.root / "missing.blend"), "--frames", "1", "--budget", "1",
+        "--wallet", "customer"), command="job submit")
+    unreachable = served.signed("job", "submit", str(blend), "--frames", "1", "--budget", "1",
+                                "--wallet", "customer", "--orchestrator", "http://127.0.0.1:9")
+    assert "no orchestrator answers" in one_line_error(unreachable, command="job submit")
+    assert chain.token_balance(address) == 100 * TOKEN  # nothing escrowed by any of them
+    assert "no job" in one_line_error(served("job", "status", "0x" + "ab" * 32),
+                                      command="job status")
+
+
+def test_nodes_listsWhatProvidersRegistered(served: Mesh, service: OrchestratorProcess,
+                                            chain: MeshChain) -> None:
+    provider = dev_account(5)
+    wallet = Wallet.connect(service.base_url, bytes(provider.key),
+                            chain_id=chain.deployment.chain_id, orchestrator_id=ORCHESTRATOR_ID)
+    node_id = "cli-node-" + keccak(text=served.root.name).hex()[:8]
+    chain.account(provider).stake(10 * TOKEN)  # a node counts once its provider has staked
+    expect(wallet.send("POST", "/v1/nodes", {
+        "node_id": node_id, "gpu_model": "RTX4090", "vram_gb": 24, "compute_capability": 8.9,
+        "region": "eu", "price_per_gpu_hour": 100, "slots": 2}))
+    wallet.close()
+    listed = served("nodes", "--provider", provider.address, "--json")
+    assert listed.exit_code == 0, listed.output
+    (node,) = [n for n in json.loads(listed.stdout) if n["node_id"] == node_id]
+    assert (node["provider"], node["region"], node["slots"], node["health"]) == (
+        provider.address, "eu", 2, "alive")
+    human = served("nodes")
+    assert node_id in human.stdout and "RTX4090 24 GB" in human.stdout
+    assert "no orchestrator answers" in one_line_error(
+        served("nodes", "--orchestrator", "http://127.0.0.1:9"), command="nodes")
+
+
+def test_aSubmissionRefusedAfterTheEscrow_saysHowToGetTheEscrowBack(
+        served: Mesh, service: OrchestratorProcess, chain: MeshChain) -> None:
+    from mesh.commands.common import UserError
+    from mesh.commands.common import service as service_of
+    from mesh.commands.jobs import _submit_once
+
+    client = service_of(service.base_url, ORCHESTRATOR_ID, chain.deployment.chain_id).wallet(
+        dev_account(4))
+    spec = JobSpec.model_validate({"workload": {
+        "kind": "blender", "blend_sha256": "c" * 64, "frames": {"start": 1, "end": 1}},
+        "deadline": 2_000_000_000}).model_dump(mode="json")
+    try:
+        _submit_once(client, {"job_id": "0x" + "77" * 32, "spec": spec}, recovery="RECOVER")
+    except UserError as refused:
+        message = str(refused)
+    finally:
+        client.close()
+    assert message == ("the orchestrator refused the job: no funded escrow for this job id on "
+                       "chain (escrow_missing); RECOVER")
