@@ -31,6 +31,7 @@ from orchestrator.chain.anvil import Anvil, dev_account, set_balance
 from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import Receipt, connect
+from orchestrator.domain.ids import JobId, hex0x
 from orchestrator.processes import stop_process
 from protocol import keystore
 from protocol.client import Wallet, expect
@@ -68,8 +69,8 @@ class Grid:
         self.env = {"MESH_DATA_DIR": str(self.data_dir), "MESH_RPC_URL": rpc_url,
                     "MESH_CHAIN_ID": str(chain.deployment.chain_id),
             "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID,
-            "MESH_ORCHESTRATOR_KEY": "0x" + bytes(dev_account(1).key).hex(),
-            "MESH_SLASHER_KEY": "0x" + bytes(dev_account(2).key).hex(),
+            "MESH_ORCHESTRATOR_KEY": hex0x(dev_account(1).key),
+            "MESH_SLASHER_KEY": hex0x(dev_account(2).key),
             "MESH_SESSION_SECRET": secrets.token_hex(16), "MESH_LEASE_TTL_S": "4",
             "MESH_SWEEP_INTERVAL_S": "0.5", "MESH_JSON_LOGS": "false",
             "MESH_ADMIN_KEY": ADMIN_KEY}
@@ -141,10 +142,10 @@ class Grid:
         spec = {"workload": workload, "deadline": deadline, **({"needs": needs} if needs else {})}
         spec_hash = JobSpec.model_validate(spec).canonical_hash()
         job_id = keccak(text=f"agent test job {secrets.token_hex(8)}")
-        self.escrows["0x" + job_id.hex()] = self.chain.account(dev_account(4)).create_job(
+        self.escrows[JobId.of(job_id)] = self.chain.account(dev_account(4)).create_job(
             job_id, PAYMENT, deadline, spec_hash)
-        submit_job(self.customer, {"job_id": "0x" + job_id.hex(), "spec": spec})
-        return "0x" + job_id.hex()
+        submit_job(self.customer, {"job_id": JobId.of(job_id), "spec": spec})
+        return JobId.of(job_id)
 
     def job(self, job_id: str) -> dict[str, Any]:
         assert self.customer is not None

@@ -8,6 +8,7 @@ import itertools
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 
@@ -46,9 +47,8 @@ def make_job(factory: sessionmaker[Session], tasks: int = 1, *, value: int | Non
     per_task = needs.value if value is None else value
     job_id = job_id or "0x" + f"{next(_job_numbers):064x}"
     with factory.begin() as session:
-        crud.create_job(session, job_id=job_id, customer=customer, spec={"kind": "command"},
-                        spec_hash="0x" + "0" * 64, amount=per_task * tasks or TOKEN,
-                        deadline=deadline, needs=needs,
-                        task_payloads=[{"frame": i} for i in range(tasks)], now=now,
-                        status=JobStatus.FUNDED)
+        crud.create_job(session, NewJob(
+            job_id=job_id, customer=customer, spec={"kind": "command"}, spec_hash="0x" + "0" * 64,
+            amount=per_task * tasks or TOKEN, deadline=deadline, needs=needs,
+            payloads=tuple({"frame": i} for i in range(tasks))), now=now, status=JobStatus.FUNDED)
     return job_id

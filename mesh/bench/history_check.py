@@ -30,6 +30,7 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.db import history
 from orchestrator.domain.chain_events import ChainEvent
 from orchestrator.domain.chain_views import EscrowStatus
+from orchestrator.domain.ids import JobId
 
 KINDS = ("paid_twice", "unpaid", "paid_not_completed", "balance_mismatch", "job_lost",
          "task_lost", "double_lease", "honest_slashed")
@@ -61,10 +62,10 @@ def _settled_jobs(events: Iterable[ChainEvent]) -> Counter[str]:
     settled: Counter[str] = Counter()
     for event in events:
         if event.name == "JobSettled":
-            settled["0x" + bytes(event.args["jobId"]).hex()] += 1
+            settled[JobId.of(bytes(event.args["jobId"]))] += 1
         elif event.name == "JobsSettled":
             for job_id in event.args["jobIds"]:
-                settled["0x" + bytes(job_id).hex()] += 1
+                settled[JobId.of(bytes(job_id))] += 1
     return settled
 
 
@@ -93,7 +94,7 @@ def check(factory: sessionmaker[Session], chain: MeshChain, *,
     reader = ChainIndexReader(chain, finality_tag="none")
     events = canonical_events(reader, int(chain.w3.eth.block_number))
     settled = _settled_jobs(events)
-    created = {"0x" + bytes(e.args["jobId"]).hex(): int(e.args["amount"])
+    created: dict[str, int] = {JobId.of(bytes(e.args["jobId"])): int(e.args["amount"])
                for e in events if e.name == "JobCreated"}
     with factory() as session:
         jobs = history.jobs(session)
@@ -169,13 +170,13 @@ def _check_balances(chain: MeshChain, *, jobs: dict[str, int], accounts: set[str
     refund, and each account's claimable and pending balance."""
     owed = 0
     for job_id, _ in jobs.items():
-        escrowed = chain.escrowed_job(bytes.fromhex(job_id[2:]))
+        escrowed = chain.escrowed_job(JobId(job_id).raw)
         if escrowed is None:
             continue
         if escrowed.status is EscrowStatus.FUNDED:
             owed += escrowed.amount
         elif escrowed.status is EscrowStatus.SETTLED:
-            owed += chain.refund_owed(bytes.fromhex(job_id[2:]))
+            owed += chain.refund_owed(JobId(job_id).raw)
     for account in accounts:
         balance = chain.escrow_balance(account)
         owed += balance.claimable + balance.pending

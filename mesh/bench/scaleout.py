@@ -75,6 +75,7 @@ from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
 from orchestrator.db import history
 from orchestrator.db.session import make_engine, make_session_factory
+from orchestrator.domain.ids import JobId, hex0x
 from orchestrator.services.outbox import LEASE_NAME as SENDER_LEASE
 from protocol.client import ApiCallError, Wallet, expect
 
@@ -302,7 +303,7 @@ def submit_jobs(urls: list[str], chain: MeshChain, *, jobs: int, tasks_per_job: 
     customers = [Wallet.connect(url, bytes(CUSTOMER.key), chain_id=chain.deployment.chain_id,
                                 orchestrator_id=Settings().orchestrator_id)
                  for url in urls]
-    job_ids = []
+    job_ids: list[str] = []
     try:
         for _ in range(jobs):
             deadline = int(time.time()) + 6 * 3600
@@ -312,9 +313,9 @@ def submit_jobs(urls: list[str], chain: MeshChain, *, jobs: int, tasks_per_job: 
             chain.account(CUSTOMER).create_job(job_id, PAYMENT, deadline,
                                                JobSpec.model_validate(spec).canonical_hash())
             expect(rng.choice(customers).send(
-                "POST", "/v1/jobs", {"job_id": "0x" + job_id.hex(), "spec": spec},
+                "POST", "/v1/jobs", {"job_id": JobId.of(job_id), "spec": spec},
                 headers={"idempotency-key": secrets.token_hex(8)}))
-            job_ids.append("0x" + job_id.hex())
+            job_ids.append(JobId.of(job_id))
     finally:
         for customer in customers:
             customer.close()
@@ -386,8 +387,8 @@ def run(*, postgres_url: str | None = None, replicas: int = 2, nodes: int = 40, 
         deployment.save(scratch / "data")
         env = {**ENV, "MESH_PLS_PLACEMENT": str(pls).lower(), "MESH_RPC_URL": anvil.rpc_url,
                "MESH_CHAIN_ID": str(deployment.chain_id),
-               "MESH_ORCHESTRATOR_KEY": "0x" + bytes(dev_account(1).key).hex(),
-               "MESH_SLASHER_KEY": "0x" + bytes(dev_account(2).key).hex()}
+               "MESH_ORCHESTRATOR_KEY": hex0x(dev_account(1).key),
+               "MESH_SLASHER_KEY": hex0x(dev_account(2).key)}
         engine = make_engine(url)
         factory = make_session_factory(engine)
         sampler = LeaderSampler(factory)

@@ -29,6 +29,7 @@ from orchestrator.db.session import (
     upgrade_to_head,
 )
 from orchestrator.domain.chain_views import ProviderStake
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
@@ -82,11 +83,11 @@ def _run_backend(url: str, nodes: int, tasks: int, pls: bool = False) -> dict[st
     for job in range(math.ceil(tasks / TASKS_PER_JOB)):
         count = min(TASKS_PER_JOB, tasks - job * TASKS_PER_JOB)
         with factory.begin() as session:
-            crud.create_job(session, job_id=f"0x{job:064x}", customer=f"0x{1:040x}",
-                            spec={}, spec_hash="0x" + "0" * 64, amount=10**18, deadline=1e12,
-                            needs=NEEDS[job % len(NEEDS)],
-                            task_payloads=[{"frame": f} for f in range(count)], now=0.0,
-                            status=JobStatus.FUNDED)
+            crud.create_job(session, NewJob(
+                job_id=f"0x{job:064x}", customer=f"0x{1:040x}", spec={}, spec_hash="0x" + "0" * 64,
+                amount=10**18, deadline=1e12, needs=NEEDS[job % len(NEEDS)],
+                payloads=tuple({"frame": f} for f in range(count))), now=0.0,
+                status=JobStatus.FUNDED)
     placer = (Placer(factory, gate=_pls_gate(factory), clock=lambda: 60.0) if pls
               else Placer(factory))
     started = time.perf_counter()

@@ -34,6 +34,7 @@ from mesh.commands.common import (
     tokens,
     user_errors,
 )
+from orchestrator.domain.ids import hex0x, unhex
 
 if TYPE_CHECKING:
     from orchestrator.chain.sdk import MeshAccount, MeshChain
@@ -131,7 +132,7 @@ def _dispute_json(record: Any) -> dict[str, Any]:
     return {"dispute_id": record.dispute_id, "kind": record.kind.name.lower(),
             "status": record.status.name.lower(), "opener": record.opener,
             "respondent": record.respondent, "bond": str(record.bond),
-            "frozen_amount": str(record.frozen_amount), "subject": "0x" + record.subject.hex(),
+            "frozen_amount": str(record.frozen_amount), "subject": hex0x(record.subject),
             "ruling_deadline": record.ruling_deadline}
 
 
@@ -145,7 +146,7 @@ def verify_bundle(chain: MeshChain, bundle: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.domain import merkle
 
     def raw(text: str) -> bytes:
-        return bytes.fromhex(text.removeprefix("0x"))
+        return unhex(text)
 
     report: dict[str, Any] = {"result_root_on_chain": None, "artifacts_verified": 0,
                               "artifacts": len(bundle["artifacts"]), "scores_verified": 0,
@@ -156,7 +157,7 @@ def verify_bundle(chain: MeshChain, bundle: dict[str, Any]) -> dict[str, Any]:
     if root is None:
         report["failures"].append("no settlement transaction commits this job's result root")
     else:
-        report["result_root_on_chain"] = "0x" + root.hex()
+        report["result_root_on_chain"] = hex0x(root)
         if bundle.get("result_root") != report["result_root_on_chain"]:
             report["failures"].append("the bundle's result root is not the one on chain")
         for artifact in bundle["artifacts"]:
@@ -203,7 +204,7 @@ def _prove_backers(party: Party, job_id: bytes, addresses: set[str]) -> None:
         provider = assignment["provider"]
         if provider.lower() in wanted and not party.chain.is_backer(job_id, provider):
             party.account.prove_assignment(job_id, provider, int(assignment["collateral"]),
-                                           [bytes.fromhex(p[2:]) for p in assignment["proof"]])
+                                           [unhex(p) for p in assignment["proof"]])
 
 
 @dispute_app.command("open")
@@ -242,7 +243,7 @@ def dispute_open(
             record = party.chain.dispute_of(dispute_id)
             assert record is not None
             return {**_dispute_json(record), "tx": receipt.tx_hash,
-                    "evidence": "0x" + evidence.hex()}
+                    "evidence": hex0x(evidence)}
 
     _emit(_run("dispute open", work), as_json)
 
@@ -449,6 +450,6 @@ def arbiter_rule(
             record = party.chain.dispute_of(dispute_id)
             assert record is not None
             return {**_dispute_json(record), "tx": receipt.tx_hash,
-                    "evidence": "0x" + evidence.hex()}
+                    "evidence": hex0x(evidence)}
 
     _emit(_run("arbiter rule", work), as_json)

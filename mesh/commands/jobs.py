@@ -38,13 +38,14 @@ from mesh.commands.common import (
     user_errors,
     when,
 )
+from orchestrator.domain.ids import JobId
 
 if TYPE_CHECKING:
     from protocol.client import Wallet
 
 app = typer.Typer(help="A customer's render jobs (signed with the customer's wallet).",
                   no_args_is_help=True)
-JobId = Annotated[str, typer.Argument(help="The job id (0x + 64 hex) `submit` printed.")]
+JobIdArg = Annotated[str, typer.Argument(help="The job id (0x + 64 hex) `submit` printed.")]
 FINISHED = {"completed", "settling", "settled", "disputed"}
 STOPPED = {"failed", "cancelled", "expired"}
 
@@ -180,7 +181,7 @@ def submit(
         spec = JobSpec.model_validate({"workload": workload, "needs": needs,
                                        "deadline": deadline})
         job_id = keccak(bytes.fromhex(account.address[2:]) + secrets.token_bytes(16))
-        job_hex = "0x" + job_id.hex()
+        job_hex = JobId.of(job_id)
         with progress(f"escrowing {budget} tokens for job {job_hex[:10]}…", quiet=as_json):
             receipt = chain.account(account).create_job(job_id, amount, deadline,
                                                         spec.canonical_hash())
@@ -249,7 +250,7 @@ def _follow(read: Callable[[], dict[str, Any]], job_id: str, *, quiet: bool,
 
 
 @app.command("status")
-def status(job: JobId, watch: Annotated[bool, typer.Option(
+def status(job: JobIdArg, watch: Annotated[bool, typer.Option(
                "--watch", help="Follow it with a progress bar until it finishes.")] = False,
            orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None,
            data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
@@ -294,7 +295,7 @@ def _download(client: Wallet, job_id: str, out: Path, quiet: bool) -> Any:
 
 
 @app.command("download")
-def download(job: JobId,
+def download(job: JobIdArg,
              out: Annotated[Path, typer.Option("--out", help="Folder for the frames.")],
              wallet: WalletOption, password_file: PasswordFile = None,
              directory: WalletDir = None, orchestrator: OrchestratorUrl = None,
@@ -320,7 +321,7 @@ def download(job: JobId,
 
 
 @app.command("cancel")
-def cancel(job: JobId, wallet: WalletOption, password_file: PasswordFile = None,
+def cancel(job: JobIdArg, wallet: WalletOption, password_file: PasswordFile = None,
            directory: WalletDir = None, orchestrator: OrchestratorUrl = None,
            orchestrator_id: OrchestratorId = None, rpc_url: RpcUrl = None,
            data_dir: DataDir = None, as_json: JsonFlag = False) -> None:

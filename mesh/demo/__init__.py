@@ -43,6 +43,7 @@ from orchestrator.chain.errors import ChainError
 from orchestrator.chain.sdk import MeshAccount, MeshChain
 from orchestrator.chain.tx import Receipt
 from orchestrator.domain.chain_views import EscrowStatus, SlashStatus
+from orchestrator.domain.ids import JobId
 from orchestrator.domain.types import SlashReason, Tier
 from protocol import keystore
 from protocol.client import ApiCallError, expect
@@ -326,7 +327,7 @@ class Demo:
         gas = self.chain.gas_used(action["tx_hash"])
         self.gas_by_job[job] += gas
         self.chain_step("settle the job (outbox)", "orchestrator", gas, action["tx_hash"])
-        escrowed = self.chain.escrowed_job(bytes.fromhex(job[2:]))
+        escrowed = self.chain.escrowed_job(JobId(job).raw)
         self.step(f"job settled: the service says settled, the chain says "
                   f"{escrowed.status.name if escrowed else 'nothing'}", event="settled")
         return action
@@ -355,7 +356,7 @@ class Demo:
     def collect_and_check(self, job: str, settle: dict[str, Any]) -> list[Check]:
         chain = self.chain
         self.console.rule("[bold]dispute windows, claims and withdrawals")
-        job_id = bytes.fromhex(job[2:])
+        job_id = JobId(job).raw
         accounts = self.providers()
         customer = chain.account(dev_account(4))
         before = {name: chain.token_balance(a.address) for name, a in accounts.items()}

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from orchestrator.db.session import DatabaseError, database_away
-from orchestrator.domain.lifecycle import (
+from orchestrator.domain.errors import (
     DomainError,
     Forbidden,
     NotFound,

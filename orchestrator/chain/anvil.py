@@ -23,6 +23,7 @@ from web3 import Web3
 from web3.types import RPCEndpoint
 
 from orchestrator.chain.artifacts import REPO_ROOT
+from orchestrator.domain.ids import hex0x
 from orchestrator.processes import free_port, stop_process
 
 # anvil's default mnemonic, so its funded dev accounts are the same keys everywhere.
@@ -206,7 +207,7 @@ def reorg(w3: Web3, depth: int, replacements: list[tuple[bytes, int]] | None = N
     """Replace the last `depth` blocks with as many new ones (anvil_reorg). Their transactions
     are gone unless listed in `replacements` as (signed bytes, block offset from the fork):
     the way a real reorg drops or moves transactions."""
-    txs = [["0x" + raw.hex(), offset] for raw, offset in replacements or []]
+    txs = [[hex0x(raw), offset] for raw, offset in replacements or []]
     _rpc(w3, "anvil_reorg", [depth, txs])
 
 
@@ -221,7 +222,7 @@ def block_transactions(w3: Web3, number: int) -> list[tuple[str, bytes]]:
     block = w3.eth.get_block(number)
     txs = []
     for tx_hash in block["transactions"]:
-        hexed = "0x" + bytes(tx_hash).hex()  # type: ignore[arg-type]
+        hexed = hex0x(tx_hash)  # type: ignore[arg-type]
         sender = str(w3.eth.get_transaction(HexStr(hexed))["from"])
         txs.append((sender, bytes.fromhex(str(_rpc(w3, "eth_getRawTransactionByHash",
                                                      [hexed]))[2:])))

@@ -19,6 +19,7 @@ from eth_abi.grammar import ABIType, TupleType, parse
 from eth_utils import keccak, to_checksum_address
 
 from orchestrator.chain.artifacts import Abi
+from orchestrator.domain.ids import hex0x
 
 _ERROR_STRING_SELECTOR = keccak(text="Error(string)")[:4]
 _PANIC_SELECTOR = keccak(text="Panic(uint256)")[:4]
@@ -76,7 +77,7 @@ class _ErrorSpec:
 
 
 def _render(value: Any) -> str:
-    return "0x" + value.hex() if isinstance(value, bytes) else repr(value)
+    return hex0x(value) if isinstance(value, bytes) else repr(value)
 
 
 def snake_case(name: str) -> str:

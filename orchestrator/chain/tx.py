@@ -29,6 +29,7 @@ from orchestrator.chain.errors import (
     ran_out_of_gas,
 )
 from orchestrator.domain.fees import Fees
+from orchestrator.domain.ids import hex0x
 
 # What a node's refusal surfaces as (no gas money, a dropped transaction), named here so that
 # callers outside chain/ can tell it from a bug without importing web3.
@@ -151,7 +152,7 @@ class TransactionSender:
         if raw["status"] != 1:
             raise self._replay_failure(request, raw)
         return Receipt(
-            tx_hash="0x" + bytes(raw["transactionHash"]).hex(),
+            tx_hash=hex0x(raw["transactionHash"]),
             gas_used=int(raw["gasUsed"]),
             block_number=int(raw["blockNumber"]),
             raw=raw,
@@ -200,7 +201,7 @@ class TransactionSender:
     def _signed(self, transaction: dict[str, Any]) -> SignedTx:
         signed = self._account.sign_transaction(transaction)
         return SignedTx(raw=bytes(signed.raw_transaction),
-                        tx_hash="0x" + bytes(signed.hash).hex(), nonce=int(transaction["nonce"]),
+                        tx_hash=hex0x(signed.hash), nonce=int(transaction["nonce"]),
                         fees=Fees(max_fee_per_gas=int(transaction["maxFeePerGas"]),
                                   max_priority_fee_per_gas=int(
                                       transaction["maxPriorityFeePerGas"])))
@@ -282,7 +283,7 @@ class TransactionSender:
     def _replay_failure(self, request: dict[str, Any], raw: TxReceipt) -> ChainError:
         """A transaction that passed estimation but reverted when mined: replay it for the data."""
         block = int(raw["blockNumber"])
-        tx_hash = "0x" + bytes(raw["transactionHash"]).hex()
+        tx_hash = hex0x(raw["transactionHash"])
         gas_limit = int(self._w3.eth.get_transaction(raw["transactionHash"])["gas"])
         if ran_out_of_gas(int(raw["gasUsed"]), gas_limit):
             return OutOfGasError(tx_hash, int(raw["gasUsed"]), gas_limit)

@@ -21,6 +21,7 @@ from orchestrator.domain.chain_events import (
     args_to_json,
     subjects,
 )
+from orchestrator.domain.ids import hex0x, unhex
 from orchestrator.domain.lifecycle import ChainEventStatus, chain_event_transition
 
 S = ChainEventStatus
@@ -45,14 +46,10 @@ class StoredEvent:
     applied: bool
 
 
-def _hex(value: bytes) -> str:
-    return "0x" + value.hex()
-
-
 def _event(row: ChainEventRecord) -> ChainEvent:
     return ChainEvent(contract=row.contract, name=row.name, args=args_from_json(row.args),
-                      block_number=row.block_number, block_hash=bytes.fromhex(row.block_hash[2:]),
-                      tx_hash=bytes.fromhex(row.tx_hash[2:]), log_index=row.log_index)
+                      block_number=row.block_number, block_hash=unhex(row.block_hash),
+                      tx_hash=unhex(row.tx_hash), log_index=row.log_index)
 
 
 def _cursor(row: ChainCursor) -> Cursor:
@@ -102,7 +99,7 @@ def save_block_hashes(session: Session, *, cursor: str, hashes: dict[int, bytes]
         return
     session.execute(delete(ChainBlock).where(ChainBlock.cursor == cursor,
                                              ChainBlock.number.in_(list(hashes))))
-    session.add_all(ChainBlock(cursor=cursor, number=number, hash=_hex(value))
+    session.add_all(ChainBlock(cursor=cursor, number=number, hash=hex0x(value))
                     for number, value in hashes.items())
 
 
@@ -161,14 +158,14 @@ def store_events(session: Session, *, cursor: str, events: Sequence[tuple[ChainE
     for event, position in events:
         status = S.FINAL if event.block_number <= final_block else S.PROVISIONAL
         row = session.scalars(select(ChainEventRecord).where(
-            ChainEventRecord.cursor == cursor, ChainEventRecord.tx_hash == _hex(event.tx_hash),
+            ChainEventRecord.cursor == cursor, ChainEventRecord.tx_hash == hex0x(event.tx_hash),
             ChainEventRecord.tx_position == position)).one_or_none()
         args = args_to_json(event.args)
         if row is None:
             row = ChainEventRecord(cursor=cursor, contract=event.contract, name=event.name,
                                    args=args, block_number=event.block_number,
-                                   block_hash=_hex(event.block_hash), log_index=event.log_index,
-                                   tx_hash=_hex(event.tx_hash), tx_position=position,
+                                   block_hash=hex0x(event.block_hash), log_index=event.log_index,
+                                   tx_hash=hex0x(event.tx_hash), tx_position=position,
                                    status=status.value, applied=False, seen_at=now)
             session.add(row)
             session.flush()
@@ -178,12 +175,12 @@ def store_events(session: Session, *, cursor: str, events: Sequence[tuple[ChainE
             same = (row.contract, row.name, row.args) == (event.contract, event.name, args)
             row.applied = row.applied and same
             row.contract, row.name, row.args = event.contract, event.name, args
-            row.block_number, row.block_hash = event.block_number, _hex(event.block_hash)
+            row.block_number, row.block_hash = event.block_number, hex0x(event.block_hash)
             row.log_index, row.status, row.seen_at = event.log_index, status.value, now
             session.execute(delete(ChainEventSubject).where(ChainEventSubject.event_id == row.id))
             session.flush()
         else:
-            raise RuntimeError(f"event {_hex(event.tx_hash)}#{position} is already indexed at "
+            raise RuntimeError(f"event {hex0x(event.tx_hash)}#{position} is already indexed at "
                                f"block {row.block_number}: the cursor re-read a range")
         session.add_all(ChainEventSubject(event_id=row.id, subject=subject)
                         for subject in sorted(subjects(event)))

@@ -20,19 +20,18 @@ from orchestrator.db.models import (
     LeaderLock,
     Lease,
     Node,
-    OutboxAction,
     Provider,
     RecoveryEvent,
     StatusHistory,
     Task,
     UsedNonce,
 )
+from orchestrator.domain.errors import DomainError
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import (
-    DomainError,
     JobStatus,
     LeaseState,
     NodeDrain,
-    OutboxStatus,
     StatusChange,
     TaskStatus,
     job_transition,
@@ -41,7 +40,6 @@ from orchestrator.domain.lifecycle import (
     node_health_transition,
     task_transition,
 )
-from orchestrator.domain.matching import latest_start
 from orchestrator.domain.types import NodeHealth, NodeSpec, Priority, TaskNeeds, Tier
 
 
@@ -201,26 +199,23 @@ def needs_from_json(data: dict[str, Any]) -> TaskNeeds:
     )
 
 
-def create_job(session: Session, *, job_id: str, customer: str, spec: dict[str, Any],
-               spec_hash: str, amount: int, deadline: float, needs: TaskNeeds,
-               task_payloads: Sequence[dict[str, Any]], now: float,
+def create_job(session: Session, job: NewJob, *, now: float,
                status: JobStatus = JobStatus.SUBMITTED) -> Job:
-    """Insert a job and one pending task per payload; the history starts at `status`."""
-    job = Job(id=job_id, customer=customer, status=status.value, spec=spec, spec_hash=spec_hash,
-              amount=amount, deadline=deadline, priority=needs.priority.value,
-              created_at=now, updated_at=now)
-    session.add(job)
+    """Insert `job` and one pending task per payload; the history starts at `status`."""
+    row = Job(id=job.job_id, customer=job.customer, status=status.value, spec=dict(job.spec),
+              spec_hash=job.spec_hash, amount=job.amount, deadline=job.deadline,
+              priority=job.needs.priority.value, created_at=now, updated_at=now)
+    session.add(row)
     session.flush()
-    session.add(StatusHistory(entity="job", entity_id=job_id, from_status=None,
+    session.add(StatusHistory(entity="job", entity_id=job.job_id, from_status=None,
                               to_status=status.value, at=now, reason="submitted"))
-    needs_json = needs_to_json(needs)
-    queued = latest_start(deadline, needs.expected_duration_s)
+    needs_json = needs_to_json(job.needs)
     session.execute(insert(Task), [
-        {"job_id": job_id, "index": index, "payload": payload, "needs": needs_json,
-         "latest_start": queued, "status": TaskStatus.PENDING.value, "attempts": 0,
+        {"job_id": job.job_id, "index": index, "payload": dict(payload), "needs": needs_json,
+         "latest_start": job.latest_start, "status": TaskStatus.PENDING.value, "attempts": 0,
          "progress": 0.0, "checkpoint_progress": 0.0, "created_at": now, "updated_at": now}
-        for index, payload in enumerate(task_payloads)])
-    return job
+        for index, payload in enumerate(job.payloads)])
+    return row
 
 
 def get_job(session: Session, *, job_id: str) -> Job | None:
@@ -389,20 +384,7 @@ def job_artifact_hashes(session: Session, *, job_id: str) -> list[str]:
                                 .where(Task.job_id == job_id).distinct()))
 
 
-# ---------------------------------------------------------------- outbox, nonces, leaders
-
-
-def enqueue_chain_action(session: Session, *, kind: str, idempotency_key: str,
-                         payload: dict[str, Any], now: float) -> bool:
-    """Queue a row once; False when the key was already queued (exactly-once). Services
-    queue typed actions through `outbox.queue_action`, which writes the payload."""
-    if session.scalars(select(OutboxAction.id)
-                       .where(OutboxAction.idempotency_key == idempotency_key)).first():
-        return False
-    session.add(OutboxAction(idempotency_key=idempotency_key, kind=kind, payload=payload,
-                             status=OutboxStatus.PENDING.value, attempts=0, created_at=now,
-                             updated_at=now))
-    return True
+# ---------------------------------------------------------------- nonces, leaders
 
 
 def claim_nonce(session: Session, *, address: str, nonce: str, expires_at: float) -> bool:

@@ -16,11 +16,12 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
 from orchestrator.db.models import ChainNonce, OutboxAction, OutboxTransaction
 from orchestrator.domain.chain_actions import AssignCollateral, ChainAction, decode, encode
+from orchestrator.domain.errors import DomainError
 from orchestrator.domain.fees import Fees
-from orchestrator.domain.lifecycle import DomainError, OutboxStatus, outbox_transition
+from orchestrator.domain.ids import JobId
+from orchestrator.domain.lifecycle import OutboxStatus, outbox_transition
 
 
 class OutboxConflict(DomainError):
@@ -53,12 +54,25 @@ class SentVersion:
     signed_at: float
 
 
+def enqueue_chain_action(session: Session, *, kind: str, idempotency_key: str,
+                         payload: dict[str, Any], now: float) -> bool:
+    """Queue a row once; False when the key was already queued (exactly-once). Services
+    queue typed actions through `queue_action`, which writes the payload."""
+    if session.scalars(select(OutboxAction.id)
+                       .where(OutboxAction.idempotency_key == idempotency_key)).first():
+        return False
+    session.add(OutboxAction(idempotency_key=idempotency_key, kind=kind, payload=payload,
+                             status=OutboxStatus.PENDING.value, attempts=0, created_at=now,
+                             updated_at=now))
+    return True
+
+
 def queue_action(session: Session, *, action: ChainAction, idempotency_key: str,
                  now: float) -> bool:
     """Queue a typed chain action once (its codec writes the row); False when the key was
     already queued (exactly-once)."""
-    return crud.enqueue_chain_action(session, kind=action.kind, idempotency_key=idempotency_key,
-                                     payload=encode(action), now=now)
+    return enqueue_chain_action(session, kind=action.kind, idempotency_key=idempotency_key,
+                                payload=encode(action), now=now)
 
 
 def _entry(row: OutboxAction) -> OutboxEntry:
@@ -121,7 +135,7 @@ def assignment_batch(session: Session, *, job_id: bytes, provider: str
         OutboxAction.kind == AssignCollateral.kind,
         OutboxAction.status == OutboxStatus.CONFIRMED.value,
         OutboxAction.tx_hash.is_not(None)).order_by(OutboxAction.id.desc()))
-    wanted = ("0x" + job_id.hex(), provider)
+    wanted = (JobId.of(job_id), provider)
     tx_hash = next((row.tx_hash for row in rows
                     if (row.payload.get("job_id"), row.payload.get("provider")) == wanted), None)
     if tx_hash is None:

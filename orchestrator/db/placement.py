@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import insert, select, tuple_, update
 from sqlalchemy.exc import DBAPIError
@@ -25,7 +25,6 @@ from orchestrator.domain.lifecycle import (
     TaskStatus,
     task_transition,
 )
-from orchestrator.domain.matching import Candidate
 from orchestrator.domain.types import NodeHealth, NodeSpec, TaskNeeds
 
 SCHEDULABLE = sorted(s.value for s in SCHEDULABLE_TASK_STATUSES)
@@ -33,52 +32,6 @@ SCHEDULABLE = sorted(s.value for s in SCHEDULABLE_TASK_STATUSES)
 
 class PlacementConflict(Exception):
     """Another placement won a slot or a task first; reload and retry."""
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """A placement the gate allows: the node's RS for the task, the collateral to lock, the
-    raw RS (before recalibration) the placement is made at, the node's verified render speed
-    and that of the fastest node busy now that could take the task (0: none), from which
-    the gate tells whether the task should rather wait (`PlacementGate.held_back`)."""
-
-    rs: float
-    collateral: int
-    raw_rs: float | None = None
-    speed: float = 1.0
-    faster_speed: float = 0.0
-
-
-class PlacementGate(Protocol):
-    """Predictive Latency Staking admission, applied by the placer and the lease pull alike
-    (implemented by `services.pls.PlsService`)."""
-
-    def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
-        """The node with the tier work may use now."""
-        ...
-
-    def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float
-             ) -> list[tuple[str, Admission]]:
-        """The candidates a task may go to, best first, each with its admission."""
-        ...
-
-    def covers(self, provider: str, amount: int, now: float) -> bool:
-        """The provider's free stake still covers `amount`."""
-        ...
-
-    def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
-                  now: float) -> bool:
-        """The task should wait for a faster node than the admitted one."""
-        ...
-
-    def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
-        """None refuses this node for this task."""
-        ...
-
-    def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
-                 provider: str, admission: Admission, now: float) -> None:
-        """Called in the placement's transaction (locks the collateral)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,15 +30,7 @@ from orchestrator.db.models import (
     TaskOutcomeRecord,
     TelemetrySample,
 )
-
-
-def hex32(data: bytes) -> str:
-    return "0x" + data.hex()
-
-
-def unhex(text: str) -> bytes:
-    return bytes.fromhex(text.removeprefix("0x"))
-
+from orchestrator.domain.ids import hex0x, unhex
 
 # ---------------------------------------------------------------- sessions and samples
 
@@ -137,18 +129,18 @@ def all_nodes(session: Session) -> list[Node]:
 
 def add_challenge(session: Session, *, nonce: bytes, node_id: str, gpu_class: str,
                   issued_at: float, deadline: float) -> None:
-    session.add(PopwChallengeRecord(nonce=hex32(nonce), node_id=node_id, gpu_class=gpu_class,
+    session.add(PopwChallengeRecord(nonce=hex0x(nonce), node_id=node_id, gpu_class=gpu_class,
                                     issued_at=issued_at, deadline=deadline))
 
 
 def get_challenge(session: Session, *, nonce: bytes) -> PopwChallengeRecord | None:
-    return session.get(PopwChallengeRecord, hex32(nonce))
+    return session.get(PopwChallengeRecord, hex0x(nonce))
 
 
 def consume_challenge(session: Session, *, nonce: bytes, at: float) -> bool:
     """Mark the nonce used; False when another request consumed it first (a replay)."""
     result = session.execute(update(PopwChallengeRecord)
-                             .where(PopwChallengeRecord.nonce == hex32(nonce),
+                             .where(PopwChallengeRecord.nonce == hex0x(nonce),
                                     PopwChallengeRecord.consumed_at.is_(None))
                              .values(consumed_at=at))
     return bool(getattr(result, "rowcount", 0))
@@ -156,7 +148,7 @@ def consume_challenge(session: Session, *, nonce: bytes, at: float) -> bool:
 
 def add_verdict(session: Session, *, node_id: str, nonce: bytes, passed: bool, tier: int,
                 decided_at: float, expires_at: float, reasons: list[str]) -> None:
-    session.add(PopwVerdictRecord(node_id=node_id, nonce=hex32(nonce), passed=passed, tier=tier,
+    session.add(PopwVerdictRecord(node_id=node_id, nonce=hex0x(nonce), passed=passed, tier=tier,
                                   decided_at=decided_at, expires_at=expires_at, reasons=reasons))
 
 
@@ -244,10 +236,10 @@ def add_slash(session: Session, *, slash_id: bytes, node_id: str, provider: str,
               amount: int, evidence: bytes, task_id: int | None, decided_at: float,
               detail: str) -> bool:
     """Store a slash decision once; False when its id is already known."""
-    if session.get(SlashRecord, hex32(slash_id)) is not None:
+    if session.get(SlashRecord, hex0x(slash_id)) is not None:
         return False
-    session.add(SlashRecord(slash_id=hex32(slash_id), node_id=node_id, provider=provider,
-                            reason=reason, amount=amount, evidence=hex32(evidence),
+    session.add(SlashRecord(slash_id=hex0x(slash_id), node_id=node_id, provider=provider,
+                            reason=reason, amount=amount, evidence=hex0x(evidence),
                             task_id=task_id, decided_at=decided_at, detail=detail))
     return True
 
@@ -331,11 +323,11 @@ def get_epoch(session: Session, *, epoch: int) -> ScoreEpoch | None:
 
 def add_epoch(session: Session, *, epoch: int, root: bytes, closed_at: float,
               leaves: Sequence[LeafRow]) -> None:
-    session.add(ScoreEpoch(epoch=epoch, root=hex32(root), closed_at=closed_at))
+    session.add(ScoreEpoch(epoch=epoch, root=hex0x(root), closed_at=closed_at))
     session.flush()
     session.add_all([ScoreLeaf(epoch=epoch, provider=leaf.provider, node_id=leaf.node_id,
                                score_bps=leaf.score_bps,
-                               telemetry_digest=hex32(leaf.telemetry_digest))
+                               telemetry_digest=hex0x(leaf.telemetry_digest))
                      for leaf in leaves])
 
 

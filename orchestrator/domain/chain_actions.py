@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from eth_utils import is_address, to_checksum_address
 
+from orchestrator.domain.ids import hex0x, unhex
 from orchestrator.domain.merkle import MerkleTree, assignment_leaf
 
 PAYLOAD_VERSION = 1
@@ -160,23 +161,23 @@ def encode(action: ChainAction) -> dict[str, Any]:
     if isinstance(action, ReserveCollateral):
         return {"provider": action.provider, "amount": str(action.amount), "until": action.until}
     if isinstance(action, AssignCollateral):
-        payload: dict[str, Any] = {"job_id": _hex(action.job_id), "provider": action.provider,
+        payload: dict[str, Any] = {"job_id": hex0x(action.job_id), "provider": action.provider,
                                    "collateral": str(action.collateral)}
         return _with_context(payload, task_id=action.task_id)
     if isinstance(action, ProveAssignment):
-        return {"job_id": _hex(action.job_id), "provider": action.provider}
+        return {"job_id": hex0x(action.job_id), "provider": action.provider}
     if isinstance(action, SettleJob):
-        return {"job_id": _hex(action.job_id), "providers": list(action.providers),
+        return {"job_id": hex0x(action.job_id), "providers": list(action.providers),
                 "payouts": [str(p) for p in action.payouts],
-                "merkle_root": None if action.merkle_root is None else _hex(action.merkle_root)}
+                "merkle_root": None if action.merkle_root is None else hex0x(action.merkle_root)}
     if isinstance(action, CommitEpoch):
-        return {"epoch": action.epoch, "root": _hex(action.root)}
+        return {"epoch": action.epoch, "root": hex0x(action.root)}
     if isinstance(action, SetTier):
         return _with_context({"provider": action.provider, "tier": action.tier},
                              node_id=action.node_id, detail=action.detail)
-    return {"job_id": _hex(action.job_id), "provider": action.provider,
+    return {"job_id": hex0x(action.job_id), "provider": action.provider,
             "amount": str(action.amount), "reason": action.reason,
-            "evidence": _hex(action.evidence)}
+            "evidence": hex0x(action.evidence)}
 
 
 def decode(kind: str, payload: Mapping[str, Any]) -> ChainAction:
@@ -250,10 +251,6 @@ def _set(action: object, name: str, value: object) -> None:
     object.__setattr__(action, name, value)  # normalising a frozen action as it is made
 
 
-def _hex(data: bytes) -> str:
-    return "0x" + data.hex()
-
-
 def _with_context(payload: dict[str, Any], **context: object) -> dict[str, Any]:
     payload.update({key: value for key, value in context.items() if value is not None})
     return payload
@@ -270,7 +267,7 @@ def _hex_field(payload: Mapping[str, Any], key: str) -> bytes:
     """A bytes32 field stored as hex (with or without 0x)."""
     value = payload.get(key)
     try:
-        raw = bytes.fromhex(value.removeprefix("0x")) if isinstance(value, str) else b""
+        raw = unhex(value) if isinstance(value, str) else b""
     except ValueError:
         raw = b""
     if len(raw) != 32:

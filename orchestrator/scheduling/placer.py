@@ -18,9 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.crud import needs_from_json
 from orchestrator.db.placement import (
-    Admission,
     PlacementConflict,
-    PlacementGate,
     QueuePlace,
     Reservation,
     WaitingTask,
@@ -30,6 +28,7 @@ from orchestrator.db.placement import (
 )
 from orchestrator.domain.matching import Candidate, ScoreFn, cheapest_first, rank
 from orchestrator.domain.types import NodeSpec, TaskNeeds
+from orchestrator.services.pls_placement import Admission, PlacementGate
 
 
 @dataclass(slots=True)

@@ -8,8 +8,9 @@ from sqlalchemy.orm import Session
 from orchestrator.db import crud
 from orchestrator.db import outbox as outbox_store
 from orchestrator.db.models import OutboxAction, Task
+from orchestrator.domain.errors import Missing
 from orchestrator.domain.failure_detector import PhiAccrualDetector
-from orchestrator.domain.lifecycle import Missing, OutboxStatus
+from orchestrator.domain.lifecycle import OutboxStatus
 from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.services import work
 from orchestrator.services.jobs import JobView, job_named, view

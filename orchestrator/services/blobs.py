@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud
-from orchestrator.domain.lifecycle import Forbidden, Invalid, TooLarge
+from orchestrator.domain.errors import Forbidden, Invalid, TooLarge
 from orchestrator.services import work
 from orchestrator.services.pls import PlsService
 from orchestrator.services.verification import Verifier

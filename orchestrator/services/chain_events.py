@@ -30,6 +30,7 @@ from orchestrator.db import chain_events as index
 from orchestrator.domain import chain_ledger
 from orchestrator.domain.chain_events import ChainEvent, Heights, LogChunk, subject_key
 from orchestrator.domain.chain_views import DisputeRecord, EscrowedJob, ProviderStake
+from orchestrator.domain.ids import hex0x
 
 log = logging.getLogger("orchestrator.chain_index")
 
@@ -204,7 +205,8 @@ class ChainIndexer:
 
 
 def _hex(value: bytes | None) -> str | None:
-    return None if value is None else "0x" + value.hex()
+    """A block hash as stored, None for a height the chain no longer has."""
+    return None if value is None else hex0x(value)
 
 
 def _with_positions(events: Sequence[ChainEvent]) -> list[tuple[ChainEvent, int]]:

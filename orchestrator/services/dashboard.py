@@ -26,14 +26,8 @@ from orchestrator.db import dashboard as store
 from orchestrator.db import verification as verification_db
 from orchestrator.db.models import Job, Node, NodeSession, OutboxAction, Task
 from orchestrator.domain.chain_actions import PayloadError, SettleJob, decode
-from orchestrator.domain.lifecycle import (
-    Invalid,
-    JobStatus,
-    Missing,
-    OutboxStatus,
-    TaskStatus,
-    VerificationStatus,
-)
+from orchestrator.domain.errors import Invalid, Missing
+from orchestrator.domain.lifecycle import JobStatus, OutboxStatus, TaskStatus, VerificationStatus
 from orchestrator.domain.types import SlashReason, Tier
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_staking import SLASH_KEY

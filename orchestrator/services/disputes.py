@@ -31,7 +31,9 @@ from orchestrator.db.models import SlashRecord as SlashRow
 from orchestrator.domain.chain_actions import assignment_tree
 from orchestrator.domain.chain_events import ChainEvent
 from orchestrator.domain.chain_views import DisputeKind, EscrowStatus, SlashRecord
-from orchestrator.domain.lifecycle import DisputeState, Forbidden, JobStatus, Missing, Refused
+from orchestrator.domain.errors import Forbidden, Missing, Refused
+from orchestrator.domain.ids import JobId, hex0x
+from orchestrator.domain.lifecycle import DisputeState, JobStatus
 from orchestrator.domain.merkle import MerkleTree, assignment_leaf
 from orchestrator.domain.types import SlashReason, Tier
 from orchestrator.services import settlement
@@ -49,10 +51,6 @@ class DisputeChain(Protocol):
     def slash_of(self, slash_id: int) -> SlashRecord | None: ...
 
     def is_arbiter(self, address: str) -> bool: ...
-
-
-def _hex(data: bytes) -> str:
-    return "0x" + bytes(data).hex()
 
 
 # ---------------------------------------------------------------- events from the chain
@@ -84,7 +82,7 @@ def _opened(session: Session, event: ChainEvent, *, chain: DisputeChain, now: fl
     fields: dict[str, Any] = {}
     job_id: str | None = None
     if kind is DisputeKind.SETTLEMENT:
-        job_id = _hex(subject)
+        job_id = hex0x(subject)
         outcome = (f"open: {args['frozenAmount']} of {args['respondent']}'s settlement frozen "
                    f"on the escrow")
     else:
@@ -94,24 +92,24 @@ def _opened(session: Session, event: ChainEvent, *, chain: DisputeChain, now: fl
             raise Missing("slash_not_found", f"dispute {dispute_id} names slash {slash_id}, "
                                              "which the chain does not know")
         records = store.slash_records(session, slash_id=slash_id, provider=slash.provider,
-                                      reason=int(slash.reason), evidence=_hex(slash.evidence))
+                                      reason=int(slash.reason), evidence=hex0x(slash.evidence))
         task = next((crud.get_task(session, task_id=r.task_id) for r in records
                      if r.task_id is not None), None)
         job_id = None if task is None else task.job_id
         fields = {"slash_id": slash_id, "slashed_provider": slash.provider,
-                  "slash_evidence": _hex(slash.evidence), "slash_reason": int(slash.reason),
+                  "slash_evidence": hex0x(slash.evidence), "slash_reason": int(slash.reason),
                   "prior_tier": int(slash.prior_tier)}
         outcome = f"open: slash {slash_id} of {slash.provider} frozen on the StakeManager"
     store.add_dispute(
-        session, dispute_id=dispute_id, kind=kind.name.lower(), subject=_hex(subject),
+        session, dispute_id=dispute_id, kind=kind.name.lower(), subject=hex0x(subject),
         job_id=job_id, opener=str(args["opener"]), respondent=str(args["respondent"]),
         bond=int(args["bond"]), frozen_amount=int(args["frozenAmount"]),
-        evidence=_hex(args["evidence"]), ruling_deadline=float(args["rulingDeadline"]),
-        opened_tx=_hex(event.tx_hash), opened_at=now, outcome=outcome, **fields)
+        evidence=hex0x(args["evidence"]), ruling_deadline=float(args["rulingDeadline"]),
+        opened_tx=hex0x(event.tx_hash), opened_at=now, outcome=outcome, **fields)
     if kind is DisputeKind.SETTLEMENT and job_id is not None:
         _job_disputed(session, job_id=job_id, dispute_id=dispute_id, now=now)
     log.info("dispute %d opened by %s on %s %s", dispute_id, args["opener"], kind.name.lower(),
-             _hex(subject))
+             hex0x(subject))
     return True
 
 
@@ -141,9 +139,9 @@ def _ruled(session: Session, event: ChainEvent, *, target: DisputeState, pls: Pl
     ruling_slash = int(event.args.get("slashId", 0))
     granted = target is DisputeState.GRANTED
     store.set_dispute_status(
-        session, row=row, target=target, ruled_tx=_hex(event.tx_hash), ruled_at=now,
+        session, row=row, target=target, ruled_tx=hex0x(event.tx_hash), ruled_at=now,
         ruling_slash_id=ruling_slash or None,
-        ruling_evidence=_hex(event.args["evidence"]) if "evidence" in event.args else None,
+        ruling_evidence=hex0x(event.args["evidence"]) if "evidence" in event.args else None,
         outcome=_outcome(row, granted=granted, ruling_slash=ruling_slash, target=target))
     if row.kind == DisputeKind.SLASH.name.lower() and granted:
         _reverse_slash(session, row=row, pls=pls, now=now)
@@ -248,7 +246,7 @@ def job_evidence(session: Session, *, job_id: str, reader: str,
                  chain: Callable[[], DisputeChain], pls: PlsService) -> dict[str, Any]:
     """A job's evidence bundle, for its customer, its providers, its disputes' parties and
     the arbiters."""
-    job = crud.get_job(session, job_id=job_id.lower())
+    job = crud.get_job(session, job_id=JobId(job_id))
     if job is None:
         raise Missing("job_not_found", f"no job {job_id}")
     bundle = _job_bundle(session, job, pls)
@@ -282,7 +280,7 @@ def _job_bundle(session: Session, job: Job, pls: PlsService) -> dict[str, Any]:
         "task_id": task.id, "index": task.index, "node_id": c.node_id,
         "provider": provider_of.get(c.node_id), "sha256": c.sha256, "progress": c.progress,
         "is_result": c.is_result, "at": c.created_at,
-        "proof": [] if tree is None else [_hex(p) for p in tree.proof(bytes.fromhex(c.sha256))]}
+        "proof": [] if tree is None else [hex0x(p) for p in tree.proof(bytes.fromhex(c.sha256))]}
         for c, task in checkpoints]
     commitments = verification_store.latest_commitments(session, job_id=job.id)
     tasks = []
@@ -304,15 +302,15 @@ def _job_bundle(session: Session, job: Job, pls: PlsService) -> dict[str, Any]:
             proof = pls.score_proof(session, provider=provider, epoch=epoch.epoch)
             if proof is not None:
                 scores.append({"provider": provider, "epoch": proof.epoch,
-                               "root": _hex(proof.root), "score_bps": proof.score_bps,
-                               "telemetry_digest": _hex(proof.telemetry_digest),
-                               "proof": [_hex(p) for p in proof.proof]})
+                               "root": hex0x(proof.root), "score_bps": proof.score_bps,
+                               "telemetry_digest": hex0x(proof.telemetry_digest),
+                               "proof": [hex0x(p) for p in proof.proof]})
     return {"kind": "job", "job_id": job.id, "customer": job.customer, "status": job.status,
             "amount": str(job.amount), "spec_hash": job.spec_hash,
             "result_root": job.merkle_root,
             "settlement_tx": store.sent_tx(session, idempotency_key=f"settle:{job.id}"),
             "providers": providers, "artifacts": artifacts, "tasks": tasks, "scores": scores,
-            "assignments": _assignments(session, job_id=bytes.fromhex(job.id[2:]),
+            "assignments": _assignments(session, job_id=JobId(job.id).raw,
                                         providers=providers),
             "disputes": [dispute_json(d) for d in store.disputes_of_job(session,
                                                                         job_id=job.id)]}
@@ -332,7 +330,7 @@ def _assignments(session: Session, *, job_id: bytes, providers: list[str]
         proof = assignment_tree(batch).proof(
             assignment_leaf(assign.job_id, assign.provider, assign.collateral))
         found.append({"provider": provider, "collateral": str(assign.collateral),
-                      "proof": [_hex(p) for p in proof]})
+                      "proof": [hex0x(p) for p in proof]})
     return found
 
 
@@ -378,7 +376,7 @@ def slash_evidence(session: Session, *, slash_id: int, reader: str,
     if reader not in (slash.provider, slash.beneficiary) and not reading.is_arbiter(reader):
         raise Forbidden("evidence_not_yours", "a slash's evidence is for the slashed provider, "
                                               "its beneficiary and the arbiters")
-    evidence = _hex(slash.evidence)
+    evidence = hex0x(slash.evidence)
     records = store.slash_records(session, slash_id=slash_id, provider=slash.provider,
                                   reason=int(slash.reason), evidence=evidence)
     stored = _stored_evidence(session, evidence)
@@ -388,8 +386,8 @@ def slash_evidence(session: Session, *, slash_id: int, reader: str,
         task = crud.get_task(session, task_id=task_ids[0])
         found = None if task is None else crud.get_job(session, job_id=task.job_id)
         job = None if found is None else _job_bundle(session, found, pls)
-    scores = [{"epoch": p.epoch, "root": _hex(p.root), "score_bps": p.score_bps,
-               "telemetry_digest": _hex(p.telemetry_digest), "proof": [_hex(x) for x in p.proof]}
+    scores = [{"epoch": p.epoch, "root": hex0x(p.root), "score_bps": p.score_bps,
+               "telemetry_digest": hex0x(p.telemetry_digest), "proof": [hex0x(x) for x in p.proof]}
               for p in (pls.score_proof(session, provider=slash.provider, epoch=r.epoch)
                         for r in records if r.epoch is not None) if p is not None]
     return {"kind": "slash", "slash_id": slash_id, "provider": slash.provider,

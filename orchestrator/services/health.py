@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from orchestrator.db import crud
-from orchestrator.domain.lifecycle import Unavailable
+from orchestrator.domain.errors import Unavailable
 
 
 def check_database(session: Session) -> None:

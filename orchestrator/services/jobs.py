@@ -17,18 +17,11 @@ from sqlalchemy.orm import Session
 from orchestrator.db import crud
 from orchestrator.db.models import Blob, Job, Task
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
-from orchestrator.domain.lifecycle import (
-    JOB_TRANSITIONS,
-    Forbidden,
-    Invalid,
-    JobStatus,
-    Missing,
-    Refused,
-    TaskStatus,
-    Unfunded,
-)
+from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused, Unfunded
+from orchestrator.domain.ids import JobId, hex0x
+from orchestrator.domain.jobs import NewJob, split_tasks
+from orchestrator.domain.lifecycle import JOB_TRANSITIONS, JobStatus, TaskStatus
 from orchestrator.domain.types import TaskNeeds
-from orchestrator.scheduling.jobs import split_tasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +40,11 @@ def view(session: Session, job: Job) -> JobView:
 
 
 def job_named(session: Session, *, job_id: str) -> Job:
-    job = crud.get_job(session, job_id=job_id.lower())
+    try:
+        key = JobId(job_id)
+    except ValueError:
+        raise Missing("job_not_found", f"no job {job_id}") from None
+    job = crud.get_job(session, job_id=key)
     if job is None:
         raise Missing("job_not_found", f"no job {job_id}")
     return job
@@ -84,10 +81,10 @@ def submit(session: Session, *, job: Submission,
     if job.deadline <= now:  # funded, it would only wait for its reclaim
         raise Invalid("deadline_passed", f"the spec's deadline {job.deadline:.0f} is not in "
                       "the future; escrow the job again with a later deadline")
-    job_id = job.job_id.lower()
+    job_id = JobId(job.job_id)
     if crud.get_job(session, job_id=job_id) is not None:
         raise Refused("job_exists", "a job with this id was already submitted")
-    escrowed = read_escrow(bytes.fromhex(job_id[2:]))
+    escrowed = read_escrow(job_id.raw)
     if escrowed is None or escrowed.status != EscrowStatus.FUNDED:
         raise Unfunded("escrow_missing", "no funded escrow for this job id on chain")
     if escrowed.customer != job.customer:
@@ -98,10 +95,10 @@ def submit(session: Session, *, job: Submission,
         raise Unfunded("escrow_empty", "the escrow holds no funds")
     payloads = split_tasks(job.spec["workload"])
     needs = replace(job.needs, value=escrowed.amount // len(payloads))  # prices collateral
-    created = crud.create_job(session, job_id=job_id, customer=job.customer, spec=job.spec,
-                              spec_hash="0x" + job.spec_hash.hex(), amount=escrowed.amount,
-                              deadline=job.deadline, needs=needs, task_payloads=payloads,
-                              now=now)
+    created = crud.create_job(session, NewJob(
+        job_id=job_id, customer=job.customer, spec=job.spec, spec_hash=hex0x(job.spec_hash),
+        amount=escrowed.amount, deadline=job.deadline, needs=needs, payloads=tuple(payloads)),
+        now=now)
     crud.set_job_status(session, job=created, target=JobStatus.FUNDED, now=now,
                         reason=f"escrow of {escrowed.amount} seen on chain")
     crud.save_idempotency_key(session, principal=job.customer, key=job.idempotency_key,

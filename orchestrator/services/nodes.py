@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 from orchestrator.db import crud
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node, PopwVerdictRecord
+from orchestrator.domain.errors import Forbidden, Invalid, Missing, Unavailable, Unfunded
 from orchestrator.domain.failure_detector import PhiAccrualDetector
-from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, Unavailable, Unfunded
+from orchestrator.domain.ids import unhex
 from orchestrator.domain.popw import Challenge, PopwAnswer, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, RsComponents
 from orchestrator.domain.types import NodeSpec
@@ -178,7 +179,7 @@ def echo_probe(session: Session, *, node_id: str, pls: PlsService, nonce: str,
     """The probe's round trip in ms. Probes found overdue meanwhile are recorded as lost,
     whether or not this one is known."""
     try:
-        rtt = pls.echo_probe(session, node_id=node_id, nonce=store.unhex(nonce), now=now)
+        rtt = pls.echo_probe(session, node_id=node_id, nonce=unhex(nonce), now=now)
     except KeyError:
         session.commit()
         raise Missing("probe_unknown", "no such probe pending (expired or never sent)"
@@ -213,7 +214,7 @@ def judge_answer(session: Session, *, node_id: str, pls: PlsService, nonce: str,
         proof = PopwAnswer.from_bytes(base64.b64decode(answer_b64, validate=True))
     except (ValueError, binascii.Error) as exc:  # nothing judged: the challenge stays open
         raise Invalid("popw_malformed_answer", f"answer does not parse: {exc}") from None
-    verdict = pls.judge_answer(session, node_id=node_id, nonce=store.unhex(nonce), answer=proof,
+    verdict = pls.judge_answer(session, node_id=node_id, nonce=unhex(nonce), answer=proof,
                                signature_valid=signer is not None and signer == node.provider,
                                gpu_under_load=gpu_under_load, now=now)
     session.commit()

@@ -87,6 +87,7 @@ from orchestrator.domain.chain_actions import (
 )
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.fees import FeePolicy, Fees
+from orchestrator.domain.ids import JobId, hex0x, unhex
 from orchestrator.services import chain_events, pls_chain, settlement
 from orchestrator.telemetry.metrics import MeshMetrics
 
@@ -351,11 +352,11 @@ class OutboxSender:
             log.warning("outbox rows %s: %s is stuck and the fee cap leaves no room for a "
                         "replacement", [row.id for row in rows], newest.tx_hash)
             return False
-        signed = sender.replace(bytes.fromhex(raw.removeprefix("0x")), fees)
+        signed = sender.replace(unhex(raw), fees)
         outbox_db.record_replacement(session, action_ids=[row.id for row in rows],
                                      tx_hash=signed.tx_hash, sender=newest.sender,
                                      nonce=newest.nonce, fees=fees,
-                                     raw_tx="0x" + signed.raw.hex(), now=now)
+                                     raw_tx=hex0x(signed.raw), now=now)
         log.info("outbox rows %s: %s unmined %.0f s after signing, replaced by %s (max fee "
                  "%d, tip %d wei)", [row.id for row in rows], newest.tx_hash,
                  now - newest.signed_at, signed.tx_hash, fees.max_fee_per_gas,
@@ -589,7 +590,7 @@ class OutboxSender:
         outbox_db.record_signed(session, action_ids=[row.id for row in rows],
                                 tx_hash=signed.tx_hash, sender=self.tx.signer(kind).address,
                                 nonce=signed.nonce, fees=signed.fees,
-                                raw_tx="0x" + signed.raw.hex(), now=now)
+                                raw_tx=hex0x(signed.raw), now=now)
         tally.signed.append((kind, signed))
         tally.unmined_ahead = True
 
@@ -633,7 +634,7 @@ class OutboxSender:
             if row.kind != SettleJob.kind:
                 continue
             lag = settlement.mark_settled(
-                session, job_id="0x" + _settle(row).job_id.hex(), escrow=EscrowStatus.SETTLED,
+                session, job_id=JobId.of(_settle(row).job_id), escrow=EscrowStatus.SETTLED,
                 now=now, reason=f"settlement confirmed on chain ({note or row.tx_hash})",
                 final=False)
             if lag is not None:
@@ -693,7 +694,7 @@ def resend_reorged(session: Session, *, tx_hashes: Sequence[str], now: float) ->
         log.warning("outbox rows %s: transaction reorged out, sending again", ids)
         reopened = [row for row in outbox_db.in_flight_actions(session) if row.id in ids]
         settlement.unsettle_reorged(session, now=now, job_ids=[
-            "0x" + _settle(row).job_id.hex() for row in reopened if row.kind == SettleJob.kind])
+            JobId.of(_settle(row).job_id) for row in reopened if row.kind == SettleJob.kind])
         pls_chain.uncommit_reorged(session, epochs=[
             int(row.payload["epoch"]) for row in reopened if row.kind == CommitEpoch.kind])
     return ids

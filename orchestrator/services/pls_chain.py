@@ -21,6 +21,7 @@ from orchestrator.db import pls as store
 from orchestrator.db.models import ScoreEpoch, SlashRecord
 from orchestrator.domain.chain_actions import SetTier, SlashCollateral
 from orchestrator.domain.chain_events import ChainEvent, subject_key
+from orchestrator.domain.ids import hex0x
 from orchestrator.domain.types import Tier
 from orchestrator.services.chain_events import CURSOR
 from orchestrator.services.pls_staking import SLASH_KEY, PlsStaking
@@ -28,10 +29,6 @@ from orchestrator.services.pls_staking import SLASH_KEY, PlsStaking
 log = logging.getLogger("orchestrator.pls")
 
 SYNCED_EPOCHS = 16  # newest unfinal epochs `sync_commitments` looks up each pass
-
-
-def _hex(data: bytes) -> str:
-    return "0x" + bytes(data).hex()
 
 
 def on_slashed(session: Session, event: ChainEvent, now: float) -> bool:
@@ -44,7 +41,7 @@ def on_slashed(session: Session, event: ChainEvent, now: float) -> bool:
     if record is None:
         log.info("slash %d of %s is none of our decisions", slash_id, event.args["provider"])
         return False
-    store.set_slash_on_chain(record, chain_slash_id=slash_id, tx_hash=_hex(event.tx_hash))
+    store.set_slash_on_chain(record, chain_slash_id=slash_id, tx_hash=hex0x(event.tx_hash))
     log.info("slash decision %s is on chain as slash %d", record.slash_id, slash_id)
     return True
 
@@ -54,15 +51,15 @@ def _decision_of(session: Session, event: ChainEvent) -> SlashRecord | None:
     proved, a slash sent by hand) the oldest unmatched one of the same provider and reason
     with that evidence (for a score slash: the telemetry digest of its epoch's leaf)."""
     provider = str(event.args["provider"])
-    for key in outbox_store.keys_of_tx(session, tx_hash=_hex(event.tx_hash),
+    for key in outbox_store.keys_of_tx(session, tx_hash=hex0x(event.tx_hash),
                                        kind=SlashCollateral.kind):
         record = disputes_store.get_slash_record(session, slash_id=key.removeprefix(SLASH_KEY))
         if record is not None and record.provider == provider and (
-                record.chain_slash_id is None or record.chain_tx == _hex(event.tx_hash)):
+                record.chain_slash_id is None or record.chain_tx == hex0x(event.tx_hash)):
             return record  # (a deep reorg re-included our transaction under another id)
     candidates = store.unmatched_slashes(session, provider=provider,
                                          reason=int(event.args["reason"]),
-                                         evidence=_hex(event.args["evidence"]))
+                                         evidence=hex0x(event.args["evidence"]))
     return candidates[0] if candidates else None
 
 
@@ -71,7 +68,7 @@ def on_slash_released(session: Session, event: ChainEvent, now: float) -> bool:
     record = store.slash_on_chain(session, chain_slash_id=int(event.args["slashId"]))
     if record is None or record.released_tx is not None:
         return False
-    store.set_slash_released(record, tx_hash=_hex(event.tx_hash))
+    store.set_slash_released(record, tx_hash=hex0x(event.tx_hash))
     return True
 
 
@@ -83,15 +80,15 @@ def on_epoch_committed(session: Session, event: ChainEvent, now: float) -> bool:
     row = store.get_epoch(session, epoch=epoch)
     if row is None:
         return False
-    if _hex(event.args["scoreRoot"]) != row.root:
+    if hex0x(event.args["scoreRoot"]) != row.root:
         log.error("epoch %d was committed on chain with root %s, not ours (%s)", epoch,
-                  _hex(event.args["scoreRoot"]), row.root)
+                  hex0x(event.args["scoreRoot"]), row.root)
         return False
     return _mark_committed(row, event)
 
 
 def _mark_committed(row: ScoreEpoch, event: ChainEvent) -> bool:
-    tx_hash = _hex(event.tx_hash)
+    tx_hash = hex0x(event.tx_hash)
     if (row.committed_tx, row.committed_block) == (tx_hash, event.block_number):
         return False
     store.set_epoch_committed(row, tx_hash=tx_hash, block=event.block_number)
@@ -117,7 +114,7 @@ def sync_commitments(session: Session, *, now: float) -> int:
         for stored in index.events(session, cursor=CURSOR,
                                    subject=subject_key("epoch", row.epoch), final_only=True):
             event = stored.event
-            if event.name == "EpochCommitted" and _hex(event.args["scoreRoot"]) == row.root:
+            if event.name == "EpochCommitted" and hex0x(event.args["scoreRoot"]) == row.root:
                 marked += _mark_committed(row, event)
     return marked
 
@@ -129,7 +126,7 @@ def on_tier_changed(session: Session, event: ChainEvent, now: float, *,
     about to change again. Otherwise the chain moved the tier by itself (a score slash
     demotes, a reversed one restores, an operator's call): the provider's nodes adopt it."""
     provider = str(event.args["provider"])
-    if outbox_store.keys_of_tx(session, tx_hash=_hex(event.tx_hash), kind=SetTier.kind):
+    if outbox_store.keys_of_tx(session, tx_hash=hex0x(event.tx_hash), kind=SetTier.kind):
         return False
     if any(row.payload.get("provider") == provider
            for row in outbox_store.unmined(session, kind=SetTier.kind)):

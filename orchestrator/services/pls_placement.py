@@ -7,20 +7,68 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
-from orchestrator.db.placement import Admission, WaitingTask
+from orchestrator.db.placement import WaitingTask
 from orchestrator.domain.chain_actions import AssignCollateral, ReserveCollateral
+from orchestrator.domain.ids import unhex
 from orchestrator.domain.matching import Candidate, eligible
 from orchestrator.domain.reliability import RsComponents
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.services.pls_state import PlsState, StakeUnavailable
 
 log = logging.getLogger("orchestrator.pls")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A placement the gate allows: the node's RS for the task, the collateral to lock, the
+    raw RS (before recalibration) the placement is made at, the node's verified render speed
+    and that of the fastest node busy now that could take the task (0: none), from which
+    the gate tells whether the task should rather wait (`PlacementGate.held_back`)."""
+
+    rs: float
+    collateral: int
+    raw_rs: float | None = None
+    speed: float = 1.0
+    faster_speed: float = 0.0
+
+
+class PlacementGate(Protocol):
+    """Predictive Latency Staking admission, applied by the placer and the lease pull alike
+    (implemented by `PlsPlacement`, below, as part of `services.pls.PlsService`)."""
+
+    def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
+        """The node with the tier work may use now."""
+        ...
+
+    def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float
+             ) -> list[tuple[str, Admission]]:
+        """The candidates a task may go to, best first, each with its admission."""
+        ...
+
+    def covers(self, provider: str, amount: int, now: float) -> bool:
+        """The provider's free stake still covers `amount`."""
+        ...
+
+    def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
+                  now: float) -> bool:
+        """The task should wait for a faster node than the admitted one."""
+        ...
+
+    def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
+        """None refuses this node for this task."""
+        ...
+
+    def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
+                 provider: str, admission: Admission, now: float) -> None:
+        """Called in the placement's transaction (locks the collateral)."""
+        ...
 
 
 class PlsPlacement(PlsState):
@@ -135,7 +183,7 @@ class PlsPlacement(PlsState):
                        raw_rs=admission.raw_rs, at=now)
         outbox.queue_action(
             session, idempotency_key=f"assign:{task_id}:{attempt}", now=now,
-            action=AssignCollateral(job_id=store.unhex(job_id), provider=provider,
+            action=AssignCollateral(job_id=unhex(job_id), provider=provider,
                                     collateral=admission.collateral, task_id=task_id))
         self.stake.assign(provider, admission.collateral)
         if self.listing is not self.stake:

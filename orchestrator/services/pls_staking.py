@@ -18,6 +18,7 @@ from orchestrator.domain.chain_actions import (
     SetTier,
     SlashCollateral,
 )
+from orchestrator.domain.ids import hex0x, unhex
 from orchestrator.domain.pls_observations import TierDecided
 from orchestrator.domain.reliability import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
@@ -100,7 +101,7 @@ class PlsStaking(PlsLog):
         stands in. A node that has climbed since keeps its tier. Returns the tier restored."""
         decision = SlashDecision(
             record.node_id, record.provider, SlashReason(record.reason), record.amount,
-            store.unhex(record.evidence), record.decided_at, record.decided_at,
+            unhex(record.evidence), record.decided_at, record.decided_at,
             None if record.task_id is None else str(record.task_id), record.detail)
         with self._lock:
             change = (self.engine.staking.dispute_upheld(decision, now)
@@ -152,14 +153,14 @@ class PlsStaking(PlsLog):
         lock = store.latest_lock(session, task_id=task_id, node_id=decision.node_id)
         if lock is None or min(decision.amount, lock.amount) == 0:
             return
-        job = store.unhex(lock.job_id)
+        job = unhex(lock.job_id)
         # The assignment goes on chain first (a no-op when proven before), then the slash.
         outbox.queue_action(
             session, idempotency_key=f"prove:{lock.job_id}:{decision.provider}", now=now,
             action=ProveAssignment(job_id=job, provider=decision.provider))
         outbox.queue_action(
-            session, idempotency_key=SLASH_KEY + store.hex32(decision.slash_id), now=now,
-            action=SlashCollateral(job_id=store.unhex(lock.job_id), provider=decision.provider,
+            session, idempotency_key=SLASH_KEY + hex0x(decision.slash_id), now=now,
+            action=SlashCollateral(job_id=unhex(lock.job_id), provider=decision.provider,
                                    amount=min(decision.amount, lock.amount),
                                    reason=int(decision.reason), evidence=decision.evidence))
 
@@ -175,7 +176,7 @@ class PlsStaking(PlsLog):
         self.catch_up(session)
         low = store.unassigned_low_score_slashes(session, reason=int(SlashReason.LOW_SCORE))
         decisions = [SlashDecision(r.node_id, r.provider, SlashReason(r.reason), r.amount,
-                                   store.unhex(r.evidence), r.decided_at, r.decided_at, None,
+                                   unhex(r.evidence), r.decided_at, r.decided_at, None,
                                    r.detail) for r in low]
         with self._lock:
             readings = self.engine.readings(self._online(now), now)

@@ -24,6 +24,7 @@ from orchestrator.db.models import Job
 from orchestrator.domain.chain_actions import SettleJob
 from orchestrator.domain.chain_events import ChainEvent
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
+from orchestrator.domain.ids import JobId, unhex
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.telemetry.metrics import MeshMetrics
 
@@ -49,10 +50,10 @@ def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
     payouts = [job.amount * delivered[p] // len(tasks) for p in providers]
     queued = outbox.queue_action(
         session, idempotency_key=f"settle:{job.id}", now=now,
-        action=SettleJob(job_id=bytes.fromhex(job.id[2:]), providers=tuple(providers),
+        action=SettleJob(job_id=JobId(job.id).raw, providers=tuple(providers),
                          payouts=tuple(payouts),
                          merkle_root=None if job.merkle_root is None
-                         else bytes.fromhex(job.merkle_root[2:])))
+                         else unhex(job.merkle_root)))
     crud.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
                         reason="settlement queued")
     return queued
@@ -103,7 +104,7 @@ def on_settled(session: Session, event: ChainEvent, now: float) -> None:
     (whoever sent the settlement); jobs that are not ours, or moved on, are left alone."""
     job_ids = event.args["jobIds"] if event.name == "JobsSettled" else (event.args["jobId"],)
     for job_id in job_ids:
-        lag = mark_settled(session, job_id="0x" + bytes(job_id).hex(),
+        lag = mark_settled(session, job_id=JobId.of(bytes(job_id)),
                            escrow=EscrowStatus.SETTLED, now=now,
                            reason=f"settlement final on chain (block {event.block_number})")
         if lag is not None:
@@ -123,7 +124,7 @@ def sync_settlements(session: Session, *, read_escrow: Callable[[bytes], Escrowe
     settled: list[tuple[str, float]] = []
     diverged: list[str] = []
     for job in crud.jobs_in_status(session, statuses=[JobStatus.SETTLING]):
-        escrowed = read_escrow(bytes.fromhex(job.id[2:]))
+        escrowed = read_escrow(JobId(job.id).raw)
         if escrowed is None or escrowed.status == EscrowStatus.FUNDED:
             continue  # the settlement transaction has not landed yet
         lag = mark_settled(session, job_id=job.id, escrow=escrowed.status, now=now,

@@ -27,13 +27,12 @@ from orchestrator.db import pls as pls_store
 from orchestrator.db import verification as store
 from orchestrator.db.models import Job, Node, Task, VerificationCheck, VerificationCommitment
 from orchestrator.domain.checkpointing import plan_chunks
+from orchestrator.domain.errors import Invalid, Missing, Refused
+from orchestrator.domain.ids import hex0x
 from orchestrator.domain.lifecycle import (
     SETTLEABLE_VERIFICATION,
     CheckStatus,
-    Invalid,
     JobStatus,
-    Missing,
-    Refused,
     TaskStatus,
     VerificationStatus,
 )
@@ -144,12 +143,12 @@ class Verifier:
         row = store.add_commitment(
             session, task_id=task.id, job_id=task.job_id, node_id=node_id,
             provider=node.provider, attempt=task.attempts, result_sha256=result_sha256,
-            root="0x" + commitment.root.hex(), leaves=[leaf.as_json() for leaf in leaves],
+            root=hex0x(commitment.root), leaves=[leaf.as_json() for leaf in leaves],
             windows=windows, env=None if report is None or report.env is None
             else report.env.as_json(),
             chunks=[] if report is None else [{"offset": c.offset, "length": c.length,
                                                "sha256": c.sha256} for c in report.chunks],
-            policy=self.policy.name, rate=rate, seed="0x" + seed.hex(), detail="",
+            policy=self.policy.name, rate=rate, seed=hex0x(seed), detail="",
             created_at=now)
         rule = redundancy_of(task.payload)
         if rule is not None:  # k-of-n: every result runs n times, nothing is sampled
@@ -465,7 +464,7 @@ class Verifier:
         """Two other providers agree the window is not what the node committed to."""
         evidence = self.evidence(commitment, [first, tiebreak])
         digest = keccak(json.dumps(evidence, sort_keys=True).encode())
-        store.add_evidence(session, digest="0x" + digest.hex(), commitment_id=commitment.id,
+        store.add_evidence(session, digest=hex0x(digest), commitment_id=commitment.id,
                            node_id=commitment.node_id, evidence=evidence, now=now)
         store.set_status(session, commitment=commitment, target=VerificationStatus.FAILED,
                          now=now, reason=f"window {first.window}: {first.checker_node} and "
@@ -507,8 +506,8 @@ class Verifier:
         leaves = [Leaf.from_json(x) for x in commitment.leaves]
         tree = Commitment.of(leaves)
         window = checks[0].window
-        proofs = [{"leaf": leaf.as_json(), "hash": "0x" + leaf.hash.hex(),
-                   "proof": ["0x" + p.hex() for p in tree.proof(leaf)]}
+        proofs = [{"leaf": leaf.as_json(), "hash": hex0x(leaf.hash),
+                   "proof": [hex0x(p) for p in tree.proof(leaf)]}
                   for leaf in leaves if leaf.window == window]
         return {"task_id": commitment.task_id, "job_id": commitment.job_id,
                 "node_id": commitment.node_id, "provider": commitment.provider,

@@ -20,21 +20,20 @@ from orchestrator.db import crud
 from orchestrator.db.models import Job, Lease, Node, Task
 from orchestrator.db.placement import (
     PlacementConflict,
-    PlacementGate,
     QueuePlace,
     Reservation,
     WaitingTask,
     commit_reservations,
     waiting_tasks,
 )
+from orchestrator.domain.errors import NotFound, Refused
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.domain.ids import hex0x
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
     TASK_TRANSITIONS,
     JobStatus,
     LeaseState,
-    NotFound,
-    Refused,
     TaskStatus,
 )
 from orchestrator.domain.matching import eligible
@@ -44,6 +43,7 @@ from orchestrator.domain.types import NodeHealth, NodeSpec
 from orchestrator.services import settlement
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_ingest import SweepFacts
+from orchestrator.services.pls_placement import PlacementGate
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator")
@@ -232,7 +232,7 @@ def job_merkle_root(session: Session, *, job_id: str) -> str | None:
     hashes = crud.job_artifact_hashes(session, job_id=job_id)
     if not hashes:
         return None
-    return "0x" + MerkleTree.build([bytes.fromhex(h) for h in hashes]).root.hex()
+    return hex0x(MerkleTree.build([bytes.fromhex(h) for h in hashes]).root)
 
 
 def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now: float) -> Task:

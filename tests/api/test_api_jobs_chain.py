@@ -19,6 +19,7 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
 from orchestrator.db import crud
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.main import create_app
@@ -125,10 +126,10 @@ def test_settlement_seen_on_chain_settles_the_job_and_is_measured(
     job_spec = spec()
     job_id = escrow(mesh_chain, job_spec)
     with factory.begin() as session:
-        crud.create_job(session, job_id=job_id, customer=dev_account(4).address, spec=job_spec,
-                        spec_hash="0x" + "0" * 64, amount=PAYMENT, deadline=2e9,
-                        needs=TaskNeeds(), task_payloads=[{"frame": 1}], now=100.0,
-                        status=JobStatus.SETTLING)
+        crud.create_job(session, NewJob(
+            job_id=job_id, customer=dev_account(4).address, spec=job_spec,
+            spec_hash="0x" + "0" * 64, amount=PAYMENT, deadline=2e9, needs=TaskNeeds(),
+            payloads=({"frame": 1},)), now=100.0, status=JobStatus.SETTLING)
     with factory.begin() as session:
         pending = settlement.sync_settlements(session, read_escrow=mesh_chain.escrowed_job,
                                               now=110.0)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud
 from orchestrator.db import pls as pls_store
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.merkle import verify
 from orchestrator.domain.types import TaskNeeds, Tier
@@ -92,13 +93,12 @@ def render_job(factory: sessionmaker[Session], client: TestClient) -> Callable[[
         with factory.begin() as session:
             crud.add_blob(session, sha256=blend, size=5, now=0.0)
             job_id = "0x" + f"{next(JOB_NUMBERS):064x}"
-            crud.create_job(session, job_id=job_id, customer=CUSTOMER,
-                            spec={"kind": "blender"}, spec_hash="0x" + "0" * 64,
-                            amount=10**18, deadline=1e12, needs=TaskNeeds(),
-                            task_payloads=[{"kind": "blender", "blend_sha256": blend,
-                                            "frame": 1, "samples": 8, "chunk_samples": 4,
-                                            "resolution": [WIDTH, HEIGHT]}],
-                            now=0.0, status=JobStatus.FUNDED)
+            task = {"kind": "blender", "blend_sha256": blend, "frame": 1, "samples": 8,
+                    "chunk_samples": 4, "resolution": [WIDTH, HEIGHT]}
+            crud.create_job(session, NewJob(
+                job_id=job_id, customer=CUSTOMER, spec={"kind": "blender"},
+                spec_hash="0x" + "0" * 64, amount=10**18, deadline=1e12, needs=TaskNeeds(),
+                payloads=(task,)), now=0.0, status=JobStatus.FUNDED)
         return job_id
     return build
 
@@ -291,14 +291,12 @@ def command_job(factory: sessionmaker[Session]) -> Callable[..., str]:
     def build(*, deterministic: bool) -> str:
         job_id = "0x" + f"{next(JOB_NUMBERS):064x}"
         with factory.begin() as session:
-            crud.create_job(session, job_id=job_id, customer=CUSTOMER,
-                            spec={"kind": "command"}, spec_hash="0x" + "0" * 64,
-                            amount=10**18, deadline=1e12, needs=TaskNeeds(),
-                            task_payloads=[{"kind": "command", "command": ["x"],
-                                            "outputs": ["result"], "shard": 0, "shards": 1,
-                                            "deterministic": deterministic,
-                                            "redundancy": {"k": 2, "n": 3}}],
-                            now=0.0, status=JobStatus.FUNDED)
+            task = {"kind": "command", "command": ["x"], "outputs": ["result"], "shard": 0,
+                    "shards": 1, "deterministic": deterministic, "redundancy": {"k": 2, "n": 3}}
+            crud.create_job(session, NewJob(
+                job_id=job_id, customer=CUSTOMER, spec={"kind": "command"},
+                spec_hash="0x" + "0" * 64, amount=10**18, deadline=1e12, needs=TaskNeeds(),
+                payloads=(task,)), now=0.0, status=JobStatus.FUNDED)
         return job_id
     return build
 

@@ -22,8 +22,9 @@ from orchestrator.db.session import (
     upgrade_to_head,
 )
 from orchestrator.domain.chain_actions import AssignCollateral, ChainAction, ProveAssignment
+from orchestrator.domain.errors import InvalidTransition
 from orchestrator.domain.fees import Fees
-from orchestrator.domain.lifecycle import InvalidTransition, JobStatus, TaskStatus
+from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeHealth, Priority, TaskNeeds
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services import work
@@ -166,7 +167,7 @@ def test_a_lease_moves_only_along_its_table(factory: sessionmaker[Session],
 def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[Session]) -> None:
     for _ in range(2):
         with factory.begin() as session:
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key="settle:0x1",
+            outbox.enqueue_chain_action(session, kind="settle", idempotency_key="settle:0x1",
                                       payload={"job": "0x1"}, now=0.0)
     with factory() as session:
         assert len(outbox.pending_actions(session, limit=10)) == 1
@@ -176,7 +177,7 @@ def test_recent_outbox_actions_are_newest_first_filtered_and_limited(
         factory: sessionmaker[Session]) -> None:
     with factory.begin() as session:
         for key in ("a", "b", "c", "d"):
-            crud.enqueue_chain_action(session, kind="tier", idempotency_key=key,
+            outbox.enqueue_chain_action(session, kind="tier", idempotency_key=key,
                                       payload={}, now=0.0)
     with factory.begin() as session:
         (first,) = outbox.pending_actions(session, limit=1)
@@ -196,7 +197,7 @@ def queue_settles(factory: sessionmaker[Session], *keys: str) -> list[int]:
     """Settle rows (empty payloads) queued under `keys`; their ids in queue order."""
     with factory.begin() as session:
         for key in keys:
-            crud.enqueue_chain_action(session, kind="settle", idempotency_key=key,
+            outbox.enqueue_chain_action(session, kind="settle", idempotency_key=key,
                                       payload={}, now=0.0)
         session.flush()
         return [entry.id for entry in outbox.pending_actions(session, limit=len(keys))]
@@ -332,7 +333,7 @@ def sign(session: Session, ids: list[int], tx_hash: str, nonce: int, *, sender: 
 
 def test_an_outbox_entry_carries_every_field_of_its_row(factory: sessionmaker[Session]) -> None:
     with factory.begin() as session:
-        crud.enqueue_chain_action(session, kind="settle", idempotency_key="a",
+        outbox.enqueue_chain_action(session, kind="settle", idempotency_key="a",
                                   payload={"job_id": "0x01"}, now=0.5)
     with factory.begin() as session:
         (a,) = (e.id for e in outbox.pending_actions(session, limit=10))
@@ -393,7 +394,7 @@ def test_keys_of_tx_are_the_rows_of_one_kind_in_that_transaction_in_queue_order(
     mined = "0x" + "ab" * 32
     with factory.begin() as session:
         for key, kind in (("s1", "settle"), ("s2", "settle"), ("c1", "commit"), ("s3", "settle")):
-            crud.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
+            outbox.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
                                       now=0.0)
     with factory.begin() as session:
         s1, s2, c1, s3 = (e.id for e in outbox.pending_actions(session, limit=10))
@@ -416,7 +417,7 @@ def test_unmined_rows_are_one_kinds_queued_and_sent_rows_oldest_first(
     with factory.begin() as session:
         for key, kind in (("s1", "settle"), ("s2", "settle"), ("s3", "settle"),
                           ("s4", "settle"), ("t1", "tier"), ("s5", "settle")):
-            crud.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
+            outbox.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
                                       now=0.0)
     with factory.begin() as session:
         s1, s2, s3, s4, t1, s5 = (e.id for e in outbox.pending_actions(session, limit=10))

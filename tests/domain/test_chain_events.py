@@ -17,10 +17,10 @@ from orchestrator.domain.chain_events import (
     subjects,
 )
 from orchestrator.domain.chain_views import DisputeStatus, EscrowStatus
+from orchestrator.domain.errors import InvalidTransition
 from orchestrator.domain.lifecycle import (
     CHAIN_EVENT_TRANSITIONS,
     ChainEventStatus,
-    InvalidTransition,
     chain_event_transition,
 )
 

@@ -5,6 +5,19 @@ from collections.abc import Callable
 
 import pytest
 
+from orchestrator.domain.errors import (
+    DomainError,
+    Forbidden,
+    Invalid,
+    InvalidTransition,
+    Missing,
+    NotFound,
+    Refused,
+    TooLarge,
+    Unavailable,
+    Unfunded,
+    Unprocessable,
+)
 from orchestrator.domain.lifecycle import (
     DISPUTE_TRANSITIONS,
     JOB_TRANSITIONS,
@@ -16,23 +29,12 @@ from orchestrator.domain.lifecycle import (
     ChainEventStatus,
     CheckStatus,
     DisputeState,
-    DomainError,
-    Forbidden,
-    Invalid,
-    InvalidTransition,
     JobStatus,
     LeaseState,
-    Missing,
     NodeDrain,
-    NotFound,
     OutboxStatus,
-    Refused,
     StatusChange,
     TaskStatus,
-    TooLarge,
-    Unavailable,
-    Unfunded,
-    Unprocessable,
     VerificationStatus,
     chain_event_transition,
     check_transition,

@@ -11,11 +11,11 @@ import math
 import numpy as np
 import pytest
 
+from orchestrator.domain.errors import InvalidTransition
 from orchestrator.domain.lifecycle import (
     CHECK_TRANSITIONS,
     VERIFICATION_TRANSITIONS,
     CheckStatus,
-    InvalidTransition,
     VerificationStatus,
     check_transition,
     verification_transition,

@@ -38,6 +38,8 @@ from orchestrator.domain.chain_actions import (
 )
 from orchestrator.domain.chain_events import ChainEvent
 from orchestrator.domain.chain_views import SlashStatus
+from orchestrator.domain.ids import hex0x
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
@@ -183,10 +185,10 @@ def decide_a_slash(bridge: Bridge) -> SlashRecord:
     now = clock()
     until = int(world.w3.eth.get_block("latest")["timestamp"]) + 7 * 86_400
     with bridge.factory.begin() as session:
-        crud.create_job(session, job_id=job_hex, customer=world.customer.address, spec={},
-                        spec_hash="0x" + "05" * 32, amount=PAYMENT, deadline=now + 1e6,
-                        needs=TaskNeeds(), task_payloads=[{"frame": 1}], now=now,
-                        status=JobStatus.RUNNING)
+        crud.create_job(session, NewJob(
+            job_id=job_hex, customer=world.customer.address, spec={}, spec_hash="0x" + "05" * 32,
+            amount=PAYMENT, deadline=now + 1e6, needs=TaskNeeds(), payloads=({"frame": 1},)),
+            now=now, status=JobStatus.RUNNING)
         session.flush()
         (task,) = crud.job_tasks(session, job_id=job_hex)
         for status in (TaskStatus.RESERVED, TaskStatus.RUNNING):
@@ -210,7 +212,7 @@ def decide_a_slash(bridge: Bridge) -> SlashRecord:
     with bridge.factory.begin() as session:
         (decided,) = bridge.pls.decide(session, now=clock()).slashes
     with bridge.factory() as session:
-        record = session.get(SlashRecord, pls_store.hex32(decided.slash_id))
+        record = session.get(SlashRecord, hex0x(decided.slash_id))
         assert record is not None and record.chain_slash_id is None
         session.expunge(record)
         return record
@@ -398,7 +400,7 @@ def test_a_reversed_slash_restores_only_the_decision_it_carried_out(bridge: Brid
     world.chain.account(dev_account(3)).resolve_dispute(dispute_id, granted=True)
     bridge.final()
 
-    first, second = (slash_record(bridge, pls_store.hex32(decision)) for decision in ids)
+    first, second = (slash_record(bridge, hex0x(decision)) for decision in ids)
     assert (first.chain_slash_id, first.reversed_by) == (slash_id, dispute_id)
     assert (second.chain_slash_id, second.reversed_by) == (None, None)
 

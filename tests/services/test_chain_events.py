@@ -33,8 +33,10 @@ from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
 from orchestrator.db import chain_events as index
 from orchestrator.db import crud
+from orchestrator.db import outbox as outbox_store
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.chain_views import EscrowStatus
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import ChainEventStatus, JobStatus
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.main import _periodic_jobs, create_app, event_dispatch
@@ -292,10 +294,10 @@ def test_the_orchestrators_dispatch_settles_a_settling_job_once_its_settlement_i
     job_ids = world.settle_jobs(2)  # one settleBatch: a JobsSettled naming both
     with factory.begin() as session:
         for job_id in job_ids:
-            crud.create_job(session, job_id="0x" + job_id.hex(), customer=world.customer.address,
-                            spec={}, spec_hash="0x" + "0" * 64, amount=10, deadline=1e12,
-                            needs=TaskNeeds(), task_payloads=[{"frame": 1}], now=1.0,
-                            status=JobStatus.SETTLING)
+            crud.create_job(session, NewJob(
+                job_id="0x" + job_id.hex(), customer=world.customer.address, spec={},
+                spec_hash="0x" + "0" * 64, amount=10, deadline=1e12, needs=TaskNeeds(),
+                payloads=({"frame": 1},)), now=1.0, status=JobStatus.SETTLING)
 
     def statuses() -> set[str]:
         with factory() as session:
@@ -362,11 +364,11 @@ def escrow_on_chain(world: ReorgWorld) -> str:
 def queue_settlement(factory: sessionmaker[Session], world: ReorgWorld, job_hex: str) -> None:
     """The orchestrator's job, settling: half the payment to the provider, queued."""
     with factory.begin() as session:
-        crud.create_job(session, job_id=job_hex, customer=world.customer.address, spec={},
-                        spec_hash="0x" + "0" * 64, amount=PAYMENT, deadline=1e12,
-                        needs=TaskNeeds(), task_payloads=[{"frame": 1}], now=1.0,
-                        status=JobStatus.SETTLING)
-        assert crud.enqueue_chain_action(
+        crud.create_job(session, NewJob(
+            job_id=job_hex, customer=world.customer.address, spec={}, spec_hash="0x" + "0" * 64,
+            amount=PAYMENT, deadline=1e12, needs=TaskNeeds(), payloads=({"frame": 1},)), now=1.0,
+            status=JobStatus.SETTLING)
+        assert outbox_store.enqueue_chain_action(
             session, kind="settle", idempotency_key=f"settle:{job_hex}", now=1.0,
             payload={"job_id": job_hex, "providers": [world.provider.address],
                      "payouts": [str(PAYMENT // 2)], "merkle_root": "0x" + "ab" * 32})

@@ -29,7 +29,9 @@ from orchestrator.db import verification as verification_store
 from orchestrator.db.models import DisputeRow, OutboxAction, PlsObservationRecord, SlashRecord
 from orchestrator.domain import merkle
 from orchestrator.domain.chain_views import SlashStatus
-from orchestrator.domain.lifecycle import JobStatus, Refused, TaskStatus
+from orchestrator.domain.errors import Refused
+from orchestrator.domain.jobs import NewJob
+from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.reliability import EpochEntry, TaskOutcome, commit_epoch
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.domain.verification import ProviderRecord
@@ -104,10 +106,10 @@ def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient
         payloads = [{"kind": "blender", "blend_sha256": "b" * 64, "frame": f, "tile": 0,
                      "tiles": 1, "format": "png", "samples": 8, "chunk_samples": 4,
                      "resolution": [32, 24]} for f in (1, 2)]
-        job = crud.create_job(session, job_id=hex_id, customer=CUSTOMER.address, spec={},
-                              spec_hash="0x" + "05" * 32, amount=AMOUNT, deadline=now + 1e6,
-                              needs=TaskNeeds(), task_payloads=payloads, now=now,
-                              status=JobStatus.RUNNING)
+        job = crud.create_job(session, NewJob(
+            job_id=hex_id, customer=CUSTOMER.address, spec={}, spec_hash="0x" + "05" * 32,
+            amount=AMOUNT, deadline=now + 1e6, needs=TaskNeeds(), payloads=tuple(payloads)),
+            now=now, status=JobStatus.RUNNING)
         session.flush()
         for task in crud.job_tasks(session, job_id=hex_id):
             for status in (TaskStatus.RESERVED, TaskStatus.RUNNING, TaskStatus.DONE):

@@ -32,6 +32,7 @@ from orchestrator.db.models import OutboxAction, OutboxTransaction
 from orchestrator.domain.chain_actions import AssignCollateral, assignment_tree
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.fees import FeePolicy
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus, OutboxStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port
@@ -123,7 +124,7 @@ def escrow(mesh: MeshChain, amount: int) -> str:
 
 def queue(factory: sessionmaker[Session], kind: str, key: str, payload: dict[str, Any]) -> None:
     with factory.begin() as session:
-        assert crud.enqueue_chain_action(session, kind=kind, idempotency_key=key,
+        assert outbox_store.enqueue_chain_action(session, kind=kind, idempotency_key=key,
                                          payload=payload, now=0.0)
 
 
@@ -151,11 +152,11 @@ def running_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int,
             crud.register_node(session, spec=NodeSpec(
                 node_id=f"node-{provider}", provider=provider, gpu_model="RTX4090", vram_gb=24,
                 compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=4), now=now)
-        crud.create_job(session, job_id=job_id, customer=CUSTOMER.address, spec={},
-                        spec_hash="0x" + "05" * 32, amount=amount, deadline=now + 1e6,
-                        needs=TaskNeeds(), task_payloads=[{"frame": i} for i in
-                                                          range(len(task_providers))],
-                        now=now, status=JobStatus.RUNNING)
+        crud.create_job(session, NewJob(
+            job_id=job_id, customer=CUSTOMER.address, spec={}, spec_hash="0x" + "05" * 32,
+            amount=amount, deadline=now + 1e6, needs=TaskNeeds(),
+            payloads=tuple({"frame": i} for i in range(len(task_providers)))), now=now,
+            status=JobStatus.RUNNING)
         session.flush()
         for task, provider in zip(crud.job_tasks(session, job_id=job_id), task_providers,
                                   strict=True):

@@ -18,6 +18,7 @@ from orchestrator.config import Settings
 from orchestrator.db import crud
 from orchestrator.db.models import Lease, ProgressWithdrawal, SlashRecord
 from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import PlsConfig
@@ -67,10 +68,10 @@ def cut_holding_a_frame(agent: Callable[..., LiveNode], client: TestClient, stak
     assert login(node, session_address(key)) == 200
     stake.free[node.wallet.address] = 10 * TOKEN
     with factory.begin() as session:
-        crud.create_job(session, job_id="0x" + "f1" * 32, customer="0x" + "c" * 40,
-                        spec={"kind": "blender"}, spec_hash="0x" + "0" * 64, amount=TOKEN,
-                        deadline=1e12, needs=TaskNeeds(value=TOKEN), task_payloads=[FRAME],
-                        now=clock(), status=JobStatus.FUNDED)
+        crud.create_job(session, NewJob(
+            job_id="0x" + "f1" * 32, customer="0x" + "c" * 40, spec={"kind": "blender"},
+            spec_hash="0x" + "0" * 64, amount=TOKEN, deadline=1e12, needs=TaskNeeds(value=TOKEN),
+            payloads=(FRAME,)), now=clock(), status=JobStatus.FUNDED)
     lease = node.post("/v1/nodes/gpu-cut/lease")
     assert lease.status_code == 200, lease.text
     task_id = int(lease.json()["task_id"])

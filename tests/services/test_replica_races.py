@@ -23,6 +23,7 @@ from orchestrator.db import verification as verification_store
 from orchestrator.db.models import Lease, VerificationRecord
 from orchestrator.db.placement import Reservation, commit_reservations
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import NodeSpec, TaskNeeds
@@ -58,11 +59,11 @@ def running_job(factory: sessionmaker[Session]) -> list[int]:
             crud.register_node(session, spec=NodeSpec(
                 node_id=node, provider=PROVIDER, gpu_model="RTX4090", vram_gb=24,
                 compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=1), now=now)
-        crud.create_job(session, job_id="0x" + "01" * 32, customer=PROVIDER,
-                        spec={"workload": {"kind": "command", "command": ["true"], "count": 2}},
-                        spec_hash="0x" + "02" * 32, amount=2, deadline=now + 3600,
-                        needs=TaskNeeds(), task_payloads=[{"shard": 0}, {"shard": 1}], now=now,
-                        status=JobStatus.RUNNING)
+        crud.create_job(session, NewJob(
+            job_id="0x" + "01" * 32, customer=PROVIDER,
+            spec={"workload": {"kind": "command", "command": ["true"], "count": 2}},
+            spec_hash="0x" + "02" * 32, amount=2, deadline=now + 3600, needs=TaskNeeds(),
+            payloads=({"shard": 0}, {"shard": 1},)), now=now, status=JobStatus.RUNNING)
         crud.add_blob(session, sha256=RESULT, size=10, now=now)
         session.flush()
         tasks = [task.id for task in crud.job_tasks(session, job_id="0x" + "01" * 32)]

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import crud
 from orchestrator.domain.chain_views import EscrowStatus
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.services import settlement
@@ -17,9 +18,10 @@ JOB = "0x" + "5e" * 32
 
 def settling_job(factory: sessionmaker[Session], *, at: float) -> None:
     with factory.begin() as session:
-        crud.create_job(session, job_id=JOB, customer="0x" + "c" * 40, spec={},
-                        spec_hash="0x" + "0" * 64, amount=10, deadline=1e12, needs=TaskNeeds(),
-                        task_payloads=[{"frame": 1}], now=at, status=JobStatus.SETTLING)
+        crud.create_job(session, NewJob(
+            job_id=JOB, customer="0x" + "c" * 40, spec={}, spec_hash="0x" + "0" * 64, amount=10,
+            deadline=1e12, needs=TaskNeeds(), payloads=({"frame": 1},)), now=at,
+            status=JobStatus.SETTLING)
 
 
 def status(factory: sessionmaker[Session]) -> str:

@@ -18,7 +18,8 @@ from orchestrator.api.schemas import (
     TaskOut,
     VerificationFailedIn,
 )
-from orchestrator.domain.lifecycle import Missing, OutboxStatus, Refused
+from orchestrator.domain.errors import Missing, Refused
+from orchestrator.domain.lifecycle import OutboxStatus
 from orchestrator.services import admin
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[AdminDep],

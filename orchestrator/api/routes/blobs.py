@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse
 from orchestrator.api.deps import CtxDep, NodeDep, NonceAfterValidation, SessionDep, UploaderDep
 from orchestrator.api.errors import ApiError, errors
 from orchestrator.api.schemas import BlobOut, Sha256Path
-from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, TooLarge
+from orchestrator.domain.errors import Forbidden, Invalid, Missing, TooLarge
 from orchestrator.services import blobs
 
 router = APIRouter(tags=["blobs"], route_class=NonceAfterValidation)

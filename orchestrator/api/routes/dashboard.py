@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse
 from orchestrator.api.deps import AdminDep, AdminViewDep, CtxDep, NonceAfterValidation, SessionDep
 from orchestrator.api.errors import errors
 from orchestrator.api.schemas import Sha256Path
-from orchestrator.domain.lifecycle import Invalid, Missing
+from orchestrator.domain.errors import Invalid, Missing
 from orchestrator.services import dashboard
 from orchestrator.services.dashboard import Dashboard
 

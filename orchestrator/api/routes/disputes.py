@@ -18,7 +18,7 @@ from orchestrator.api.deps import (
 from orchestrator.api.errors import errors
 from orchestrator.api.routes.blobs import blob_file
 from orchestrator.api.schemas import SAFE_INT, JobIdPath, Sha256Path
-from orchestrator.domain.lifecycle import Forbidden, Missing
+from orchestrator.domain.errors import Forbidden, Missing
 from orchestrator.services import disputes
 
 router = APIRouter(tags=["disputes"], route_class=NonceAfterValidation)

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from orchestrator.api.deps import CtxDep, NonceAfterValidation, SessionDep
 from orchestrator.api.errors import errors
-from orchestrator.domain.lifecycle import Unavailable
+from orchestrator.domain.errors import Unavailable
 from orchestrator.services.health import check_database
 
 router = APIRouter(tags=["health"], route_class=NonceAfterValidation)

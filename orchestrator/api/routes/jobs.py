@@ -19,7 +19,8 @@ from orchestrator.api.schemas import (
     ResultsOut,
     Sha256Path,
 )
-from orchestrator.domain.lifecycle import Forbidden, Missing, Refused, Unfunded
+from orchestrator.domain.errors import Forbidden, Missing, Refused, Unfunded
+from orchestrator.domain.ids import hex0x
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.services import jobs
 from orchestrator.services.jobs import JobView, Submission
@@ -51,7 +52,7 @@ def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: Ctx
             max_price_per_gpu_hour=needs.max_price_per_gpu_hour, priority=needs.priority,
             expected_duration_s=needs.expected_duration_s),
         idempotency_key=idempotency_key,
-        request_hash="0x" + keccak(body.model_dump_json().encode()).hex()),
+        request_hash=hex0x(keccak(body.model_dump_json().encode()))),
         read_escrow=lambda job_id: escrow().escrowed_job(job_id), now=ctx.now()))
 
 

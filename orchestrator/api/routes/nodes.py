@@ -32,7 +32,8 @@ from orchestrator.api.schemas import (
     ProgressShownOut,
 )
 from orchestrator.db.models import Node
-from orchestrator.domain.lifecycle import Forbidden, Missing, Refused, Unavailable, Unfunded
+from orchestrator.domain.errors import Forbidden, Missing, Refused, Unavailable, Unfunded
+from orchestrator.domain.ids import unhex
 from orchestrator.domain.slashing import ProgressVerdict
 from orchestrator.domain.types import NodeSpec
 from orchestrator.services import nodes
@@ -125,7 +126,7 @@ def show_progress(node_id: NodeIdPath, body: ProgressShownIn, claims: NodeDep, s
     outcome = nodes.show_progress(
         session, node_id=node_id, address=claims.address, pls=ctx.pls, task_id=body.task_id,
         chunks=[ShownChunk(c.sha256, c.rendered_at, c.offset, c.length) for c in body.chunks],
-        resumed_at=body.resumed_at, signature=bytes.fromhex(body.signature[2:]), now=ctx.now())
+        resumed_at=body.resumed_at, signature=unhex(body.signature), now=ctx.now())
     refused = PROGRESS_REFUSED.get(outcome.verdict)
     if refused is not None:
         raise ApiError(*refused)

@@ -37,7 +37,8 @@ from orchestrator.api.schemas import (
     ScoreProofOut,
     VerdictOut,
 )
-from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, Refused
+from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused
+from orchestrator.domain.ids import hex0x
 from orchestrator.domain.popw import PopwReason, PopwVerdict
 from orchestrator.domain.reliability import GpuSample
 from orchestrator.services import nodes
@@ -74,7 +75,7 @@ def report_gpu(node_id: NodeIdPath, body: GpuSamplesIn, claims: NodeDep, session
 def start_probe(node_id: NodeIdPath, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> ProbeOut:
     now = ctx.now()
     nonce = nodes.issue_probe(session, node_id=claims.node_id, pls=ctx.pls, now=now)
-    return ProbeOut(nonce="0x" + nonce.hex(), sent_at=now)
+    return ProbeOut(nonce=hex0x(nonce), sent_at=now)
 
 
 @router.post("/nodes/{node_id}/probe/echo", response_model=ProbeEchoOut,
@@ -93,7 +94,7 @@ def challenge(node_id: NodeIdPath, body: ChallengeIn, signed: SignedDep, session
               ctx: CtxDep) -> ChallengeOut:
     issued = nodes.issue_challenge(session, node_id=node_id, address=signed.address,
                                    pls=ctx.pls, gpu_class=body.gpu_class, now=ctx.now())
-    return ChallengeOut(nonce="0x" + issued.nonce.hex(), gpu_class=issued.gpu_class,
+    return ChallengeOut(nonce=hex0x(issued.nonce), gpu_class=issued.gpu_class,
                         size=issued.size, rounds=issued.rounds,
                         spot_checks=issued.spot_checks, ping_rounds=issued.ping_rounds,
                         issued_at=issued.issued_at, deadline=issued.deadline)
@@ -174,7 +175,7 @@ def score_proof(address: AddressPath, session: SessionDep, ctx: CtxDep,
     if proof is None:
         raise ApiError(404, "score_not_committed",
                        f"no committed score for {address} in epoch {epoch}")
-    return ScoreProofOut(epoch=proof.epoch, root="0x" + proof.root.hex(),
+    return ScoreProofOut(epoch=proof.epoch, root=hex0x(proof.root),
                          provider=proof.provider, score_bps=proof.score_bps,
-                         telemetry_digest="0x" + proof.telemetry_digest.hex(),
-                         proof=["0x" + p.hex() for p in proof.proof])
+                         telemetry_digest=hex0x(proof.telemetry_digest),
+                         proof=[hex0x(p) for p in proof.proof])

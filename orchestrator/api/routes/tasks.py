@@ -8,7 +8,7 @@ from orchestrator.api.deps import CtxDep, NodeDep, NonceAfterValidation, Session
 from orchestrator.api.errors import errors
 from orchestrator.api.schemas import CheckpointIn, CompleteIn, FailIn, ProgressIn, RowId, TaskOut
 from orchestrator.db.models import Task
-from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, Refused
+from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused
 from orchestrator.services import tasks
 
 router = APIRouter(tags=["tasks"], route_class=NonceAfterValidation)

@@ -17,7 +17,7 @@ from orchestrator.api.schemas import (
     RowId,
     VerificationOut,
 )
-from orchestrator.domain.lifecycle import Forbidden, Invalid, Missing, Refused
+from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused
 from orchestrator.services.verification import CheckResult, ChunkRef, env_of
 
 router = APIRouter(tags=["verification"], route_class=NonceAfterValidation)

@@ -20,6 +20,7 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.db import crud
 from orchestrator.db.models import Lease, SlashRecord, Task
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
+from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 
@@ -54,10 +55,10 @@ def service_job(factory: sessionmaker[Session], job_id: str, amount: int, *,
         crud.register_node(session, spec=NodeSpec(
             node_id="honest", provider=PROVIDER, gpu_model="RTX4090", vram_gb=24,
             compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=1), now=now)
-        job = crud.create_job(session, job_id=job_id, customer=CUSTOMER.address, spec=spec,
-                              spec_hash="0x" + "05" * 32, amount=amount, deadline=now + 1e5,
-                              needs=TaskNeeds(), task_payloads=[{"shard": 0}, {"shard": 1}],
-                              now=now, status=JobStatus.RUNNING)
+        job = crud.create_job(session, NewJob(
+            job_id=job_id, customer=CUSTOMER.address, spec=spec, spec_hash="0x" + "05" * 32,
+            amount=amount, deadline=now + 1e5, needs=TaskNeeds(),
+            payloads=({"shard": 0}, {"shard": 1},)), now=now, status=JobStatus.RUNNING)
         session.flush()
         if not done:
             return

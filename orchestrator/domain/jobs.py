@@ -1,8 +1,15 @@
-"""Splitting a job spec into tasks: one per frame (or per tile of a frame), or per shard."""
+"""A job as the service takes it in: its workload split into tasks (one per frame, or per tile
+of a frame, or per shard), each queued by the latest time it can start and still meet the job's
+deadline (`matching.latest_start`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from orchestrator.domain.matching import latest_start
+from orchestrator.domain.types import TaskNeeds
 
 
 def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -23,3 +30,22 @@ def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
                  "redundancy": workload.get("redundancy") or {"k": 2, "n": 3}}
                 for shard in range(int(workload["count"]))]
     raise ValueError(f"unknown workload kind {workload['kind']!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A funded job to insert with its tasks (`crud.create_job`)."""
+
+    job_id: str
+    customer: str
+    spec: Mapping[str, Any]  # the signed spec as submitted
+    spec_hash: str
+    amount: int  # token units escrowed
+    deadline: float  # unix seconds
+    needs: TaskNeeds  # what each of its tasks needs
+    payloads: tuple[Mapping[str, Any], ...]  # one per task, in index order
+
+    @property
+    def latest_start(self) -> float:
+        """Where its tasks stand in the queue (least laxity first)."""
+        return latest_start(self.deadline, self.needs.expected_duration_s)
