@@ -35,7 +35,7 @@ from orchestrator.api.routes import (
 from orchestrator.api.schemas import MAX_SHOWN_PROGRESS_BYTES
 from orchestrator.config import Settings, get_settings
 from orchestrator.db import backup as restored
-from orchestrator.db import crud
+from orchestrator.db import nonces as nonce_db
 from orchestrator.db import pls as pls_store
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.chain_events import ChainEvent
@@ -78,7 +78,7 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
         work.sweep(session, detector=ctx.detector, pls=ctx.pls, metrics=ctx.metrics, now=now)
 
     def forget_nonces(session: Session, now: float) -> None:
-        crud.forget_expired_nonces(session, now=now)
+        nonce_db.forget_expired_nonces(session, now=now)
         ctx.pls.prune_challenges(now)
 
     indexed = IndexedChainView()

@@ -7,7 +7,8 @@ import itertools
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
@@ -33,7 +34,7 @@ def make_nodes(factory: sessionmaker[Session], count: int, *, slots: int = 2,
     ids = [f"{prefix}-{i}" for i in range(count)]
     with factory.begin() as session:
         for node_id in ids:
-            crud.register_node(session, spec=node_spec(node_id, slots=slots, **overrides),
+            node_db.register_node(session, spec=node_spec(node_id, slots=slots, **overrides),
                                now=now)
     return ids
 
@@ -47,7 +48,7 @@ def make_job(factory: sessionmaker[Session], tasks: int = 1, *, value: int | Non
     per_task = needs.value if value is None else value
     job_id = job_id or "0x" + f"{next(_job_numbers):064x}"
     with factory.begin() as session:
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id=job_id, customer=customer, spec={"kind": "command"}, spec_hash="0x" + "0" * 64,
             amount=per_task * tasks or TOKEN, deadline=deadline, needs=needs,
             payloads=tuple({"frame": i} for i in range(tasks))), now=now, status=JobStatus.FUNDED)

@@ -52,8 +52,7 @@ MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
        for path in sorted((ROOT / "orchestrator" / "domain").glob("*.py"))
        if path.stem != "__init__"},
     "db/placement": ("orchestrator/db/placement.py", None),
-    "db/crud (nonces)": ("orchestrator/db/crud.py",
-                         frozenset({"claim_nonce", "forget_expired_nonces"})),
+    "db/nonces": ("orchestrator/db/nonces.py", None),
     "db/outbox": ("orchestrator/db/outbox.py", None),
     "services/outbox": ("orchestrator/services/outbox.py", None),
     "chain/errors": ("orchestrator/chain/errors.py", None),
@@ -81,7 +80,7 @@ class Tally:
 
 
 def function_of(mutant: str) -> str:
-    """`orchestrator.db.crud.x_claim_nonce__mutmut_3` -> `claim_nonce` (methods: `Class.m`)."""
+    """`orchestrator.db.nonces.x_claim_nonce__mutmut_3` -> `claim_nonce` (methods: `Class.m`)."""
     match = _MANGLED.match(mutant.rsplit(".", 1)[1])
     if match is None:
         raise ValueError(f"not a mutmut mutant name: {mutant}")

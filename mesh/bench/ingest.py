@@ -23,7 +23,7 @@ import numpy as np
 
 from mesh.processes import OrchestratorProcess
 from orchestrator.api.auth import SessionClaims, issue_token
-from orchestrator.db import crud
+from orchestrator.db import nodes as node_db
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.types import NodeSpec
 
@@ -82,7 +82,7 @@ def run(nodes: int = 10_000, seconds: float = 10.0) -> dict[str, Any]:
         engine = make_engine(url)
         upgrade_to_head(engine)
         with make_session_factory(engine).begin() as session:
-            crud.bulk_register_nodes(session, now=0.0, specs=[
+            node_db.bulk_register_nodes(session, now=0.0, specs=[
                 NodeSpec(node_id=f"hb-{i}", provider=PROVIDER, gpu_model="RTX4090", vram_gb=24,
                          compute_capability=8.9, region="eu", price_per_gpu_hour=100, slots=1)
                 for i in range(nodes)])
@@ -102,7 +102,7 @@ def run(nodes: int = 10_000, seconds: float = 10.0) -> dict[str, Any]:
                                               for share in shares])
         engine = make_engine(url)
         with make_session_factory(engine)() as session:
-            seen = crud.nodes_seen_since(session, since=expires - 3600)
+            seen = node_db.nodes_seen_since(session, since=expires - 3600)
         engine.dispose()
     latencies = np.array([value for outcome in outcomes for value in outcome[0]]) * 1000.0
     errors = sum(outcome[1] for outcome in outcomes)

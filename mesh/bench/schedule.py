@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import pls as pls_store
 from orchestrator.db.session import (
     create_scratch_database,
@@ -79,11 +80,11 @@ def _run_backend(url: str, nodes: int, tasks: int, pls: bool = False) -> dict[st
     rng = random.Random(7)
     slots = max(1, math.ceil(tasks / nodes))
     with factory.begin() as session:
-        crud.bulk_register_nodes(session, specs=_fleet(nodes, slots, rng), now=0.0)
+        node_db.bulk_register_nodes(session, specs=_fleet(nodes, slots, rng), now=0.0)
     for job in range(math.ceil(tasks / TASKS_PER_JOB)):
         count = min(TASKS_PER_JOB, tasks - job * TASKS_PER_JOB)
         with factory.begin() as session:
-            crud.create_job(session, NewJob(
+            job_db.create_job(session, NewJob(
                 job_id=f"0x{job:064x}", customer=f"0x{1:040x}", spec={}, spec_hash="0x" + "0" * 64,
                 amount=10**18, deadline=1e12, needs=NEEDS[job % len(NEEDS)],
                 payloads=tuple({"frame": f} for f in range(count))), now=0.0,

@@ -19,7 +19,7 @@ from orchestrator.api.auth import SessionClaims, SignedRequest, check_token, ver
 from orchestrator.api.errors import ApiError
 from orchestrator.api.limits import PerKeyRate
 from orchestrator.config import Settings
-from orchestrator.db import crud
+from orchestrator.db import nonces as nonce_db
 from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.services.disputes import DisputeChain
@@ -84,7 +84,7 @@ def verify_signed_body(request: Request, ctx: AppContext, body: bytes) -> Signed
 def burn_nonce(ctx: AppContext, signed: SignedRequest) -> bool:
     """Record the request's nonce; False when it was already used (a replay)."""
     with ctx.factory.begin() as session:
-        return crud.claim_nonce(session, address=signed.address, nonce=str(signed.nonce),
+        return nonce_db.claim_nonce(session, address=signed.address, nonce=str(signed.nonce),
                                 expires_at=float(signed.expiry))
 
 

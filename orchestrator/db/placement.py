@@ -16,8 +16,9 @@ from sqlalchemy import insert, select, tuple_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from orchestrator.db.crud import node_spec, set_job_status
 from orchestrator.db.models import Job, Lease, Node, StatusHistory, Task
+from orchestrator.db.nodes import node_spec
+from orchestrator.db.statuses import set_job_status
 from orchestrator.domain.lifecycle import (
     SCHEDULABLE_TASK_STATUSES,
     JobStatus,

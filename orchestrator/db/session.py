@@ -1,4 +1,5 @@
-"""Engines and sessions: SQLite in WAL mode by default, PostgreSQL by URL; schema by Alembic."""
+"""Engines and sessions: SQLite in WAL mode by default, PostgreSQL by URL; schema by Alembic;
+the commit that turns a unique-key race into a `Conflict`."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.domain.errors import DomainError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -102,3 +105,22 @@ def drop_database(base_url: str, name: str) -> None:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()
+
+
+class Conflict(DomainError):
+    """A concurrent request wrote the same row first; the client may retry."""
+
+    code = "conflict"
+
+
+def commit_or_conflict(session: Session) -> None:
+    """Commit; a unique-key race with another request becomes a 409, never a 500."""
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        raise Conflict("a concurrent request changed the same record; retry") from None
+
+
+def ping(session: Session) -> None:
+    session.execute(text("SELECT 1"))

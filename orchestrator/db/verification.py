@@ -13,7 +13,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import (
     Task,
     VerificationCheck,
@@ -80,7 +80,7 @@ def set_status(session: Session, *, commitment: VerificationCommitment,
     commitment.detail = reason
     if target is not VerificationStatus.CHECKING and target is not VerificationStatus.DISPUTED:
         commitment.decided_at = now
-    crud.record_change(session, entity_id=str(commitment.id), change=change)
+    status_db.record_change(session, entity_id=str(commitment.id), change=change)
 
 
 def add_check(session: Session, *, commitment: VerificationCommitment, window: int, role: str,
@@ -108,7 +108,7 @@ def set_check_status(session: Session, *, check: VerificationCheck, target: Chec
     check.status = target.value
     if target in (CheckStatus.MATCHED, CheckStatus.MISMATCHED, CheckStatus.VOID):
         check.done_at = now
-    crud.record_change(session, entity_id=str(check.id), change=change)
+    status_db.record_change(session, entity_id=str(check.id), change=change)
 
 
 def node_env(session: Session, *, node_id: str) -> dict[str, Any] | None:
@@ -171,7 +171,7 @@ def lease_check(session: Session, *, node_id: str, provider: str, now: float,
             .execution_options(synchronize_session=False))
         if taken.rowcount != 1:  # type: ignore[attr-defined]
             continue  # another replica leased it first
-        crud.record_change(session, entity_id=str(check.id), change=check_transition(
+        status_db.record_change(session, entity_id=str(check.id), change=check_transition(
             CheckStatus.OPEN, CheckStatus.LEASED, at=now, reason=f"leased to {node_id}"))
         session.refresh(check)
         return check
@@ -272,7 +272,7 @@ def redo_task(session: Session, *, task: Task, now: float, reason: str,
     """A done task whose result failed goes back in line from scratch: its checkpoints were
     the failed node's, so nothing of them is resumed. `exclude_provider`: the one whose result
     failed verification, never given the task again."""
-    crud.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
+    status_db.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
     if exclude_provider is not None:
         excluded = {*task.needs.get("excluded_providers", ()), exclude_provider}
         task.needs = {**task.needs, "excluded_providers": sorted(excluded)}

@@ -34,7 +34,7 @@ def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """A funded job to insert with its tasks (`crud.create_job`)."""
+    """A funded job to insert with its tasks (`job_db.create_job`)."""
 
     job_id: str
     customer: str

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import leaders as leader_db
 
 log = logging.getLogger("orchestrator.periodic")
 
@@ -47,7 +47,7 @@ class LeaderRunner:
         """Run `work` if this process holds (or takes) the `name` lease; True if it ran."""
         with self.factory.begin() as session:
             now = self.clock()
-            if not crud.try_lead(session, name=name, holder=self.holder, now=now, ttl_s=ttl_s):
+            if not leader_db.try_lead(session, name=name, holder=self.holder, now=now, ttl_s=ttl_s):
                 return False
             after_commit = work(session, now)
         if callable(after_commit):

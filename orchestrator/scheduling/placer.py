@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db.crud import needs_from_json
+from orchestrator.db.jobs import needs_from_json
 from orchestrator.db.placement import (
     PlacementConflict,
     QueuePlace,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
 from orchestrator.db import outbox as outbox_store
 from orchestrator.db.models import OutboxAction, Task
 from orchestrator.domain.errors import Missing
@@ -39,7 +39,7 @@ def accept(session: Session, *, job_id: str, verifier: Verifier, now: float) -> 
 def verification_failed(session: Session, *, task_id: int, node_id: str, pls: PlsService,
                         now: float) -> Task:
     """A spot check found the task's result wrong: PLS slashes the node and demotes it."""
-    task = crud.get_task(session, task_id=task_id)
+    task = job_db.get_task(session, task_id=task_id)
     if task is None:
         raise Missing("task_not_found", f"no task {task_id}")
     pls.task_outcome(session, node_id=node_id, task_id=task_id,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
 from orchestrator.domain.errors import Forbidden, Invalid, TooLarge
 from orchestrator.services import work
 from orchestrator.services.pls import PlsService
@@ -38,7 +38,7 @@ async def receive(*, sha256: str, chunks: AsyncIterator[bytes], declared_bytes: 
         raise kind(exc.code, str(exc)) from None
     elapsed = time.perf_counter() - started
     with factory.begin() as session:
-        crud.add_blob(session, sha256=sha256, size=size, now=clock())
+        blob_db.add_blob(session, sha256=sha256, size=size, now=clock())
         if node_id is not None and size >= MIN_TIMED_UPLOAD_BYTES and elapsed > 0:
             pls.record_upload(session, node_id=node_id, mbps=size * 8 / 1e6 / elapsed,
                               now=clock())

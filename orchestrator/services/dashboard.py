@@ -21,8 +21,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
 from orchestrator.db import dashboard as store
+from orchestrator.db import nodes as node_db
 from orchestrator.db import verification as verification_db
 from orchestrator.db.models import Job, Node, NodeSession, OutboxAction, Task
 from orchestrator.domain.chain_actions import PayloadError, SettleJob, decode
@@ -187,7 +187,7 @@ def snapshot(session: Session, *, pls: PlsService, metrics: MeshMetrics, now: fl
 
 
 def _nodes(session: Session, pls: PlsService, now: float) -> list[NodeRow]:
-    nodes = crud.all_nodes(session)
+    nodes = node_db.all_nodes(session)
     online: dict[str, list[NodeSession]] = defaultdict(list)
     for interval in store.sessions_since(session, since=now - 7 * DAY_S):
         online[interval.node_id].append(interval)

@@ -22,9 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
 from orchestrator.db import disputes as store
+from orchestrator.db import jobs as job_db
 from orchestrator.db import outbox as outbox_store
+from orchestrator.db import statuses as status_db
 from orchestrator.db import verification as verification_store
 from orchestrator.db.models import DisputeRow, Job
 from orchestrator.db.models import SlashRecord as SlashRow
@@ -93,7 +94,7 @@ def _opened(session: Session, event: ChainEvent, *, chain: DisputeChain, now: fl
                                              "which the chain does not know")
         records = store.slash_records(session, slash_id=slash_id, provider=slash.provider,
                                       reason=int(slash.reason), evidence=hex0x(slash.evidence))
-        task = next((crud.get_task(session, task_id=r.task_id) for r in records
+        task = next((job_db.get_task(session, task_id=r.task_id) for r in records
                      if r.task_id is not None), None)
         job_id = None if task is None else task.job_id
         fields = {"slash_id": slash_id, "slashed_provider": slash.provider,
@@ -118,9 +119,9 @@ def _job_disputed(session: Session, *, job_id: str, dispute_id: int, now: float)
     has not yet seen settled is marked settled first; a job already disputed stays so."""
     settlement.mark_settled(session, job_id=job_id, escrow=EscrowStatus.SETTLED, now=now,
                             reason=f"settled on chain (dispute {dispute_id} opened on it)")
-    job = crud.lock_job(session, job_id=job_id)
+    job = job_db.lock_job(session, job_id=job_id)
     if job is not None and job.status == JobStatus.SETTLED.value:
-        crud.set_job_status(session, job=job, target=JobStatus.DISPUTED, now=now,
+        status_db.set_job_status(session, job=job, target=JobStatus.DISPUTED, now=now,
                             reason=f"dispute {dispute_id} opened on chain")
 
 
@@ -173,10 +174,10 @@ def _job_ruled(session: Session, *, row: DisputeRow, now: float) -> None:
     assert row.job_id is not None
     open_ones = [d for d in store.disputes_of_job(session, job_id=row.job_id)
                  if d.status == DisputeState.OPEN.value and d.dispute_id != row.dispute_id]
-    job = crud.lock_job(session, job_id=row.job_id)
+    job = job_db.lock_job(session, job_id=row.job_id)
     if open_ones or job is None or job.status != JobStatus.DISPUTED.value:
         return
-    crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now,
+    status_db.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now,
                         reason=f"dispute {row.dispute_id} {row.outcome}")
 
 
@@ -246,7 +247,7 @@ def job_evidence(session: Session, *, job_id: str, reader: str,
                  chain: Callable[[], DisputeChain], pls: PlsService) -> dict[str, Any]:
     """A job's evidence bundle, for its customer, its providers, its disputes' parties and
     the arbiters."""
-    job = crud.get_job(session, job_id=JobId(job_id))
+    job = job_db.get_job(session, job_id=JobId(job_id))
     if job is None:
         raise Missing("job_not_found", f"no job {job_id}")
     bundle = _job_bundle(session, job, pls)
@@ -284,7 +285,7 @@ def _job_bundle(session: Session, job: Job, pls: PlsService) -> dict[str, Any]:
         for c, task in checkpoints]
     commitments = verification_store.latest_commitments(session, job_id=job.id)
     tasks = []
-    for task in crud.job_tasks(session, job_id=job.id):
+    for task in job_db.job_tasks(session, job_id=job.id):
         commitment = commitments.get(task.id)
         record = _verification_record(session, task_id=task.id)
         tasks.append({"task_id": task.id, "index": task.index, "status": task.status,
@@ -383,8 +384,8 @@ def slash_evidence(session: Session, *, slash_id: int, reader: str,
     job = None
     task_ids = [r.task_id for r in records if r.task_id is not None]
     if task_ids:
-        task = crud.get_task(session, task_id=task_ids[0])
-        found = None if task is None else crud.get_job(session, job_id=task.job_id)
+        task = job_db.get_task(session, task_id=task_ids[0])
+        found = None if task is None else job_db.get_job(session, job_id=task.job_id)
         job = None if found is None else _job_bundle(session, found, pls)
     scores = [{"epoch": p.epoch, "root": hex0x(p.root), "score_bps": p.score_bps,
                "telemetry_digest": hex0x(p.telemetry_digest), "proof": [hex0x(x) for x in p.proof]}

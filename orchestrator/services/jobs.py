@@ -14,7 +14,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
+from orchestrator.db import jobs as job_db
+from orchestrator.db import session as db_session
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import Blob, Job, Task
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused, Unfunded
@@ -36,7 +39,7 @@ class JobView:
 
 def view(session: Session, job: Job) -> JobView:
     return JobView(job_id=job.id, status=job.status, customer=job.customer, amount=job.amount,
-                   tasks=crud.task_counts(session, job_id=job.id), merkle_root=job.merkle_root)
+                   tasks=job_db.task_counts(session, job_id=job.id), merkle_root=job.merkle_root)
 
 
 def job_named(session: Session, *, job_id: str) -> Job:
@@ -44,7 +47,7 @@ def job_named(session: Session, *, job_id: str) -> Job:
         key = JobId(job_id)
     except ValueError:
         raise Missing("job_not_found", f"no job {job_id}") from None
-    job = crud.get_job(session, job_id=key)
+    job = job_db.get_job(session, job_id=key)
     if job is None:
         raise Missing("job_not_found", f"no job {job_id}")
     return job
@@ -73,7 +76,7 @@ def submit(session: Session, *, job: Submission,
     """Create the job and its tasks once its funded escrow matches (customer, spec hash, a
     non-zero amount); a retry with the same idempotency key gets the same job back. The chain
     is read only when the job is new."""
-    seen = crud.find_idempotent_job(session, principal=job.customer, key=job.idempotency_key)
+    seen = job_db.find_idempotent_job(session, principal=job.customer, key=job.idempotency_key)
     if seen is not None:
         if seen.request_hash != job.request_hash:
             raise Refused("idempotency_key_reused", "this key was used for another job")
@@ -82,7 +85,7 @@ def submit(session: Session, *, job: Submission,
         raise Invalid("deadline_passed", f"the spec's deadline {job.deadline:.0f} is not in "
                       "the future; escrow the job again with a later deadline")
     job_id = JobId(job.job_id)
-    if crud.get_job(session, job_id=job_id) is not None:
+    if job_db.get_job(session, job_id=job_id) is not None:
         raise Refused("job_exists", "a job with this id was already submitted")
     escrowed = read_escrow(job_id.raw)
     if escrowed is None or escrowed.status != EscrowStatus.FUNDED:
@@ -95,15 +98,15 @@ def submit(session: Session, *, job: Submission,
         raise Unfunded("escrow_empty", "the escrow holds no funds")
     payloads = split_tasks(job.spec["workload"])
     needs = replace(job.needs, value=escrowed.amount // len(payloads))  # prices collateral
-    created = crud.create_job(session, NewJob(
+    created = job_db.create_job(session, NewJob(
         job_id=job_id, customer=job.customer, spec=job.spec, spec_hash=hex0x(job.spec_hash),
         amount=escrowed.amount, deadline=job.deadline, needs=needs, payloads=tuple(payloads)),
         now=now)
-    crud.set_job_status(session, job=created, target=JobStatus.FUNDED, now=now,
+    status_db.set_job_status(session, job=created, target=JobStatus.FUNDED, now=now,
                         reason=f"escrow of {escrowed.amount} seen on chain")
-    crud.save_idempotency_key(session, principal=job.customer, key=job.idempotency_key,
+    job_db.save_idempotency_key(session, principal=job.customer, key=job.idempotency_key,
                               request_hash=job.request_hash, job_id=job_id, now=now)
-    crud.commit_or_conflict(session)
+    db_session.commit_or_conflict(session)
     return view(session, created)
 
 
@@ -117,12 +120,12 @@ def cancel(session: Session, *, job_id: str, customer: str, now: float) -> JobVi
     if JobStatus.CANCELLED not in JOB_TRANSITIONS[JobStatus(job.status)]:
         raise Refused("job_not_cancellable",
                       f"the job is {job.status}: only a job no node has taken can be cancelled")
-    for task in crud.job_tasks(session, job_id=job.id):
-        crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+    for task in job_db.job_tasks(session, job_id=job.id):
+        status_db.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
                              reason="job cancelled by its customer")
-    crud.set_job_status(session, job=job, target=JobStatus.CANCELLED, now=now,
+    status_db.set_job_status(session, job=job, target=JobStatus.CANCELLED, now=now,
                         reason="cancelled by its customer")
-    crud.commit_or_conflict(session)
+    db_session.commit_or_conflict(session)
     return view(session, job)
 
 
@@ -144,8 +147,8 @@ class JobResults:
 def results(session: Session, *, job_id: str, customer: str) -> JobResults:
     """The job's results so far, for its customer only."""
     job = _customer_job(session, job_id=job_id, customer=customer)
-    found = crud.job_results(session, job_id=job.id)
-    tasks = crud.task_counts(session, job_id=job.id)
+    found = blob_db.job_results(session, job_id=job.id)
+    tasks = job_db.task_counts(session, job_id=job.id)
     unfinished = sum(count for status, count in tasks.items()
                      if status not in (TaskStatus.DONE.value, TaskStatus.VERIFIED.value))
     return JobResults(job_id=job.id, status=job.status, complete=unfinished == 0,
@@ -155,5 +158,5 @@ def results(session: Session, *, job_id: str, customer: str) -> JobResults:
 def check_result(session: Session, *, job_id: str, customer: str, sha256: str) -> None:
     """Refuse unless `sha256` is a result of the customer's job."""
     job = _customer_job(session, job_id=job_id, customer=customer)
-    if all(blob.sha256 != sha256 for _, blob in crud.job_results(session, job_id=job.id)):
+    if all(blob.sha256 != sha256 for _, blob in blob_db.job_results(session, job_id=job.id)):
         raise Missing("result_not_found", "no result of this job has that sha256")

@@ -16,8 +16,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import nodes as node_db
 from orchestrator.db import pls as store
+from orchestrator.db import session as db_session
 from orchestrator.db.models import Node, PopwVerdictRecord
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, Unavailable, Unfunded
 from orchestrator.domain.failure_detector import PhiAccrualDetector
@@ -34,7 +35,7 @@ from orchestrator.telemetry.metrics import MeshMetrics
 
 def owned_node(session: Session, *, node_id: str, address: str) -> Node:
     """The node, if it exists and belongs to `address` (the signer or the session's owner)."""
-    node = crud.get_node(session, node_id=node_id)
+    node = node_db.get_node(session, node_id=node_id)
     if node is None:
         raise Missing("node_not_found", f"no node {node_id}")
     if node.provider != address:
@@ -47,22 +48,22 @@ def register(session: Session, *, spec: NodeSpec, pls: PlsService,
     """Register or update the node; registering counts as its first sign of life. A new node
     counts only if its provider's bonded stake backs `stake_per_node` for each of its nodes
     (0: no stake needed), so fresh wallets cannot fill the grid with nodes."""
-    existing = crud.get_node(session, node_id=spec.node_id)
+    existing = node_db.get_node(session, node_id=spec.node_id)
     if existing is not None and existing.provider != spec.provider:
         raise Forbidden("node_not_owned", "this node id belongs to another provider")
     if existing is None and stake_per_node > 0:
         _require_stake(session, pls=pls, provider=spec.provider, per_node=stake_per_node,
                        now=now)
-    node = crud.register_node(session, spec=spec, now=now)
+    node = node_db.register_node(session, spec=spec, now=now)
     pls.node_registered(session, node=node, now=now)
-    crud.commit_or_conflict(session)
+    db_session.commit_or_conflict(session)
     detector.heartbeat(node.id, now)
     return node
 
 
 def _require_stake(session: Session, *, pls: PlsService, provider: str, per_node: int,
                    now: float) -> None:
-    needed = per_node * (crud.provider_node_count(session, provider=provider) + 1)
+    needed = per_node * (node_db.provider_node_count(session, provider=provider) + 1)
     try:
         bonded = pls.stake.stake(provider, now).bonded
     except StakeUnavailable as exc:
@@ -207,7 +208,7 @@ def judge_answer(session: Session, *, node_id: str, pls: PlsService, nonce: str,
                  now: float) -> PopwVerdict:
     """The handshake's verdict (stored, passed or not). `signer`: the address whose signature
     over the answer verified, or None; only the node's provider's counts."""
-    node = crud.get_node(session, node_id=node_id)
+    node = node_db.get_node(session, node_id=node_id)
     if node is None:
         raise Missing("node_not_found", f"no node {node_id}")
     try:
@@ -243,10 +244,10 @@ class NodeListing:
 def listing(session: Session, *, pls: PlsService, now: float, provider: str | None = None
             ) -> list[NodeListing]:
     found = []
-    for node in crud.all_nodes(session):
+    for node in node_db.all_nodes(session):
         if provider is not None and node.provider != provider:
             continue
-        spec = crud.node_spec(node)
+        spec = node_db.node_spec(node)
         parts = pls.components(node.id, now, 3600.0)
         found.append(NodeListing(spec=spec, health=node.health, draining=node.draining,
                                  last_heartbeat_at=node.last_heartbeat_at,
@@ -263,8 +264,8 @@ class NodeScore:
 
 def node_score(session: Session, *, node_id: str, pls: PlsService, duration_s: float,
                now: float) -> NodeScore:
-    node = crud.get_node(session, node_id=node_id)
+    node = node_db.get_node(session, node_id=node_id)
     parts = pls.components(node_id, now, duration_s) if node is not None else None
     if node is None or parts is None:
         raise Missing("node_not_found", f"no node {node_id}")
-    return NodeScore(parts, int(pls.effective_spec(crud.node_spec(node), now).tier))
+    return NodeScore(parts, int(pls.effective_spec(node_db.node_spec(node), now).tier))

@@ -19,7 +19,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
+from orchestrator.db import jobs as job_db
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
 from orchestrator.domain.checkpointing import plan_chunks
@@ -65,7 +66,7 @@ class PlsContinuity(PlsLog):
             self._observe(session, *lapsed)
             self.catch_up(session)
         lease = store.revoked_lease(session, task_id=task_id, node_id=node.id)
-        task = crud.get_task(session, task_id=task_id)
+        task = job_db.get_task(session, task_id=task_id)
         if lease is None or lease.released_at is None or task is None:
             return ProgressOutcome(ProgressVerdict.NOT_PENDING, 0)
         with self._lock:  # dated at the DEAD verdict, not at a lone hold's lapse
@@ -77,7 +78,7 @@ class PlsContinuity(PlsLog):
         plan = chunk_plan(task.payload)
         new: list[bytes] = []
         for chunk in chunks:
-            blob = crud.get_blob(session, sha256=chunk.sha256)
+            blob = blob_db.get_blob(session, sha256=chunk.sha256)
             if (blob is not None and blob.created_at > departed_at
                     and departed_at < chunk.rendered_at <= min(blob.created_at, now)
                     and (chunk.offset, chunk.length) in plan

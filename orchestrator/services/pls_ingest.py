@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import leases as lease_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
 from orchestrator.domain.pls_engine import PlsEngine
@@ -88,7 +90,7 @@ class PlsIngest(PlsLog):
 
     def session_bound(self, session: Session, *, node: Node, session_key: str) -> None:
         """The node's wallet-signed login named its process's ephemeral session key."""
-        crud.bind_session_key(session, node=node, session_key=session_key)
+        node_db.bind_session_key(session, node=node, session_key=session_key)
         self._observe(session, known(node))  # binds the key in the engine as a rebuild does
 
     def after_sweep(self, session: Session, *, facts: SweepFacts, now: float) -> None:
@@ -131,12 +133,12 @@ class PlsIngest(PlsLog):
     @staticmethod
     def _damage(session: Session, task_id: int, node_id: str) -> tuple[int | None, float | None]:
         """(task value, share of it redone) of the attempt just moved off `node_id`."""
-        task = crud.get_task(session, task_id=task_id)
-        lost = [e for e in crud.recovery_events(session, task_id=task_id)
+        task = job_db.get_task(session, task_id=task_id)
+        lost = [e for e in lease_db.recovery_events(session, task_id=task_id)
                 if e.from_node == node_id]
         if task is None or not lost:
             return None, None
-        return crud.needs_from_json(task.needs).value, lost[-1].rework
+        return job_db.needs_from_json(task.needs).value, lost[-1].rework
 
     @staticmethod
     def _lone_held(session: Session, node_id: str, now: float) -> list[Observation]:
@@ -144,12 +146,12 @@ class PlsIngest(PlsLog):
         is not back within the grace (a silent node reports no progress: its work lost now
         is its work lost then)."""
         held: list[Observation] = []
-        for lease in crud.live_leases(session, node_id=node_id):
+        for lease in lease_db.live_leases(session, node_id=node_id):
             lock = store.latest_lock(session, task_id=lease.task_id, node_id=node_id)
-            task = crud.get_task(session, task_id=lease.task_id)
+            task = job_db.get_task(session, task_id=lease.task_id)
             if lease.state == "active" and lock is not None and task is not None:
                 held.append(LoneHeld(node_id, lease.task_id, lock.amount, lock.raw_rs, now,
-                                     crud.needs_from_json(task.needs).value,
+                                     job_db.needs_from_json(task.needs).value,
                                      max(task.progress - task.checkpoint_progress, 0.0)))
         return held
 

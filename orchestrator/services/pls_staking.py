@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud, outbox
+from orchestrator.db import nodes as node_db
+from orchestrator.db import outbox
 from orchestrator.db import pls as store
 from orchestrator.db.models import SlashRecord
 from orchestrator.domain.chain_actions import (
@@ -107,7 +108,7 @@ class PlsStaking(PlsLog):
             change = (self.engine.staking.dispute_upheld(decision, now)
                       if self.engine.knows(record.node_id) else None)
         target = chain_prior if change is None else change.new
-        node = crud.get_node(session, node_id=record.node_id)
+        node = node_db.get_node(session, node_id=record.node_id)
         if node is None or node.tier >= target:
             return None
         store.set_node_tier(session, node_id=record.node_id, tier=int(target))

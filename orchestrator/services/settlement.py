@@ -19,7 +19,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud, outbox
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
+from orchestrator.db import outbox
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import Job
 from orchestrator.domain.chain_actions import SettleJob
 from orchestrator.domain.chain_events import ChainEvent
@@ -36,14 +39,14 @@ REORGED = "settlement reorged out of the chain"
 def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
     """Verified: pay providers by tasks delivered, via the chain outbox, exactly once; the
     job moves completed -> settling. False when its settlement was already queued."""
-    crud.set_job_status(session, job=job, target=JobStatus.COMPLETED, now=now,
+    status_db.set_job_status(session, job=job, target=JobStatus.COMPLETED, now=now,
                         reason="verification passed")
-    tasks = crud.job_tasks(session, job_id=job.id)
+    tasks = job_db.job_tasks(session, job_id=job.id)
     delivered: dict[str, int] = {}
     for task in tasks:
-        crud.set_task_status(session, task=task, target=TaskStatus.VERIFIED, now=now,
+        status_db.set_task_status(session, task=task, target=TaskStatus.VERIFIED, now=now,
                              reason="job accepted")
-        node = crud.get_node(session, node_id=task.node_id) if task.node_id else None
+        node = node_db.get_node(session, node_id=task.node_id) if task.node_id else None
         if node is not None:
             delivered[node.provider] = delivered.get(node.provider, 0) + 1
     providers = sorted(delivered)
@@ -54,7 +57,7 @@ def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
                          payouts=tuple(payouts),
                          merkle_root=None if job.merkle_root is None
                          else unhex(job.merkle_root)))
-    crud.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
+    status_db.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
                         reason="settlement queued")
     return queued
 
@@ -67,13 +70,13 @@ def mark_settled(session: Session, *, job_id: str, escrow: EscrowStatus, now: fl
     that a reorg could still undo) moves no job whose settlement a reorg already removed."""
     if escrow is not EscrowStatus.SETTLED:
         return None
-    job = crud.lock_job(session, job_id=job_id)
+    job = job_db.lock_job(session, job_id=job_id)
     if job is None or job.status != JobStatus.SETTLING.value:
         return None
     if not final and _reorged(session, job_id):
         return None
     lag = now - job.updated_at
-    crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now, reason=reason)
+    status_db.set_job_status(session, job=job, target=JobStatus.SETTLED, now=now, reason=reason)
     return lag
 
 
@@ -83,10 +86,10 @@ def unsettle_reorged(session: Session, *, job_ids: Sequence[str], now: float) ->
     have gone with the settlement, and the ruling events decide it."""
     moved = []
     for job_id in job_ids:
-        job = crud.lock_job(session, job_id=job_id)
+        job = job_db.lock_job(session, job_id=job_id)
         if job is None or job.status != JobStatus.SETTLED.value:
             continue
-        crud.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
+        status_db.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
                             reason=REORGED)
         moved.append(job_id)
     if moved:
@@ -96,7 +99,7 @@ def unsettle_reorged(session: Session, *, job_ids: Sequence[str], now: float) ->
 
 def _reorged(session: Session, job_id: str) -> bool:
     return any(change.reason == REORGED
-               for change in crud.status_history(session, entity="job", entity_id=job_id))
+               for change in status_db.status_history(session, entity="job", entity_id=job_id))
 
 
 def on_settled(session: Session, event: ChainEvent, now: float) -> None:
@@ -123,7 +126,7 @@ def sync_settlements(session: Session, *, read_escrow: Callable[[bytes], Escrowe
     and flag any job whose chain state disagrees with ours (execution/settlement divergence)."""
     settled: list[tuple[str, float]] = []
     diverged: list[str] = []
-    for job in crud.jobs_in_status(session, statuses=[JobStatus.SETTLING]):
+    for job in job_db.jobs_in_status(session, statuses=[JobStatus.SETTLING]):
         escrowed = read_escrow(JobId(job.id).raw)
         if escrowed is None or escrowed.status == EscrowStatus.FUNDED:
             continue  # the settlement transaction has not landed yet

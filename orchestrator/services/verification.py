@@ -22,8 +22,10 @@ import numpy as np
 from eth_utils import keccak
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import pls as pls_store
+from orchestrator.db import statuses as status_db
 from orchestrator.db import verification as store
 from orchestrator.db.models import Job, Node, Task, VerificationCheck, VerificationCommitment
 from orchestrator.domain.checkpointing import plan_chunks
@@ -130,7 +132,7 @@ class Verifier:
     def commit(self, session: Session, *, task: Task, node_id: str, result_sha256: str,
                report: RenderReport | None, now: float) -> VerificationCommitment:
         """Record the result's commitment, then draw which windows to re-check."""
-        node = crud.get_node(session, node_id=node_id)
+        node = node_db.get_node(session, node_id=node_id)
         if node is None:
             raise VerificationNotFound("node_not_found", f"no node {node_id}")
         leaves, windows, rows = self._leaves(task, result_sha256, report)
@@ -403,7 +405,7 @@ class Verifier:
     def _resolve_replicas(self, session: Session, commitment: VerificationCommitment,
                           checks: list[VerificationCheck], now: float) -> None:
         """k-of-n: the node's run and the replicas' runs vote by result hash."""
-        task = crud.get_task(session, task_id=commitment.task_id)
+        task = job_db.get_task(session, task_id=commitment.task_id)
         assert task is not None
         rule = redundancy_of(task.payload)
         assert rule is not None
@@ -489,14 +491,14 @@ class Verifier:
         if commitment.status != VerificationStatus.FAILED.value:
             store.set_status(session, commitment=commitment, target=VerificationStatus.FAILED,
                              now=now, reason=reason)
-        task = crud.get_task(session, task_id=commitment.task_id)
-        job = crud.get_job(session, job_id=commitment.job_id)
+        task = job_db.get_task(session, task_id=commitment.task_id)
+        job = job_db.get_job(session, job_id=commitment.job_id)
         assert task is not None and job is not None
         if task.status == TaskStatus.DONE.value:
             store.redo_task(session, task=task, now=now, reason=reason,
                             exclude_provider=commitment.provider if blame else None)
         if job.status == JobStatus.VERIFYING.value:
-            crud.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
+            status_db.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
                                 reason=f"task {task.id} redone: {reason}")
 
     def evidence(self, commitment: VerificationCommitment,
@@ -528,7 +530,7 @@ class Verifier:
     def task_record(session: Session, *, task_id: int) -> list[tuple[
             VerificationCommitment, list[VerificationCheck], list[Any]]] | None:
         """Every commitment of the task with its checks and evidence; None: no such task."""
-        if crud.get_task(session, task_id=task_id) is None:
+        if job_db.get_task(session, task_id=task_id) is None:
             return None
         return [(row, store.checks_of(session, commitment_id=row.id),
                  store.evidence_of(session, commitment_id=row.id))
@@ -540,10 +542,10 @@ class Verifier:
         commitment, is accepted through the one settlement path (`services.work`). The job
         is locked first: two last checks passing at once (two replicas) would each see the
         other's commitment undecided."""
-        job = crud.lock_job(session, job_id=job_id)
+        job = job_db.lock_job(session, job_id=job_id)
         if job is None or job.status != JobStatus.VERIFYING.value:
             return False
-        tasks = crud.job_tasks(session, job_id=job_id)
+        tasks = job_db.job_tasks(session, job_id=job_id)
         latest = store.latest_commitments(session, job_id=job_id)
         for task in tasks:
             row = latest.get(task.id)

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
+from orchestrator.db import jobs as job_db
+from orchestrator.db import leases as lease_db
+from orchestrator.db import nodes as node_db
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import Job, Lease, Node, Task
 from orchestrator.db.placement import (
     PlacementConflict,
@@ -74,23 +78,23 @@ def _next_lease(session: Session, *, node: Node, clock: Callable[[], float],
     new. A new lease is stamped with the clock read after the slots and the queue were read:
     a release committed by the sweep after this pull began, that freed the slot or the task,
     is stamped before the lease that follows it (never "leased twice at once")."""
-    reserved = crud.oldest_reservation(session, node_id=node.id)
+    reserved = lease_db.oldest_reservation(session, node_id=node.id)
     if reserved is not None:
         return reserved, False
     now = clock()
     if node.draining or node.health != NodeHealth.ALIVE.value:
         return None
-    held = {lease.slot for lease in crud.live_leases(session, node_id=node.id)}
+    held = {lease.slot for lease in lease_db.live_leases(session, node_id=node.id)}
     free = [slot for slot in range(node.slots) if slot not in held]
     if not free:
         return None
-    spec = crud.node_spec(node)
+    spec = node_db.node_spec(node)
     if gate is not None:
         spec = gate.effective_spec(spec, now)
     for task in _eligible_waiting(session, spec=spec):
         admission = None
         if gate is not None:
-            needs = crud.needs_from_json(task.needs)
+            needs = job_db.needs_from_json(task.needs)
             admission = gate.admit(spec, needs, now)
             if admission is None or gate.held_back(needs, admission, task, now):
                 continue
@@ -107,7 +111,7 @@ def _next_lease(session: Session, *, node: Node, clock: Callable[[], float],
         except PlacementConflict:
             return None  # another placement won the slot or task; the agent pulls again
         session.expire_all()
-        lease = crud.live_lease_for_task(session, task_id=task.task_id)
+        lease = lease_db.live_lease_for_task(session, task_id=task.task_id)
         return None if lease is None else (lease, True)
     return None
 
@@ -119,7 +123,7 @@ def _eligible_waiting(session: Session, *, spec: NodeSpec, page: int = 200,
     for _ in range(pages):
         batch = waiting_tasks(session, limit=page, after=after)
         for task in batch:
-            if eligible(spec, crud.needs_from_json(task.needs)):
+            if eligible(spec, job_db.needs_from_json(task.needs)):
                 yield task
         if len(batch) < page:
             return
@@ -136,8 +140,8 @@ def readable_blobs(session: Session, *, node_id: str, read: Callable[[str], byte
     it is a manifest (`{"chunks": [{"sha256": ...}, ...]}`, how the agent checkpoints sample
     chunks inside a frame)."""
     readable: set[str] = set()
-    for lease in crud.live_leases(session, node_id=node_id):
-        task = crud.get_task(session, task_id=lease.task_id)
+    for lease in lease_db.live_leases(session, node_id=node_id):
+        task = job_db.get_task(session, task_id=lease.task_id)
         if task is None:
             continue
         readable.update(str(task.payload[key]) for key in ("blend_sha256", "input_sha256")
@@ -157,10 +161,10 @@ def readable_blobs(session: Session, *, node_id: str, read: Callable[[str], byte
 
 
 def held_lease(session: Session, *, task_id: int, node_id: str) -> tuple[Task, Lease]:
-    task = crud.get_task(session, task_id=task_id)
+    task = job_db.get_task(session, task_id=task_id)
     if task is None:
         raise WorkNotFound("task_not_found", f"no task {task_id}")
-    lease = crud.live_lease_for_task(session, task_id=task_id)
+    lease = lease_db.live_lease_for_task(session, task_id=task_id)
     if lease is None or lease.node_id != node_id:
         raise WorkError("lease_not_held", f"node {node_id} holds no live lease on task {task_id}")
     return task, lease
@@ -173,15 +177,15 @@ def report_progress(session: Session, *, task_id: int, node_id: str, progress: f
     recovery = None
     if lease.state == LeaseState.RESERVED.value:  # a new placement, or one taken back
         if task.status == TaskStatus.RESERVED.value:
-            crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
+            status_db.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
                                  reason=f"started on {node_id}")
-            job = crud.get_job(session, job_id=task.job_id)
+            job = job_db.get_job(session, job_id=task.job_id)
             assert job is not None
             if job.status == JobStatus.SCHEDULED.value:
-                crud.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
+                status_db.set_job_status(session, job=job, target=JobStatus.RUNNING, now=now,
                                     reason="first task started")
-        crud.activate_lease(session, lease=lease)
-        event = crud.open_recovery(session, task_id=task.id)
+        lease_db.activate_lease(session, lease=lease)
+        event = lease_db.open_recovery(session, task_id=task.id)
         if event is not None:
             event.resumed_at = now
             event.resumed_on = node_id
@@ -197,9 +201,9 @@ def add_checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str,
     task, _ = held_lease(session, task_id=task_id, node_id=node_id)
     if task.status != TaskStatus.RUNNING.value:
         raise WorkError("task_not_running", "checkpoints are taken while running")
-    if crud.get_blob(session, sha256=sha256) is None:
+    if blob_db.get_blob(session, sha256=sha256) is None:
         raise WorkNotFound("blob_missing", "upload the checkpoint blob first")
-    crud.add_checkpoint(session, task=task, node_id=node_id, sha256=sha256, progress=progress,
+    blob_db.add_checkpoint(session, task=task, node_id=node_id, sha256=sha256, progress=progress,
                         is_result=False, now=now)
     return task
 
@@ -207,29 +211,29 @@ def add_checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str,
 def complete_task(session: Session, *, task_id: int, node_id: str, result_sha256: str,
                   now: float) -> Task:
     task, lease = held_lease(session, task_id=task_id, node_id=node_id)
-    if crud.get_blob(session, sha256=result_sha256) is None:
+    if blob_db.get_blob(session, sha256=result_sha256) is None:
         raise WorkNotFound("blob_missing", "upload the result blob first")
-    crud.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
+    status_db.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
                          reason=f"completed on {node_id}")
-    crud.add_checkpoint(session, task=task, node_id=node_id, sha256=result_sha256, progress=1.0,
+    blob_db.add_checkpoint(session, task=task, node_id=node_id, sha256=result_sha256, progress=1.0,
                         is_result=True, now=now)
-    crud.release_lease(session, lease=lease, now=now, reason="completed")
+    lease_db.release_lease(session, lease=lease, now=now, reason="completed")
     session.flush()
     # Locked before counting: the last two tasks completed at once (two replicas) would each
     # see the other's still running, and the job would never move to verifying.
-    job = crud.lock_job(session, job_id=task.job_id)
+    job = job_db.lock_job(session, job_id=task.job_id)
     assert job is not None
-    counts = crud.task_counts(session, job_id=job.id)
+    counts = job_db.task_counts(session, job_id=job.id)
     if set(counts) == {TaskStatus.DONE.value}:
         job.merkle_root = job_merkle_root(session, job_id=job.id)
-        crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
+        status_db.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
                             reason="all tasks done")
     return task
 
 
 def job_merkle_root(session: Session, *, job_id: str) -> str | None:
     """Root over every checkpoint and result hash of the job (sha256 digests as leaves)."""
-    hashes = crud.job_artifact_hashes(session, job_id=job_id)
+    hashes = blob_db.job_artifact_hashes(session, job_id=job_id)
     if not hashes:
         return None
     return hex0x(MerkleTree.build([bytes.fromhex(h) for h in hashes]).root)
@@ -240,13 +244,13 @@ def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now:
     error: retried elsewhere until the attempt budget is spent."""
     task, lease = held_lease(session, task_id=task_id, node_id=node_id)
     if reason == "error" and task.attempts >= MAX_ATTEMPTS:
-        crud.release_lease(session, lease=lease, now=now, reason="failed")
-        crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+        lease_db.release_lease(session, lease=lease, now=now, reason="failed")
+        status_db.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
                              reason=f"failed {task.attempts} times")
-        job = crud.get_job(session, job_id=task.job_id)
+        job = job_db.get_job(session, job_id=task.job_id)
         assert job is not None
         if JobStatus.FAILED in JOB_TRANSITIONS[JobStatus(job.status)]:
-            crud.set_job_status(session, job=job, target=JobStatus.FAILED, now=now,
+            status_db.set_job_status(session, job=job, target=JobStatus.FAILED, now=now,
                                 reason=f"task {task.id} failed for good")
         return task
     cause = "drain" if reason == "drain" else None
@@ -257,11 +261,11 @@ def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now:
 def drain_node(session: Session, *, node: Node, now: float) -> int:
     """No new leases; unstarted reservations go back at once. Running tasks keep their lease
     until the agent checkpoints and reports `fail(drain)`. Returns reservations released."""
-    crud.start_drain(session, node=node, now=now, reason="graceful drain requested")
+    node_db.start_drain(session, node=node, now=now, reason="graceful drain requested")
     released = 0
-    for lease in crud.live_leases(session, node_id=node.id):
+    for lease in lease_db.live_leases(session, node_id=node.id):
         if lease.state == LeaseState.RESERVED.value:
-            task = crud.get_task(session, task_id=lease.task_id)
+            task = job_db.get_task(session, task_id=lease.task_id)
             assert task is not None
             requeue_task(session, task=task, lease=lease, now=now, reason="node draining",
                               cause=None)
@@ -273,11 +277,11 @@ def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reas
                  cause: str | None) -> None:
     """Free the slot and put the task back in line, resuming from its last checkpoint.
     `cause` (dead, drain, lapsed, restart) records a recovery event with the work lost."""
-    crud.release_lease(session, lease=lease, now=now, reason=reason)
+    lease_db.release_lease(session, lease=lease, now=now, reason=reason)
     was_running = task.status == TaskStatus.RUNNING.value
-    crud.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
+    status_db.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
     if cause is not None and was_running:
-        crud.add_recovery_event(session, task_id=task.id, from_node=lease.node_id, cause=cause,
+        lease_db.add_recovery_event(session, task_id=task.id, from_node=lease.node_id, cause=cause,
                                 lost_at=now,
                                 rework=max(task.progress - task.checkpoint_progress, 0.0))
     task.progress = task.checkpoint_progress
@@ -304,25 +308,25 @@ def take_back_leases(session: Session, *, node: Node, now: float,
     longer run (its slot is gone, its spec no longer fits the task, it drains) is released
     to be placed again at once. A lease already past its expiry is left to the sweep: a lone
     hold that lapsed is an abandonment whoever comes back."""
-    spec = crud.node_spec(node)
+    spec = node_db.node_spec(node)
     taken = TakenBack()
-    for lease in crud.live_leases(session, node_id=node.id):
+    for lease in lease_db.live_leases(session, node_id=node.id):
         if lease.state != LeaseState.ACTIVE.value or lease.expires_at <= now:
             continue
-        task = crud.get_task(session, task_id=lease.task_id)
+        task = job_db.get_task(session, task_id=lease.task_id)
         assert task is not None
         fits = (not node.draining and lease.slot < node.slots
-                and eligible(spec, crud.needs_from_json(task.needs)))
+                and eligible(spec, job_db.needs_from_json(task.needs)))
         if not fits:
             requeue_task(session, task=task, lease=lease, now=now,
                          reason="node restarted, cannot take it back", cause="restart")
             taken.released.append(task.id)
             continue
-        crud.add_recovery_event(session, task_id=task.id, from_node=node.id, cause="restart",
+        lease_db.add_recovery_event(session, task_id=task.id, from_node=node.id, cause="restart",
                                 lost_at=now,
                                 rework=max(task.progress - task.checkpoint_progress, 0.0))
         task.progress = task.checkpoint_progress
-        crud.reserve_again(session, lease=lease, now=now, ttl_s=reservation_ttl_s)
+        lease_db.reserve_again(session, lease=lease, now=now, ttl_s=reservation_ttl_s)
         taken.offered.append(task.id)
     if taken.offered or taken.released:
         log.warning("node %s restarted: tasks %s offered again, %s released", node.id,
@@ -333,8 +337,8 @@ def take_back_leases(session: Session, *, node: Node, now: float,
 def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str) -> int:
     """Move every task off a dead or drained node; returns how many moved."""
     moved = 0
-    for lease in crud.live_leases(session, node_id=node_id):
-        task = crud.get_task(session, task_id=lease.task_id)
+    for lease in lease_db.live_leases(session, node_id=node_id):
+        task = job_db.get_task(session, task_id=lease.task_id)
         assert task is not None
         requeue_task(session, task=task, lease=lease, now=now, reason=f"node {cause}", cause=cause)
         moved += 1
@@ -344,11 +348,11 @@ def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str
 def expire_leases(session: Session, *, now: float) -> int:
     """Release reservations never started and running leases whose renewals stopped (cause
     "dead" when the node is DEAD: a lease held through a silence that did not end)."""
-    expired = crud.lapsed_leases(session, now=now)
+    expired = lease_db.lapsed_leases(session, now=now)
     for lease in expired:
-        task = crud.get_task(session, task_id=lease.task_id)
+        task = job_db.get_task(session, task_id=lease.task_id)
         assert task is not None
-        node = crud.get_node(session, node_id=lease.node_id)
+        node = node_db.get_node(session, node_id=lease.node_id)
         dead = node is not None and node.health == NodeHealth.DEAD.value
         requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
                      cause="dead" if dead else "lapsed")
@@ -377,7 +381,7 @@ def _reconcile(session: Session, *, detector: PhiAccrualDetector, now: float,
     received them), act on its verdicts, then release lapsed leases. A node just called DEAD
     loses its leases at once unless `lease_holds` keeps them for a while (a silence its peers
     share); a held lease lapses like any other if the node stays silent."""
-    nodes = crud.all_nodes(session)
+    nodes = node_db.all_nodes(session)
     for node in nodes:
         if node.last_heartbeat_at is not None:
             detector.heartbeat(node.id, node.last_heartbeat_at)
@@ -397,17 +401,17 @@ def _reconcile(session: Session, *, detector: PhiAccrualDetector, now: float,
             continue
         if node.id in newly_dead:
             if node.id in holds:
-                crud.hold_node_leases(session, node_id=node.id, until=now + holds[node.id])
+                lease_db.hold_node_leases(session, node_id=node.id, until=now + holds[node.id])
                 held.append(node.id)
             else:
                 abandoned.extend((node.id, lease.task_id)
-                                 for lease in crud.live_leases(session, node_id=node.id)
+                                 for lease in lease_db.live_leases(session, node_id=node.id)
                                  if lease.state == LeaseState.ACTIVE.value)
                 revoked += revoke_node_leases(session, node_id=node.id, now=now,
                                                    cause="dead")
         elif verdict is not NodeHealth.DEAD and node.health == NodeHealth.DEAD.value:
             returned.append(node.id)
-        crud.set_node_health(session, node=node, health=verdict, now=now, reason="detector")
+        node_db.set_node_health(session, node=node, health=verdict, now=now, reason="detector")
     expired = expire_leases(session, now=now)
     expire_overdue_jobs(session, now=now)
     draining = {node.id for node in nodes if node.draining}
@@ -422,17 +426,17 @@ OPEN_JOB_STATUSES = (JobStatus.SUBMITTED, JobStatus.FUNDED, JobStatus.SCHEDULED,
 def expire_overdue_jobs(session: Session, *, now: float) -> list[str]:
     """Jobs past their deadline stop: leases are released and unfinished tasks fail, so no
     slot stays held for work nobody will pay for (the escrow refund is the chain's side)."""
-    overdue = crud.jobs_in_status(session, statuses=OPEN_JOB_STATUSES, deadline_before=now)
+    overdue = job_db.jobs_in_status(session, statuses=OPEN_JOB_STATUSES, deadline_before=now)
     for job in overdue:
-        for task in crud.job_tasks(session, job_id=job.id):
+        for task in job_db.job_tasks(session, job_id=job.id):
             if TaskStatus.FAILED not in TASK_TRANSITIONS[TaskStatus(task.status)]:
                 continue
-            lease = crud.live_lease_for_task(session, task_id=task.id)
+            lease = lease_db.live_lease_for_task(session, task_id=task.id)
             if lease is not None:
-                crud.release_lease(session, lease=lease, now=now, reason="job expired")
-            crud.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+                lease_db.release_lease(session, lease=lease, now=now, reason="job expired")
+            status_db.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
                                  reason="job deadline passed")
-        crud.set_job_status(session, job=job, target=JobStatus.EXPIRED, now=now,
+        status_db.set_job_status(session, job=job, target=JobStatus.EXPIRED, now=now,
                             reason="deadline passed")
     return [job.id for job in overdue]
 
@@ -459,18 +463,18 @@ def pull_lease(session: Session, *, node: Node, pls: PlsService, pls_placement: 
     if pulled is None:
         return None
     lease, fresh = pulled
-    task = crud.get_task(session, task_id=lease.task_id)
+    task = job_db.get_task(session, task_id=lease.task_id)
     if task is None:
         raise RuntimeError(f"lease {lease.id} names a task that does not exist")
     interval = pls.checkpoint_interval_s(node.id, clock(),
-                                         crud.needs_from_json(task.needs).expected_duration_s)
+                                         job_db.needs_from_json(task.needs).expected_duration_s)
     return Grant(lease, task, interval, fresh=fresh)
 
 
 def accept_job(session: Session, *, job: Job, pls: PlsService, now: float) -> None:
     """Verified: queue the settlement (exactly once) and tell PLS every placed task finished."""
     settlement.queue_settlement(session, job=job, now=now)
-    for task in crud.job_tasks(session, job_id=job.id):
+    for task in job_db.job_tasks(session, job_id=job.id):
         if task.node_id is not None:
             pls.task_outcome(session, node_id=task.node_id, task_id=task.id,
                              outcome=TaskOutcome.COMPLETED, now=now)

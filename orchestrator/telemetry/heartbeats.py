@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import nodes as node_db
 
 log = logging.getLogger("orchestrator.heartbeats")
 
@@ -43,7 +43,7 @@ class HeartbeatBuffer:
             return 0
         try:
             with self.factory.begin() as session:
-                crud.touch_heartbeats(session, beats=beats, lease_ttl_s=self.lease_ttl_s)
+                node_db.touch_heartbeats(session, beats=beats, lease_ttl_s=self.lease_ttl_s)
                 if self.on_flush is not None:
                     self.on_flush(session, beats)
         except Exception:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from orchestrator.api.deps import AppContext
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
@@ -60,7 +60,7 @@ def tile_exr(tmp: Path, width: int = 96, height: int = 27) -> bytes:
 def _job(ctx: AppContext, payloads: list[dict[str, object]], now: float) -> str:
     job_id = "0x" + f"{next(_jobs):064x}"
     with ctx.factory.begin() as session:
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id=job_id, customer=CUSTOMER, spec={"kind": "blender"}, spec_hash="0x" + "0" * 64,
             amount=3 * 10**18, deadline=now + 86_400, needs=TaskNeeds(), payloads=tuple(payloads)),
             now=now, status=JobStatus.FUNDED)

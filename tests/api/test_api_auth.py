@@ -21,7 +21,7 @@ from orchestrator.api.auth import (
     verify_request,
 )
 from orchestrator.api.errors import ApiError
-from orchestrator.db import crud
+from orchestrator.db import nonces as nonce_db
 from protocol.client import Wallet
 from protocol.signing import sign_request
 from tests.clients import LiveNode, VirtualClock, registration
@@ -57,7 +57,7 @@ def test_replay_after_the_nonce_cleanup_isStillRefused(
     for elapsed in (30, 30):  # half-way, then exactly at the expiry: still a valid request
         clock.advance(elapsed)
         with factory.begin() as session:  # the nonce-gc periodic job
-            crud.forget_expired_nonces(session, now=clock())
+            nonce_db.forget_expired_nonces(session, now=clock())
         again = client.post("/v1/nodes", content=body, headers=headers)
         assert (again.status_code, again.json()["error"]["code"]) == (401, "nonce_replayed")
 

@@ -18,7 +18,7 @@ from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
@@ -126,7 +126,7 @@ def test_settlement_seen_on_chain_settles_the_job_and_is_measured(
     job_spec = spec()
     job_id = escrow(mesh_chain, job_spec)
     with factory.begin() as session:
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id=job_id, customer=dev_account(4).address, spec=job_spec,
             spec_hash="0x" + "0" * 64, amount=PAYMENT, deadline=2e9, needs=TaskNeeds(),
             payloads=({"frame": 1},)), now=100.0, status=JobStatus.SETTLING)
@@ -142,5 +142,5 @@ def test_settlement_seen_on_chain_settles_the_job_and_is_measured(
                                              now=130.0)
     assert synced.settled == [(job_id, 30.0)]
     with factory() as session:
-        job = crud.get_job(session, job_id=job_id)
+        job = job_db.get_job(session, job_id=job_id)
         assert job is not None and job.status == "settled"

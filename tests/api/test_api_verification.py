@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
+from orchestrator.db import jobs as job_db
 from orchestrator.db import pls as pls_store
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
@@ -91,11 +92,11 @@ def render_job(factory: sessionmaker[Session], client: TestClient) -> Callable[[
     def build() -> str:
         blend = hashlib.sha256(b"scene").hexdigest()
         with factory.begin() as session:
-            crud.add_blob(session, sha256=blend, size=5, now=0.0)
+            blob_db.add_blob(session, sha256=blend, size=5, now=0.0)
             job_id = "0x" + f"{next(JOB_NUMBERS):064x}"
             task = {"kind": "blender", "blend_sha256": blend, "frame": 1, "samples": 8,
                     "chunk_samples": 4, "resolution": [WIDTH, HEIGHT]}
-            crud.create_job(session, NewJob(
+            job_db.create_job(session, NewJob(
                 job_id=job_id, customer=CUSTOMER, spec={"kind": "blender"},
                 spec_hash="0x" + "0" * 64, amount=10**18, deadline=1e12, needs=TaskNeeds(),
                 payloads=(task,)), now=0.0, status=JobStatus.FUNDED)
@@ -192,7 +193,7 @@ def test_tampered_result_fails_after_a_tiebreak_with_evidence_and_is_redone_else
     assert admin(client, "/verification")["by_node"]["cheat"] == {"failed": 1}
     with factory.begin() as session:  # even once its tier is back, the task is not its again
         pls_store.set_node_tier(session, node_id="cheat", tier=int(Tier.STANDARD))
-        assert crud.needs_from_json(crud.get_task(session, task_id=task_id).needs
+        assert job_db.needs_from_json(job_db.get_task(session, task_id=task_id).needs
                                     ).excluded_providers == {cheat.wallet.address}
     assert cheat.post("/v1/nodes/cheat/lease").status_code == 204
     assert first.post("/v1/nodes/first/lease").json()["task_id"] == task_id
@@ -293,7 +294,7 @@ def command_job(factory: sessionmaker[Session]) -> Callable[..., str]:
         with factory.begin() as session:
             task = {"kind": "command", "command": ["x"], "outputs": ["result"], "shard": 0,
                     "shards": 1, "deterministic": deterministic, "redundancy": {"k": 2, "n": 3}}
-            crud.create_job(session, NewJob(
+            job_db.create_job(session, NewJob(
                 job_id=job_id, customer=CUSTOMER, spec={"kind": "command"},
                 spec_hash="0x" + "0" * 64, amount=10**18, deadline=1e12, needs=TaskNeeds(),
                 payloads=(task,)), now=0.0, status=JobStatus.FUNDED)

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import leases as lease_db
+from orchestrator.db import statuses as status_db
 from orchestrator.domain.merkle import MerkleTree
 from orchestrator.domain.types import TaskNeeds
 from tests.api.conftest import ADMIN_KEY
@@ -54,7 +56,7 @@ def test_task_runs_end_to_end_and_the_job_queues_its_settlement_once(
     assert client.get("/v1/admin/outbox?status=bogus", headers=ADMIN).status_code == 422
     assert outbox[0]["payload"]["providers"] == [node.wallet.address]
     with factory() as session:
-        history = crud.status_history(session, entity="job", entity_id=job_id)
+        history = status_db.status_history(session, entity="job", entity_id=job_id)
         assert [h.to_status for h in history] == ["funded", "scheduled", "running", "verifying",
                                                   "completed", "settling"]
 
@@ -68,7 +70,7 @@ def test_a_node_pulling_work_gets_the_task_with_the_least_laxity(
     lease = node.post("/v1/nodes/gpu-1/lease")
     assert lease.status_code == 200, lease.text
     with factory() as session:
-        task = crud.get_task(session, task_id=lease.json()["task_id"])
+        task = job_db.get_task(session, task_id=lease.json()["task_id"])
         assert task is not None and task.job_id == long_frame
 
 
@@ -151,7 +153,7 @@ def test_kill_and_resume_moves_the_task_from_its_last_checkpoint(
     clock.advance(1)
     survivor.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.5})
     with factory() as session:
-        (event,) = crud.recovery_events(session, task_id=task_id)
+        (event,) = lease_db.recovery_events(session, task_id=task_id)
         assert (event.from_node, event.resumed_on, event.cause) == (
             "gpu-doomed", "gpu-survivor", "dead")
         assert abs(event.rework - 0.2) < 1e-9
@@ -198,9 +200,9 @@ def test_drain_takes_no_new_leases_and_moves_running_work_after_its_checkpoint(
     node.post(f"/v1/tasks/{running}/checkpoints", {"sha256": checkpoint, "progress": 0.4})
     assert node.post(f"/v1/tasks/{running}/fail", {"reason": "drain"}).json()["status"] == "retry"
     with factory() as session:
-        (event,) = crud.recovery_events(session, task_id=running)
+        (event,) = lease_db.recovery_events(session, task_id=running)
         assert (event.cause, event.rework) == ("drain", 0.0)
-        assert crud.live_leases(session, node_id="gpu-1") == []
+        assert lease_db.live_leases(session, node_id="gpu-1") == []
 
 
 def test_blob_upload_refuses_wrong_hash_and_oversize(live_node: Callable[..., LiveNode],

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
 from orchestrator.db import verification as store
 from orchestrator.domain.types import TaskNeeds
 from tests.builders import PROVIDER
@@ -18,7 +18,7 @@ STRANGER = "0x" + "e" * 40
 
 
 def open_check(session: Session, job_id: str, allowed: list[str] | None) -> int:
-    (task,) = crud.job_tasks(session, job_id=job_id)
+    (task,) = job_db.job_tasks(session, job_id=job_id)
     commitment = store.add_commitment(
         session, task_id=task.id, job_id=job_id, node_id="renderer", provider=PROVIDER,
         attempt=1, result_sha256="a" * 64, root="0x" + "0" * 64, leaves=[], windows=8,

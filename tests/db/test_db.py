@@ -12,7 +12,12 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud, outbox
+from orchestrator.db import jobs as job_db
+from orchestrator.db import leases as lease_db
+from orchestrator.db import nodes as node_db
+from orchestrator.db import nonces as nonce_db
+from orchestrator.db import outbox
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import Base, Job, Lease, OutboxAction
 from orchestrator.db.placement import waiting_tasks
 from orchestrator.db.session import (
@@ -89,59 +94,60 @@ def test_refused_transition_changes_nothing(factory: sessionmaker[Session],
                                             make_job: JobMaker) -> None:
     job_id = make_job(1)
     with factory() as session:
-        job = crud.get_job(session, job_id=job_id)
+        job = job_db.get_job(session, job_id=job_id)
         assert job is not None
         try:
-            crud.set_job_status(session, job=job, target=JobStatus.SETTLED, now=1.0, reason="x")
+            status_db.set_job_status(session, job=job, target=JobStatus.SETTLED, now=1.0,
+                                     reason="x")
         except InvalidTransition:
             session.rollback()
     with factory() as session:
         assert session.scalar(select(Job.status).where(Job.id == job_id)) == "funded"
-        assert [h.to_status for h in crud.status_history(session, entity="job",
+        assert [h.to_status for h in status_db.status_history(session, entity="job",
                                                          entity_id=job_id)] == ["funded"]
 
 
 def test_nonce_is_accepted_once(factory: sessionmaker[Session]) -> None:
     with factory.begin() as session:
-        assert crud.claim_nonce(session, address="0x" + "1" * 40, nonce="7", expires_at=10)
+        assert nonce_db.claim_nonce(session, address="0x" + "1" * 40, nonce="7", expires_at=10)
     with factory.begin() as session:
-        assert not crud.claim_nonce(session, address="0x" + "1" * 40, nonce="7", expires_at=10)
-        assert crud.claim_nonce(session, address="0x" + "2" * 40, nonce="7", expires_at=10)
+        assert not nonce_db.claim_nonce(session, address="0x" + "1" * 40, nonce="7", expires_at=10)
+        assert nonce_db.claim_nonce(session, address="0x" + "2" * 40, nonce="7", expires_at=10)
     with factory.begin() as session:
-        assert crud.forget_expired_nonces(session, now=11) == 2
+        assert nonce_db.forget_expired_nonces(session, now=11) == 2
 
 
 def test_cleanup_forgets_only_nonces_whose_requests_can_no_longer_be_accepted(
         factory: sessionmaker[Session]) -> None:
     signer = "0x" + "1" * 40
     with factory.begin() as session:
-        assert crud.claim_nonce(session, address=signer, nonce="1", expires_at=10)
-        assert crud.claim_nonce(session, address=signer, nonce="2", expires_at=20)
+        assert nonce_db.claim_nonce(session, address=signer, nonce="1", expires_at=10)
+        assert nonce_db.claim_nonce(session, address=signer, nonce="2", expires_at=20)
     # A request whose expiry is `now` is still accepted, so its nonce must still be known.
     with factory.begin() as session:
-        assert crud.forget_expired_nonces(session, now=10) == 0
+        assert nonce_db.forget_expired_nonces(session, now=10) == 0
     with factory.begin() as session:
-        assert not crud.claim_nonce(session, address=signer, nonce="1", expires_at=10)
+        assert not nonce_db.claim_nonce(session, address=signer, nonce="1", expires_at=10)
     with factory.begin() as session:
-        assert crud.forget_expired_nonces(session, now=15) == 1
+        assert nonce_db.forget_expired_nonces(session, now=15) == 1
     with factory.begin() as session:
-        assert not crud.claim_nonce(session, address=signer, nonce="2", expires_at=20)
-        assert crud.claim_nonce(session, address=signer, nonce="1", expires_at=30)
+        assert not nonce_db.claim_nonce(session, address=signer, nonce="2", expires_at=20)
+        assert nonce_db.claim_nonce(session, address=signer, nonce="1", expires_at=30)
 
 
 def test_node_health_and_drain_moves_are_recorded_and_a_drain_happens_once(
         factory: sessionmaker[Session], make_nodes: NodeMaker) -> None:
     (node_id,) = make_nodes(1)
     with factory.begin() as session:
-        node = crud.get_node(session, node_id=node_id)
+        node = node_db.get_node(session, node_id=node_id)
         assert node is not None
-        crud.set_node_health(session, node=node, health=NodeHealth.SUSPECT, now=1.0, reason="d")
-        crud.set_node_health(session, node=node, health=NodeHealth.SUSPECT, now=2.0, reason="d")
-        crud.set_node_health(session, node=node, health=NodeHealth.DEAD, now=3.0, reason="d")
-        assert crud.start_drain(session, node=node, now=4.0, reason="graceful")
-        assert not crud.start_drain(session, node=node, now=5.0, reason="graceful")
+        node_db.set_node_health(session, node=node, health=NodeHealth.SUSPECT, now=1.0, reason="d")
+        node_db.set_node_health(session, node=node, health=NodeHealth.SUSPECT, now=2.0, reason="d")
+        node_db.set_node_health(session, node=node, health=NodeHealth.DEAD, now=3.0, reason="d")
+        assert node_db.start_drain(session, node=node, now=4.0, reason="graceful")
+        assert not node_db.start_drain(session, node=node, now=5.0, reason="graceful")
     with factory() as session:
-        history = crud.status_history(session, entity="node", entity_id=node_id)
+        history = status_db.status_history(session, entity="node", entity_id=node_id)
         assert [(h.from_status, h.to_status, h.at) for h in history] == [
             ("alive", "suspect", 1.0), ("suspect", "dead", 3.0), ("accepting", "draining", 4.0)]
 
@@ -152,16 +158,16 @@ def test_a_lease_moves_only_along_its_table(factory: sessionmaker[Session],
     make_job(1)
     Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all()
     with factory() as session:
-        (lease,) = crud.live_leases(session)
-        crud.activate_lease(session, lease=lease)
+        (lease,) = lease_db.live_leases(session)
+        lease_db.activate_lease(session, lease=lease)
         with pytest.raises(InvalidTransition,
                            match=r"(?i)^lease cannot move from .*ACTIVE.* to .*ACTIVE"):
-            crud.activate_lease(session, lease=lease)
-        crud.release_lease(session, lease=lease, now=1.0, reason="completed")
+            lease_db.activate_lease(session, lease=lease)
+        lease_db.release_lease(session, lease=lease, now=1.0, reason="completed")
         assert (lease.state, lease.released_at, lease.release_reason) == (
             "released", 1.0, "completed")
         with pytest.raises(InvalidTransition, match=r"(?i)^lease cannot move from .*RELEASED"):
-            crud.release_lease(session, lease=lease, now=2.0, reason="again")
+            lease_db.release_lease(session, lease=lease, now=2.0, reason="again")
 
 
 def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[Session]) -> None:
@@ -281,7 +287,7 @@ def test_heartbeat_buffer_writes_a_batch_and_renews_started_leases_only(
     make_job(3)
     Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all()
     with factory.begin() as session:
-        for lease in crud.live_leases(session):
+        for lease in lease_db.live_leases(session):
             if lease.node_id == nodes[0]:
                 lease.state = "active"
     buffer = HeartbeatBuffer(factory, lease_ttl_s=60, flush_every_s=0.1)
@@ -291,7 +297,7 @@ def test_heartbeat_buffer_writes_a_batch_and_renews_started_leases_only(
     assert buffer.flush() == 2
     assert buffer.flush() == 0
     with factory() as session:
-        node = crud.get_node(session, node_id=nodes[0])
+        node = node_db.get_node(session, node_id=nodes[0])
         assert node is not None and node.last_heartbeat_at == 105.0
         expiry = dict(session.execute(select(Lease.node_id, Lease.expires_at)).all())
         assert expiry == {nodes[0]: 165.0, nodes[1]: 30.0, nodes[2]: 30.0}
@@ -303,13 +309,14 @@ def test_lapsed_running_lease_records_the_work_lost(
     make_job(1)
     (placed,) = Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all().placed
     with factory.begin() as session:
-        task = crud.job_tasks(session, job_id=placed.job_id)[0]
-        crud.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=1.0, reason="go")
+        task = job_db.job_tasks(session, job_id=placed.job_id)[0]
+        status_db.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=1.0,
+                                  reason="go")
         task.progress, task.checkpoint_progress = 0.9, 0.6
     with factory.begin() as session:
         assert work.expire_leases(session, now=31.0) == 1
     with factory() as session:
-        (event,) = crud.recovery_events(session, task_id=placed.task_id)
+        (event,) = lease_db.recovery_events(session, task_id=placed.task_id)
         assert event.cause == "lapsed" and abs(event.rework - 0.3) < 1e-9
 
 
@@ -544,4 +551,4 @@ def test_task_needs_survive_their_json_column_whole() -> None:
                       excluded_providers=frozenset({"0x" + "b" * 40}),
                       max_price_per_gpu_hour=7, priority=Priority.HIGH,
                       expected_duration_s=5400.0, value=10**18, critical_path_s=7200.0)
-    assert crud.needs_from_json(json.loads(json.dumps(crud.needs_to_json(needs)))) == needs
+    assert job_db.needs_from_json(json.loads(json.dumps(job_db.needs_to_json(needs)))) == needs

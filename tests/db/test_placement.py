@@ -11,7 +11,11 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import leaders as leader_db
+from orchestrator.db import leases as lease_db
+from orchestrator.db import nodes as node_db
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import Lease, Task
 from orchestrator.db.placement import (
     PlacementConflict,
@@ -46,7 +50,7 @@ def test_place_all_fills_every_slot_once_and_leaves_the_rest_waiting(
         assert len(slots) == len(set(slots)) == 6
         statuses = Counter(session.scalars(select(Task.status)))
         assert statuses == {"reserved": 6, "pending": 4}
-        history = crud.status_history(session, entity="task",
+        history = status_db.status_history(session, entity="task",
                                       entity_id=str(result.placed[0].task_id))
         assert [(h.from_status, h.to_status) for h in history] == [("pending", "reserved")]
 
@@ -71,8 +75,8 @@ def test_placement_keeps_a_job_on_its_named_providers_and_region(
     placed = Placer(factory).place_all().placed
     assert sorted(p.node_id for p in placed) == [wanted[0], wanted[0]]
     with factory() as session:  # the constraint survives the task row's JSON
-        (task, *_) = crud.job_tasks(session, job_id=job_id)
-        assert crud.needs_from_json(task.needs).providers == {trusted}
+        (task, *_) = job_db.job_tasks(session, job_id=job_id)
+        assert job_db.needs_from_json(task.needs).providers == {trusted}
 
 
 def test_database_refuses_a_second_live_lease_on_one_slot(
@@ -80,7 +84,7 @@ def test_database_refuses_a_second_live_lease_on_one_slot(
     (node_id,) = make_nodes(1, slots=1)
     job_id = make_job(2)
     with factory() as session:
-        first, second = crud.job_tasks(session, job_id=job_id)
+        first, second = job_db.job_tasks(session, job_id=job_id)
         session.add(Lease(task_id=first.id, node_id=node_id, slot=0, state="reserved",
                           created_at=0, expires_at=10))
         session.commit()
@@ -112,12 +116,12 @@ def test_a_finished_task_whose_lease_was_released_is_never_reserved_again(
     job_id = make_job(1)
     (placed,) = Placer(factory, clock=lambda: 0.0).place_all().placed
     with factory.begin() as session:
-        (task,) = crud.job_tasks(session, job_id=job_id)
+        (task,) = job_db.job_tasks(session, job_id=job_id)
         for status in (TaskStatus.RUNNING, TaskStatus.DONE):
-            crud.set_task_status(session, task=task, target=status, now=1.0, reason="test")
-        lease = crud.live_lease_for_task(session, task_id=task.id)
+            status_db.set_task_status(session, task=task, target=status, now=1.0, reason="test")
+        lease = lease_db.live_lease_for_task(session, task_id=task.id)
         assert lease is not None
-        crud.release_lease(session, lease=lease, now=1.0, reason="completed")
+        lease_db.release_lease(session, lease=lease, now=1.0, reason="completed")
     # A placer that read the task while it was still pending commits its choice now: the slot
     # is free again and no live lease names the task, so only the status guard can refuse it.
     stale = Reservation(placed.task_id, job_id, node_id, 0, from_status="pending")
@@ -137,15 +141,15 @@ def test_slot_view_holds_alive_undrained_nodes_and_their_live_leases(
     make_job(1)
     Placer(factory, clock=lambda: 0.0).place_all()  # one task on one of the nodes
     with factory.begin() as session:
-        node = crud.get_node(session, node_id=dead)
+        node = node_db.get_node(session, node_id=dead)
         assert node is not None
-        crud.set_node_health(session, node=node, health=NodeHealth.DEAD, now=1.0, reason="t")
-        drained = crud.get_node(session, node_id=draining)
+        node_db.set_node_health(session, node=node, health=NodeHealth.DEAD, now=1.0, reason="t")
+        drained = node_db.get_node(session, node_id=draining)
         assert drained is not None
         drained.draining = True
     with factory() as session:
         view = load_slot_view(session)
-        (holder,) = {lease.node_id for lease in crud.live_leases(session)}
+        (holder,) = {lease.node_id for lease in lease_db.live_leases(session)}
     assert [spec.node_id for spec in view.nodes] == [alive]
     assert view.held == {holder: {0}}
 
@@ -156,14 +160,14 @@ def test_waiting_tasks_are_the_oldest_schedulable_after_the_cursor(
     job_id = make_job(5)
     Placer(factory, clock=lambda: 0.0).place_all()  # the first task is reserved now
     with factory() as session:
-        ids = [t.id for t in crud.job_tasks(session, job_id=job_id)]
+        ids = [t.id for t in job_db.job_tasks(session, job_id=job_id)]
         head = waiting_tasks(session, limit=10)
         assert [w.task_id for w in head] == ids[1:]
         waiting = waiting_tasks(session, limit=2, after=head[0].place, lock=False)
         assert [(w.task_id, w.job_id, w.status) for w in waiting] == [
             (ids[2], job_id, "pending"), (ids[3], job_id, "pending")]
         assert waiting_tasks(session, limit=10, after=head[-1].place) == []
-        assert waiting[0].needs == crud.job_tasks(session, job_id=job_id)[2].needs
+        assert waiting[0].needs == job_db.job_tasks(session, job_id=job_id)[2].needs
 
 
 def test_the_queue_serves_least_laxity_first_then_the_oldest(
@@ -194,8 +198,8 @@ def test_the_batch_placer_gives_a_free_slot_to_the_task_with_the_least_laxity(
     long_frame = make_job(1, needs=TaskNeeds(expected_duration_s=5 * 3600), deadline=6 * 3600)
     Placer(factory, clock=lambda: 0.0).place_all()
     with factory() as session:
-        (lease,) = crud.live_leases(session)
-        assert (lease.node_id, crud.get_task(session, task_id=lease.task_id).job_id) == (
+        (lease,) = lease_db.live_leases(session)
+        assert (lease.node_id, job_db.get_task(session, task_id=lease.task_id).job_id) == (
             node_id, long_frame)
 
 
@@ -205,9 +209,9 @@ def test_a_funded_job_is_scheduled_with_its_first_placement_only(
     job_id = make_job(2)
     Placer(factory, clock=lambda: 7.0).place_all()
     with factory() as session:
-        job = crud.get_job(session, job_id=job_id)
+        job = job_db.get_job(session, job_id=job_id)
         assert job is not None and job.status == "scheduled"
-        history = crud.status_history(session, entity="job", entity_id=job_id)
+        history = status_db.status_history(session, entity="job", entity_id=job_id)
         assert [(h.from_status, h.to_status, h.at, h.reason) for h in history][-1] == (
             "funded", "scheduled", 7.0, "first task placed")
 
@@ -230,12 +234,12 @@ def test_expired_reservation_frees_the_slot_and_requeues_the_task(
 def test_leader_lease_has_one_holder_until_it_lapses(factory: sessionmaker[Session],
                                                      db_url: str) -> None:
     with factory.begin() as session:
-        assert crud.try_lead(session, name="sweep", holder="a", now=0.0, ttl_s=10)
+        assert leader_db.try_lead(session, name="sweep", holder="a", now=0.0, ttl_s=10)
     with factory.begin() as session:
-        assert not crud.try_lead(session, name="sweep", holder="b", now=5.0, ttl_s=10)
-        assert crud.try_lead(session, name="sweep", holder="a", now=5.0, ttl_s=10)
+        assert not leader_db.try_lead(session, name="sweep", holder="b", now=5.0, ttl_s=10)
+        assert leader_db.try_lead(session, name="sweep", holder="a", now=5.0, ttl_s=10)
     with factory.begin() as session:
-        assert crud.try_lead(session, name="sweep", holder="b", now=16.0, ttl_s=10)
+        assert leader_db.try_lead(session, name="sweep", holder="b", now=16.0, ttl_s=10)
 
 
 HAMMER = """
@@ -299,7 +303,7 @@ def test_overdue_job_expires_and_frees_its_slots(
     with factory() as session:
         assert live_slots(session) == []
         assert Counter(session.scalars(select(Task.status))) == {"failed": 2}
-        job = crud.get_job(session, job_id=job_id)
+        job = job_db.get_job(session, job_id=job_id)
         assert job is not None and job.status == "expired"
 
 
@@ -324,13 +328,13 @@ def test_a_committed_reservation_writes_the_lease_the_task_and_its_history(
     node_a, node_b = make_nodes(2, slots=2)
     job_id = make_job(2)
     with factory() as session:
-        first, second = crud.job_tasks(session, job_id=job_id)
+        first, second = job_db.job_tasks(session, job_id=job_id)
         first_id, second_id = first.id, second.id
     with factory.begin() as session:  # the second task waits for a retry
         task = session.get(Task, second_id)
         assert task is not None
         for status in (TaskStatus.RESERVED, TaskStatus.RETRY):
-            crud.set_task_status(session, task=task, target=status, now=1.0, reason="test")
+            status_db.set_task_status(session, task=task, target=status, now=1.0, reason="test")
     reservations = [Reservation(second_id, job_id, node_b, 1, from_status="retry"),
                     Reservation(first_id, job_id, node_a, 0, from_status="pending")]
     with factory.begin() as session:
@@ -347,10 +351,10 @@ def test_a_committed_reservation_writes_the_lease_the_task_and_its_history(
                  for t in session.scalars(select(Task))}
         assert tasks == {first_id: ("reserved", node_a, 1, 5.0),
                          second_id: ("reserved", node_b, 1, 5.0)}
-        history = crud.status_history(session, entity="task", entity_id=str(second_id))
+        history = status_db.status_history(session, entity="task", entity_id=str(second_id))
         assert [(h.from_status, h.to_status, h.at, h.reason) for h in history][-1] == (
             "retry", "reserved", 5.0, f"reserved on {node_b} slot 1")
-        (only,) = crud.status_history(session, entity="task", entity_id=str(first_id))
+        (only,) = status_db.status_history(session, entity="task", entity_id=str(first_id))
         assert (only.from_status, only.to_status, only.at, only.reason) == (
             "pending", "reserved", 5.0, f"reserved on {node_a} slot 0")
 
@@ -360,8 +364,8 @@ def test_without_a_cursor_every_waiting_task_is_listed_oldest_first(
     first = make_job(2)  # the same deadline and duration: the same latest start
     second = make_job(1)
     with factory() as session:
-        ids = [t.id for t in crud.job_tasks(session, job_id=first)] + [
-            t.id for t in crud.job_tasks(session, job_id=second)]
+        ids = [t.id for t in job_db.job_tasks(session, job_id=first)] + [
+            t.id for t in job_db.job_tasks(session, job_id=second)]
         assert [w.task_id for w in waiting_tasks(session, limit=10)] == sorted(ids)
         assert [w.task_id for w in waiting_tasks(session, limit=10, lock=False)] == sorted(ids)
 
@@ -373,7 +377,7 @@ def test_only_the_jobs_placed_in_a_batch_become_scheduled(
     waiting_job = make_job(1)  # no slot left for it
     Placer(factory, clock=lambda: 3.0).place_all()
     with factory() as session:
-        jobs = [crud.get_job(session, job_id=job_id) for job_id in (placed_job, waiting_job)]
+        jobs = [job_db.get_job(session, job_id=job_id) for job_id in (placed_job, waiting_job)]
     assert [job.status if job else None for job in jobs] == ["scheduled", "funded"]
 
 
@@ -382,7 +386,7 @@ def test_a_slot_taken_twice_in_one_batch_is_a_conflict_naming_the_database_error
     (node_id,) = make_nodes(1, slots=1)
     job_id = make_job(2)
     with factory() as session:
-        first, second = (t.id for t in crud.job_tasks(session, job_id=job_id))
+        first, second = (t.id for t in job_db.job_tasks(session, job_id=job_id))
     twice = [Reservation(first, job_id, node_id, 0, from_status="pending"),
              Reservation(second, job_id, node_id, 0, from_status="pending")]
     with factory() as session, pytest.raises(

@@ -27,9 +27,11 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
 from orchestrator.db import chain_events as index
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import outbox as outbox_store
 from orchestrator.db import pls as pls_store
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import OutboxAction, PlsObservationRecord, ScoreEpoch, SlashRecord
 from orchestrator.domain.chain_actions import (
     AssignCollateral,
@@ -136,7 +138,7 @@ class Bridge:
 
     def node_tier(self) -> int:
         with self.factory() as session:
-            node = crud.get_node(session, node_id=self.node)
+            node = node_db.get_node(session, node_id=self.node)
             assert node is not None
             return node.tier
 
@@ -185,14 +187,14 @@ def decide_a_slash(bridge: Bridge) -> SlashRecord:
     now = clock()
     until = int(world.w3.eth.get_block("latest")["timestamp"]) + 7 * 86_400
     with bridge.factory.begin() as session:
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id=job_hex, customer=world.customer.address, spec={}, spec_hash="0x" + "05" * 32,
             amount=PAYMENT, deadline=now + 1e6, needs=TaskNeeds(), payloads=({"frame": 1},)),
             now=now, status=JobStatus.RUNNING)
         session.flush()
-        (task,) = crud.job_tasks(session, job_id=job_hex)
+        (task,) = job_db.job_tasks(session, job_id=job_hex)
         for status in (TaskStatus.RESERVED, TaskStatus.RUNNING):
-            crud.set_task_status(session, task=task, target=status, now=now, reason="test")
+            status_db.set_task_status(session, task=task, target=status, now=now, reason="test")
         task.node_id = bridge.node
         task_id = task.id
         pls_store.add_lock(session, task_id=task_id, attempt=1, job_id=job_hex,

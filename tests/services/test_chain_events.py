@@ -32,8 +32,9 @@ from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import connect
 from orchestrator.config import Settings
 from orchestrator.db import chain_events as index
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
 from orchestrator.db import outbox as outbox_store
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.jobs import NewJob
@@ -294,7 +295,7 @@ def test_the_orchestrators_dispatch_settles_a_settling_job_once_its_settlement_i
     job_ids = world.settle_jobs(2)  # one settleBatch: a JobsSettled naming both
     with factory.begin() as session:
         for job_id in job_ids:
-            crud.create_job(session, NewJob(
+            job_db.create_job(session, NewJob(
                 job_id="0x" + job_id.hex(), customer=world.customer.address, spec={},
                 spec_hash="0x" + "0" * 64, amount=10, deadline=1e12, needs=TaskNeeds(),
                 payloads=({"frame": 1},)), now=1.0, status=JobStatus.SETTLING)
@@ -302,7 +303,7 @@ def test_the_orchestrators_dispatch_settles_a_settling_job_once_its_settlement_i
     def statuses() -> set[str]:
         with factory() as session:
             return {job.status for job_id in job_ids
-                    if (job := crud.get_job(session, job_id="0x" + job_id.hex())) is not None}
+                    if (job := job_db.get_job(session, job_id="0x" + job_id.hex())) is not None}
 
     catch_up(indexer, factory)
     assert statuses() == {"settling"}  # provisional: nothing moves yet
@@ -364,7 +365,7 @@ def escrow_on_chain(world: ReorgWorld) -> str:
 def queue_settlement(factory: sessionmaker[Session], world: ReorgWorld, job_hex: str) -> None:
     """The orchestrator's job, settling: half the payment to the provider, queued."""
     with factory.begin() as session:
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id=job_hex, customer=world.customer.address, spec={}, spec_hash="0x" + "0" * 64,
             amount=PAYMENT, deadline=1e12, needs=TaskNeeds(), payloads=({"frame": 1},)), now=1.0,
             status=JobStatus.SETTLING)
@@ -401,7 +402,7 @@ def test_a_settlement_a_reorg_removed_unsettles_its_job_until_the_resent_one_is_
 
     def job_status() -> str:
         with factory() as session:
-            job = crud.get_job(session, job_id=job_hex)
+            job = job_db.get_job(session, job_id=job_hex)
             assert job is not None
             return job.status
 
@@ -446,7 +447,7 @@ def test_a_settlement_a_reorg_removed_unsettles_its_job_until_the_resent_one_is_
         pending_before + PAYMENT // 2
     with factory() as session:
         moves = [(h.from_status, h.to_status)
-                 for h in crud.status_history(session, entity="job", entity_id=job_hex)]
+                 for h in status_db.status_history(session, entity="job", entity_id=job_hex)]
     assert moves[-3:] == [("settling", "settled"), ("settled", "settling"),
                           ("settling", "settled")]
 
@@ -477,7 +478,7 @@ def test_a_settlement_reorged_out_before_the_index_read_its_block_is_sent_again(
     def state() -> tuple[str, str | None, str]:
         with factory() as session:
             (row,) = session.scalars(select(OutboxAction))
-            job = crud.get_job(session, job_id=job_hex)
+            job = job_db.get_job(session, job_id=job_hex)
             assert job is not None
             return row.status, row.tx_hash, job.status
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.config import Settings
-from orchestrator.db import crud
+from orchestrator.db import nodes as node_db
 from orchestrator.main import _periodic_jobs, create_app
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_handshake import CHALLENGE_RETENTION_S
@@ -23,7 +23,7 @@ def test_the_nonce_job_prunes_challenges_past_their_retention(
     ctx = app.state.ctx
     pls: PlsService = ctx.pls
     with factory.begin() as session:
-        node = crud.register_node(session, spec=node_spec("gpu-1"), now=0.0)
+        node = node_db.register_node(session, spec=node_spec("gpu-1"), now=0.0)
         pls.node_registered(session, node=node, now=0.0)
         old = pls.issue_challenge(session, node_id="gpu-1", gpu_class="rtx4090", now=0.0)
         later = old.deadline + CHALLENGE_RETENTION_S + 1.0

@@ -23,8 +23,11 @@ from orchestrator.chain.errors import ContractError
 from orchestrator.chain.receipt_events import receipt_events
 from orchestrator.chain.sdk import MeshAccount, MeshChain
 from orchestrator.chain.tx import Receipt
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import pls as pls_store
+from orchestrator.db import statuses as status_db
 from orchestrator.db import verification as verification_store
 from orchestrator.db.models import DisputeRow, OutboxAction, PlsObservationRecord, SlashRecord
 from orchestrator.domain import merkle
@@ -106,24 +109,24 @@ def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient
         payloads = [{"kind": "blender", "blend_sha256": "b" * 64, "frame": f, "tile": 0,
                      "tiles": 1, "format": "png", "samples": 8, "chunk_samples": 4,
                      "resolution": [32, 24]} for f in (1, 2)]
-        job = crud.create_job(session, NewJob(
+        job = job_db.create_job(session, NewJob(
             job_id=hex_id, customer=CUSTOMER.address, spec={}, spec_hash="0x" + "05" * 32,
             amount=AMOUNT, deadline=now + 1e6, needs=TaskNeeds(), payloads=tuple(payloads)),
             now=now, status=JobStatus.RUNNING)
         session.flush()
-        for task in crud.job_tasks(session, job_id=hex_id):
+        for task in job_db.job_tasks(session, job_id=hex_id):
             for status in (TaskStatus.RESERVED, TaskStatus.RUNNING, TaskStatus.DONE):
-                crud.set_task_status(session, task=task, target=status, now=now, reason="test")
+                status_db.set_task_status(session, task=task, target=status, now=now, reason="test")
             task.node_id = NODE
             for progress in (0.5, 1.0):
                 digest = hashlib.sha256(f"{hex_id} {task.index} {progress}".encode()).hexdigest()
-                crud.add_blob(session, sha256=digest, size=1, now=now)
-                crud.add_checkpoint(session, task=task, node_id=NODE, sha256=digest,
+                blob_db.add_blob(session, sha256=digest, size=1, now=now)
+                blob_db.add_checkpoint(session, task=task, node_id=NODE, sha256=digest,
                                     progress=progress, is_result=progress == 1.0, now=now)
                 hashes.append(digest)
             task.result_sha256 = hashes[-1]
         job.merkle_root = work.job_merkle_root(session, job_id=hex_id)
-        crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
+        status_db.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
                             reason="all tasks done")
         assert settlement.queue_settlement(session, job=job, now=now)
     sender = OutboxSender(mesh, account(mesh, 1), MeshMetrics())
@@ -137,7 +140,7 @@ def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient
         row = session.scalars(select(OutboxAction).where(
             OutboxAction.idempotency_key == f"settle:{hex_id}")).one()
         assert row.status == "confirmed" and row.tx_hash is not None, (row.note, row.attempts)
-        assert crud.get_job(session, job_id=hex_id).status == JobStatus.SETTLED  # type: ignore[union-attr]
+        assert job_db.get_job(session, job_id=hex_id).status == JobStatus.SETTLED  # type: ignore[union-attr]
     return Settled(hex_id, row.tx_hash, hashes)
 
 
@@ -166,7 +169,7 @@ def dispute_row(factory: sessionmaker[Session], dispute_id: int) -> DisputeRow:
 
 def job_status(factory: sessionmaker[Session], job_id: str) -> str:
     with factory() as session:
-        job = crud.get_job(session, job_id=job_id)
+        job = job_db.get_job(session, job_id=job_id)
         assert job is not None
         return job.status
 
@@ -296,7 +299,7 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
     # provider's record counts the failure, the policy decides the slash.
     evidence = keccak(text="verification evidence")
     with factory.begin() as session:
-        task = crud.job_tasks(session, job_id=job.job_id)[0]
+        task = job_db.job_tasks(session, job_id=job.job_id)[0]
         verification_store.update_record(session, provider=PROVIDER.address, now=clock(),
                                          change=lambda _: ProviderRecord(0, 1))
         pls_store.set_node_tier(session, node_id=NODE, tier=int(Tier.BACKGROUND))
@@ -328,7 +331,7 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
     with factory() as session:
         record = session.scalars(select(SlashRecord)).one()
         assert record.reversed_by == dispute_id
-        node = crud.get_node(session, node_id=NODE)
+        node = node_db.get_node(session, node_id=NODE)
         assert node is not None and node.tier == int(Tier.STANDARD)
         assert verification_store.record_of(session, provider=PROVIDER.address).failures == 0
         restored = session.scalars(select(OutboxAction).where(
@@ -380,7 +383,7 @@ def test_a_dismissed_slash_dispute_leaves_the_tier_and_record_alone(
     assert row.status == "dismissed" and "stands" in row.outcome
     with factory() as session:
         assert session.scalars(select(SlashRecord)).one().reversed_by is None
-        assert crud.get_node(session, node_id=NODE).tier == int(Tier.BACKGROUND)  # type: ignore[union-attr]
+        assert node_db.get_node(session, node_id=NODE).tier == int(Tier.BACKGROUND)  # type: ignore[union-attr]
     slash = mesh.slash_of(slash_id)
     assert slash is not None and slash.status is SlashStatus.PENDING
 

@@ -22,7 +22,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db.models import CollateralLock, Lease
 from orchestrator.domain.matching import eligible
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
@@ -97,7 +98,7 @@ class ServiceSide:
 
     def register(self, host: Host, now: float) -> None:
         with self.factory.begin() as session:
-            node = crud.register_node(session, spec=host.spec, now=now)
+            node = node_db.register_node(session, spec=host.spec, now=now)
             self.pls.node_registered(session, node=node, now=now)
 
     def probe(self, node_id: str, sent: float, rtt_s: float | None) -> None:
@@ -325,7 +326,7 @@ def run_script(factory: sessionmaker[Session], service: ServiceSide, sim: Simula
 
 def crud_task_id(factory: sessionmaker[Session], job_id: str) -> int:
     with factory() as session:
-        (task,) = crud.job_tasks(session, job_id=job_id)
+        (task,) = job_db.job_tasks(session, job_id=job_id)
         return task.id
 
 

@@ -26,8 +26,10 @@ from orchestrator.chain.anvil import dev_account, increase_time
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import SignedTx, connect
 from orchestrator.config import Settings
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import outbox as outbox_store
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import OutboxAction, OutboxTransaction
 from orchestrator.domain.chain_actions import AssignCollateral, assignment_tree
 from orchestrator.domain.chain_views import EscrowStatus
@@ -149,19 +151,19 @@ def running_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int,
     job_id = escrow(mesh, amount)
     with factory.begin() as session:
         for provider in set(task_providers):
-            crud.register_node(session, spec=NodeSpec(
+            node_db.register_node(session, spec=NodeSpec(
                 node_id=f"node-{provider}", provider=provider, gpu_model="RTX4090", vram_gb=24,
                 compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=4), now=now)
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id=job_id, customer=CUSTOMER.address, spec={}, spec_hash="0x" + "05" * 32,
             amount=amount, deadline=now + 1e6, needs=TaskNeeds(),
             payloads=tuple({"frame": i} for i in range(len(task_providers)))), now=now,
             status=JobStatus.RUNNING)
         session.flush()
-        for task, provider in zip(crud.job_tasks(session, job_id=job_id), task_providers,
+        for task, provider in zip(job_db.job_tasks(session, job_id=job_id), task_providers,
                                   strict=True):
             for status in (TaskStatus.RESERVED, TaskStatus.RUNNING):
-                crud.set_task_status(session, task=task, target=status, now=now, reason="test")
+                status_db.set_task_status(session, task=task, target=status, now=now, reason="test")
             task.node_id = f"node-{provider}"
     return job_id
 
@@ -169,19 +171,19 @@ def running_job(factory: sessionmaker[Session], mesh: MeshChain, *, amount: int,
 def accept(factory: sessionmaker[Session], job_id: str, *, now: float) -> None:
     """Every running task of the job done, the job verified and its settlement queued."""
     with factory.begin() as session:
-        job = crud.lock_job(session, job_id=job_id)
+        job = job_db.lock_job(session, job_id=job_id)
         assert job is not None
-        for task in crud.job_tasks(session, job_id=job_id):
-            crud.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
+        for task in job_db.job_tasks(session, job_id=job_id):
+            status_db.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
                                  reason="test")
-        crud.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
+        status_db.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
                             reason="all tasks done")
         assert settlement.queue_settlement(session, job=job, now=now)
 
 
 def job_status(factory: sessionmaker[Session], job_id: str) -> str:
     with factory() as session:
-        job = crud.get_job(session, job_id=job_id)
+        job = job_db.get_job(session, job_id=job_id)
         assert job is not None
         return job.status
 
@@ -232,7 +234,7 @@ def test_accepted_job_settles_on_chain_exactly_once_with_the_demo_end_state(
     assert tx_count(mesh) == sent_before + 1
     assert job_status(factory, job_id) == JobStatus.SETTLED
     with factory() as session:
-        history = crud.status_history(session, entity="job", entity_id=job_id)
+        history = status_db.status_history(session, entity="job", entity_id=job_id)
     assert [(h.from_status, h.to_status) for h in history[-2:]] == [
         ("completed", "settling"), ("settling", "settled")]
     assert history[-1].reason == f"settlement confirmed on chain ({row.tx_hash})"
@@ -422,7 +424,7 @@ def test_job_settled_out_of_band_is_recognised_and_the_rest_of_the_batch_settles
     assert first.status == last.status == "confirmed" and first.tx_hash == last.tx_hash
     assert [job_status(factory, job_id) for job_id in jobs] == [JobStatus.SETTLED] * 3
     with factory() as session:
-        history = crud.status_history(session, entity="job", entity_id=jobs[1])
+        history = status_db.status_history(session, entity="job", entity_id=jobs[1])
     assert history[-1].reason == "settlement confirmed on chain (already settled on chain)"
     assert mesh.escrow_balance(PROVIDER).pending == 27 * TOKEN  # each job paid once
     assert sample(metrics, "mesh_outbox_confirmed_total", kind="settle") == 3

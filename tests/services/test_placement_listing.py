@@ -19,7 +19,7 @@ from orchestrator.chain.anvil import dev_account, set_balance
 from orchestrator.chain.indexer import ChainIndexReader
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.config import Settings
-from orchestrator.db import crud
+from orchestrator.db import nodes as node_db
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.chain_views import ProviderStake
 from orchestrator.domain.matching import Candidate
@@ -69,9 +69,9 @@ def staked_wallet(mesh: MeshChain, client: TestClient, clock: VirtualClock,
 
 def candidate(factory: sessionmaker[Session], node_id: str) -> Candidate:
     with factory() as session:
-        node = crud.get_node(session, node_id=node_id)
+        node = node_db.get_node(session, node_id=node_id)
         assert node is not None
-        return Candidate(crud.node_spec(node), 1)
+        return Candidate(node_db.node_spec(node), 1)
 
 
 def indexed_app(make_app: AppMaker, mesh: MeshChain, factory: sessionmaker[Session]

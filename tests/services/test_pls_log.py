@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from mesh.bench.replicas import ReportingNode, score, scratch_database, serve_replicas, wait_for
-from orchestrator.db import crud
+from orchestrator.db import nodes as node_db
 from orchestrator.db import pls as store
 from orchestrator.db.session import make_engine, make_session_factory
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
@@ -56,7 +56,7 @@ def feed(factory: sessionmaker[Session], replicas: list[PlsService], single: Pls
     for i in range(6):
         node_id = f"n-{i}"
         with factory.begin() as session:
-            node = crud.register_node(session, spec=spec(node_id), now=now)
+            node = node_db.register_node(session, spec=spec(node_id), now=now)
             replicas[i % len(replicas)].node_registered(session, node=node, now=now)
         single.register(node_id, spec(node_id).provider, region="eu", network="eu", at=now,
                         tier=Tier.STANDARD)
@@ -152,7 +152,7 @@ def registered_replica(factory: sessionmaker[Session]) -> tuple[PlsService, int]
     """A replica that registered node n-0, and the log's head after it."""
     replica = service()
     with factory.begin() as session:
-        node = crud.register_node(session, spec=spec("n-0"), now=START)
+        node = node_db.register_node(session, spec=spec("n-0"), now=START)
         replica.node_registered(session, node=node, now=START)
     with factory() as session:
         return replica, store.log_head(session)

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.config import Settings
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
 from orchestrator.db.models import Lease, ProgressWithdrawal, SlashRecord
 from orchestrator.domain.continuity import ChunkMark, session_address, sign_progress
 from orchestrator.domain.jobs import NewJob
@@ -68,7 +68,7 @@ def cut_holding_a_frame(agent: Callable[..., LiveNode], client: TestClient, stak
     assert login(node, session_address(key)) == 200
     stake.free[node.wallet.address] = 10 * TOKEN
     with factory.begin() as session:
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id="0x" + "f1" * 32, customer="0x" + "c" * 40, spec={"kind": "blender"},
             spec_hash="0x" + "0" * 64, amount=TOKEN, deadline=1e12, needs=TaskNeeds(value=TOKEN),
             payloads=(FRAME,)), now=clock(), status=JobStatus.FUNDED)

@@ -18,7 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from mesh.bench.replicas import scratch_database
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import verification as verification_store
 from orchestrator.db.models import Lease, VerificationRecord
 from orchestrator.db.placement import Reservation, commit_reservations
@@ -56,17 +58,17 @@ def running_job(factory: sessionmaker[Session]) -> list[int]:
     now = time.time()
     with factory.begin() as session:
         for node in ("n0", "n1", "spare"):
-            crud.register_node(session, spec=NodeSpec(
+            node_db.register_node(session, spec=NodeSpec(
                 node_id=node, provider=PROVIDER, gpu_model="RTX4090", vram_gb=24,
                 compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=1), now=now)
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id="0x" + "01" * 32, customer=PROVIDER,
             spec={"workload": {"kind": "command", "command": ["true"], "count": 2}},
             spec_hash="0x" + "02" * 32, amount=2, deadline=now + 3600, needs=TaskNeeds(),
             payloads=({"shard": 0}, {"shard": 1},)), now=now, status=JobStatus.RUNNING)
-        crud.add_blob(session, sha256=RESULT, size=10, now=now)
+        blob_db.add_blob(session, sha256=RESULT, size=10, now=now)
         session.flush()
-        tasks = [task.id for task in crud.job_tasks(session, job_id="0x" + "01" * 32)]
+        tasks = [task.id for task in job_db.job_tasks(session, job_id="0x" + "01" * 32)]
         commit_reservations(session, reservations=[
             Reservation(task, "0x" + "01" * 32, f"n{i}", 0, "pending")
             for i, task in enumerate(tasks)], now=now, ttl_s=60)
@@ -89,7 +91,7 @@ def test_the_last_two_tasks_completed_at_once_move_the_job_to_verifying(
 
     race(factory, complete(0), complete(1))
     with factory() as session:
-        job = crud.get_job(session, job_id="0x" + "01" * 32)
+        job = job_db.get_job(session, job_id="0x" + "01" * 32)
         assert job is not None and job.status == JobStatus.VERIFYING.value
 
 
@@ -128,7 +130,7 @@ def test_a_pull_that_read_its_clock_before_the_sweep_freed_a_task_leases_it_afte
 
     pls = PlsService(PlsConfig(), stake_reader=FixedStake, metrics=MeshMetrics())
     with factory.begin() as session:
-        node = crud.get_node(session, node_id="spare")
+        node = node_db.get_node(session, node_id="spare")
         assert node is not None
         grant = work.pull_lease(session, node=node, pls=pls, pls_placement=False,
                                 reservation_ttl_s=60, clock=clock)

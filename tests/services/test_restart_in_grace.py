@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import leases as lease_db
 from orchestrator.db.models import CollateralLock, Lease, SlashRecord
 from orchestrator.domain.continuity import session_address
 from orchestrator.domain.lifecycle import LeaseState
@@ -80,7 +80,7 @@ def test_a_restart_within_the_lone_grace_resumes_the_held_task_on_the_node_unsla
                                                                    factory, clock, slots=1)
     ((task_id, checkpoint),) = checkpoints.items()
     with factory() as session:
-        (held,) = crud.live_leases(session, node_id="gpu-doomed")
+        (held,) = lease_db.live_leases(session, node_id="gpu-doomed")
         held_id = held.id
     clock.advance(60)  # back well inside the 300 s grace
 
@@ -98,7 +98,7 @@ def test_a_restart_within_the_lone_grace_resumes_the_held_task_on_the_node_unsla
     with factory() as session:
         lease = session.get(Lease, held_id)
         assert lease is not None and lease.state == LeaseState.ACTIVE.value
-        (event,) = crud.recovery_events(session, task_id=task_id)
+        (event,) = lease_db.recovery_events(session, task_id=task_id)
     assert (event.from_node, event.resumed_on, event.cause) == ("gpu-doomed", "gpu-doomed",
                                                                 "restart")
     assert abs(event.rework - 0.2) < 1e-9 and event.resumed_at == resumed_at
@@ -134,7 +134,7 @@ def test_a_restart_with_fewer_slots_releases_the_task_it_cannot_take_back_at_onc
     assert (taken.json()["task_id"], taken.json()["resume_from_sha256"],
             taken.json()["resume_progress"]) == (moved, checkpoints[moved], 0.5)
     with factory() as session:
-        (event,) = crud.recovery_events(session, task_id=moved)
+        (event,) = lease_db.recovery_events(session, task_id=moved)
         assert (event.from_node, event.cause) == ("gpu-doomed", "restart")
     assert 'mesh_task_retries_total{reason="restart"} 1.0' in client.get("/metrics").text
 
@@ -157,9 +157,9 @@ def test_the_same_process_logging_in_again_keeps_its_running_lease(
     assert login(node, key) == 200
 
     with factory() as session:
-        (lease,) = crud.live_leases(session, node_id="gpu-steady")
+        (lease,) = lease_db.live_leases(session, node_id="gpu-steady")
         assert lease.state == LeaseState.ACTIVE.value
-        assert crud.recovery_events(session, task_id=task_id) == []
+        assert lease_db.recovery_events(session, task_id=task_id) == []
         (lock,) = session.scalars(select(CollateralLock))
         assert lock.ended_at is None
     assert node.post("/v1/nodes/gpu-steady/lease").status_code == 204

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import statuses as status_db
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
@@ -18,7 +19,7 @@ JOB = "0x" + "5e" * 32
 
 def settling_job(factory: sessionmaker[Session], *, at: float) -> None:
     with factory.begin() as session:
-        crud.create_job(session, NewJob(
+        job_db.create_job(session, NewJob(
             job_id=JOB, customer="0x" + "c" * 40, spec={}, spec_hash="0x" + "0" * 64, amount=10,
             deadline=1e12, needs=TaskNeeds(), payloads=({"frame": 1},)), now=at,
             status=JobStatus.SETTLING)
@@ -26,7 +27,7 @@ def settling_job(factory: sessionmaker[Session], *, at: float) -> None:
 
 def status(factory: sessionmaker[Session]) -> str:
     with factory() as session:
-        job = crud.get_job(session, job_id=JOB)
+        job = job_db.get_job(session, job_id=JOB)
         assert job is not None
         return job.status
 
@@ -50,7 +51,7 @@ def test_the_settled_escrow_moves_the_job_once_with_its_lag(
                                            now=now, reason="confirmed") == lag
     assert status(factory) == "settled"
     with factory() as session:
-        history = crud.status_history(session, entity="job", entity_id=JOB)
+        history = status_db.status_history(session, entity="job", entity_id=JOB)
         assert [(h.to_status, h.at, h.reason) for h in history][-1] == (
             "settled", 130.0, "confirmed")
     with factory.begin() as session:

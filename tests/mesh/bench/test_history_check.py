@@ -17,7 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from mesh.bench.history_check import check
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.sdk import MeshChain
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
+from orchestrator.db import nodes as node_db
+from orchestrator.db import statuses as status_db
 from orchestrator.db.models import Lease, SlashRecord, Task
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.jobs import NewJob
@@ -52,22 +54,22 @@ def service_job(factory: sessionmaker[Session], job_id: str, amount: int, *,
     spec = {"workload": {"kind": "command", "command": ["true"], "count": 2},
             "deadline": int(now) + 86_400}
     with factory.begin() as session:
-        crud.register_node(session, spec=NodeSpec(
+        node_db.register_node(session, spec=NodeSpec(
             node_id="honest", provider=PROVIDER, gpu_model="RTX4090", vram_gb=24,
             compute_capability=8.9, region="eu", price_per_gpu_hour=1, slots=1), now=now)
-        job = crud.create_job(session, NewJob(
+        job = job_db.create_job(session, NewJob(
             job_id=job_id, customer=CUSTOMER.address, spec=spec, spec_hash="0x" + "05" * 32,
             amount=amount, deadline=now + 1e5, needs=TaskNeeds(),
             payloads=({"shard": 0}, {"shard": 1},)), now=now, status=JobStatus.RUNNING)
         session.flush()
         if not done:
             return
-        for task in crud.job_tasks(session, job_id=job_id):
+        for task in job_db.job_tasks(session, job_id=job_id):
             for status in (TaskStatus.RESERVED, TaskStatus.RUNNING, TaskStatus.DONE):
-                crud.set_task_status(session, task=task, target=status, now=now, reason="test")
+                status_db.set_task_status(session, task=task, target=status, now=now, reason="test")
         for job_status in (JobStatus.VERIFYING, JobStatus.COMPLETED, JobStatus.SETTLING,
                            JobStatus.SETTLED):
-            crud.set_job_status(session, job=job, target=job_status, now=now, reason="test")
+            status_db.set_job_status(session, job=job, target=job_status, now=now, reason="test")
 
 
 def found(factory: sessionmaker[Session], chain: MeshChain) -> dict[str, int]:
@@ -110,7 +112,7 @@ def test_a_deleted_task_a_lost_job_a_double_lease_and_an_honest_slash_are_each_f
     service_job(factory, other, TOKEN, done=False)
     now = time.time()
     with factory.begin() as session:
-        first, second = (crud.job_tasks(session, job_id=job)[0] for job in (job_id, other))
+        first, second = (job_db.job_tasks(session, job_id=job)[0] for job in (job_id, other))
         session.add_all([  # the second starts on the slot before the first was released
             Lease(task_id=first.id, node_id="honest", slot=0, state="released",
                   created_at=now, expires_at=now + 60, released_at=now + 10),

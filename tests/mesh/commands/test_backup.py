@@ -8,7 +8,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from orchestrator.db import crud
+from orchestrator.db import blobs as blob_db
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.storage.blobs import BlobStore
 from tests.mesh.commands.conftest import Mesh, one_line_error
@@ -26,7 +26,7 @@ def add_blobs(mesh: Mesh, *contents: bytes) -> list[str]:
             sha256 = hashlib.sha256(content).hexdigest()
             store.path_of(sha256).parent.mkdir(exist_ok=True)
             store.path_of(sha256).write_bytes(content)
-            crud.add_blob(session, sha256=sha256, size=len(content), now=0.0)
+            blob_db.add_blob(session, sha256=sha256, size=len(content), now=0.0)
             names.append(sha256)
     engine.dispose()
     return names
@@ -80,5 +80,5 @@ def test_restore_from_a_blob_directory_that_is_not_there_is_one_line_and_changes
     assert "no blob directory" in error
     engine = make_engine(f"sqlite:///{Path(mesh.env['MESH_DATA_DIR']) / 'mesh.db'}")
     with make_session_factory(engine)() as session:
-        assert after[0] in crud.blob_hashes(session)  # the database was not replaced
+        assert after[0] in blob_db.blob_hashes(session)  # the database was not replaced
     engine.dispose()

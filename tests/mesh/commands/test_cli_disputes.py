@@ -21,7 +21,7 @@ from mesh.localgrid import ORCHESTRATOR_ID, Grid, wait_for
 from orchestrator.chain.anvil import Anvil, dev_account
 from orchestrator.chain.receipt_events import receipt_events
 from orchestrator.chain.tx import Receipt
-from orchestrator.db import crud
+from orchestrator.db import jobs as job_db
 from orchestrator.db.models import DisputeRow
 from orchestrator.db.session import make_engine, make_session_factory
 from orchestrator.domain.pls_engine import PlsConfig
@@ -82,7 +82,7 @@ def db_state(grid: Grid, job_id: str, dispute_id: int) -> tuple[str, str]:
     engine = make_engine(f"sqlite:///{grid.data_dir / 'mesh.db'}")
     try:
         with make_session_factory(engine)() as session:
-            job = crud.get_job(session, job_id=job_id)
+            job = job_db.get_job(session, job_id=job_id)
             row = session.get(DisputeRow, dispute_id)
             assert job is not None and row is not None
             return job.status, row.status

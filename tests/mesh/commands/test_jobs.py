@@ -15,7 +15,7 @@ from mesh.processes import OrchestratorProcess
 from orchestrator.api.schemas import JobSpec
 from orchestrator.chain.anvil import dev_account, increase_time
 from orchestrator.chain.sdk import MeshChain
-from orchestrator.db.crud import needs_from_json
+from orchestrator.db.jobs import needs_from_json
 from orchestrator.db.models import Task
 from orchestrator.db.session import make_engine
 from orchestrator.domain.chain_views import EscrowStatus
