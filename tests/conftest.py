@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -166,3 +168,13 @@ def make_nodes(factory: sessionmaker[Session]) -> NodeMaker:
 def make_job(factory: sessionmaker[Session]) -> JobMaker:
     """`builders.make_job` on this test's database."""
     return functools.partial(builders.make_job, factory)
+
+
+@pytest.fixture(scope="session")
+def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample animation (`mesh.sample_scene`), built once per session with bpy in a child
+    process."""
+    path = tmp_path_factory.mktemp("scene") / "scene.blend"
+    subprocess.run([sys.executable, "-m", "mesh.sample_scene", str(path)],
+                   check=True, capture_output=True, timeout=120)
+    return path

@@ -18,7 +18,6 @@ from mesh.cli import app
 from mesh.processes import OrchestratorProcess
 from orchestrator.chain.anvil import Anvil, dev_account
 from orchestrator.chain.sdk import MeshChain
-from tests.agent.conftest import scene  # noqa: F401  (the sample .blend, built once with bpy)
 
 ORCHESTRATOR_ID = "mesh-cli-tests"
 PASSWORD = "correct horse battery"

@@ -20,7 +20,7 @@ from mesh.commands.orchestrator import missing_capabilities
 from orchestrator.config import Settings
 from tests.mesh.commands.conftest import Mesh, one_line_error
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Measured by `mesh bench gas --json` on this tree (the shape gas.run() returns).
 GAS = {"stake": 134_144, "settle": 51_618, "settle_batch_100_per_job": 14_961,
        "targets": {"settle": 80_000, "settle_batch_100_per_job": 15_000},
@@ -68,7 +68,7 @@ def test_benchGas_withJson_isOneDocument(mesh: Mesh, monkeypatch: pytest.MonkeyP
 
 def test_benchGas_beforeTheContractsAreBuilt_isOneLine(tmp_path: Path) -> None:
     """A tree without `.build/` (a fresh clone before `make compile`)."""
-    for package in ("orchestrator", "agent"):
+    for package in ("orchestrator", "agent", "protocol", "mesh"):
         shutil.copytree(REPO / package, tmp_path / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, "-m", "mesh.cli", "bench", "gas"],

@@ -29,7 +29,6 @@ from orchestrator.services import disputes
 from orchestrator.services.pls import PlsService
 from orchestrator.telemetry.metrics import MeshMetrics
 from protocol import keystore
-from tests.agent.conftest import scene  # noqa: F401  (the sample scene fixture)
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
@@ -91,7 +90,7 @@ def db_state(grid: Grid, job_id: str, dispute_id: int) -> tuple[str, str]:
 
 
 def test_a_customer_disputes_and_the_arbiter_reproduces_the_tile_and_rules(
-        grid: Grid, anvil: Anvil, scene: Path, tmp_path: Path) -> None:  # noqa: F811
+        grid: Grid, anvil: Anvil, scene: Path, tmp_path: Path) -> None:
     grid.start(MESH_VERIFICATION_POLICY="fixed-1%")  # mostly trusted; a drawn window has a checker
     agents = [grid.agent(name).start() for name in ("renderer", "checker")]
     grid.wait_logged_in(agents)
