@@ -20,7 +20,7 @@ from mesh.commands.orchestrator import missing_capabilities
 from orchestrator.config import Settings
 from tests.mesh.commands.conftest import Mesh, one_line_error
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Measured by `mesh bench gas --json` on this tree (the shape gas.run() returns).
 GAS = {"stake": 134_144, "settle": 51_618, "settle_batch_100_per_job": 14_961,
        "targets": {"settle": 80_000, "settle_batch_100_per_job": 15_000},
