@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ import typer
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
+    from mesh.settings import ClientSettings
     from orchestrator.chain.sdk import MeshChain
     from orchestrator.config import Settings
     from protocol.client import Wallet
@@ -97,16 +99,17 @@ def explain(error: BaseException) -> str:
     """One line for an error a command can meet; unknown kinds keep their own message."""
     from pydantic import ValidationError
 
-    from orchestrator.chain.errors import ContractError, RevertError
-
     if isinstance(error, ValidationError):
         return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
                          for e in error.errors())
-    if isinstance(error, ContractError):
-        hint = HINTS.get(error.name)
-        return f"the contract refused: {error}" + (f"; {hint}" if hint else "")
-    if isinstance(error, RevertError):
-        return f"the transaction would revert ({error})"
+    if _loaded("orchestrator.chain.errors"):  # else no contract error can have been raised
+        from orchestrator.chain.errors import ContractError, RevertError
+
+        if isinstance(error, ContractError):
+            hint = HINTS.get(error.name)
+            return f"the contract refused: {error}" + (f"; {hint}" if hint else "")
+        if isinstance(error, RevertError):
+            return f"the transaction would revert ({error})"
     text = " ".join(str(error).split())
     lowered = text.lower()
     if "insufficient funds" in lowered:
@@ -116,23 +119,76 @@ def explain(error: BaseException) -> str:
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
-    """The exception kinds that mean a user mistake or an unreachable peer, not a bug."""
+    """The exception kinds that mean a user mistake or an unreachable peer, not a bug.
+
+    The tools' kinds (the chain's, the local anvil's, a deployment's, ...) are taken only from
+    modules this process has imported: an error of a module never loaded cannot have been
+    raised, and importing one here would need the tools install, which a provider's
+    agent-only install leaves out (importing it there would turn a wrong password into a
+    traceback)."""
     import httpx
     from pydantic import ValidationError
 
-    from mesh.bench.pgcluster import ClusterError
-    from mesh.reproduce import ReproduceError
-    from orchestrator.chain.anvil import AnvilError
-    from orchestrator.chain.artifacts import ArtifactError
-    from orchestrator.chain.deployment import DeploymentError
-    from orchestrator.chain.errors import ChainError
-    from orchestrator.chain.tx import NodeError
     from protocol.client import ApiCallError
     from protocol.keystore import KeystoreError
 
-    return (UserError, ChainError, ArtifactError, KeystoreError, ApiCallError, httpx.HTTPError,
-            NodeError, AnvilError, DeploymentError, ReproduceError, ClusterError,
-            ValidationError, ValueError, OSError)
+    kinds: list[type[BaseException]] = [UserError, KeystoreError, ApiCallError, httpx.HTTPError,
+                                        ValidationError, ValueError, OSError]
+    if _loaded("orchestrator.chain.errors"):
+        from orchestrator.chain.errors import ChainError
+
+        kinds.append(ChainError)
+    if _loaded("orchestrator.chain.artifacts"):
+        from orchestrator.chain.artifacts import ArtifactError
+
+        kinds.append(ArtifactError)
+    if _loaded("web3.exceptions"):  # NodeError is web3's own Web3Exception
+        from orchestrator.chain.tx import NodeError
+
+        kinds.append(NodeError)
+    if _loaded("orchestrator.chain.anvil"):
+        from orchestrator.chain.anvil import AnvilError
+
+        kinds.append(AnvilError)
+    if _loaded("orchestrator.chain.deployment"):
+        from orchestrator.chain.deployment import DeploymentError
+
+        kinds.append(DeploymentError)
+    if _loaded("mesh.reproduce"):
+        from mesh.reproduce import ReproduceError
+
+        kinds.append(ReproduceError)
+    if _loaded("mesh.bench.pgcluster"):
+        from mesh.bench.pgcluster import ClusterError
+
+        kinds.append(ClusterError)
+    return tuple(kinds)
+
+
+def _loaded(module: str) -> bool:
+    return module in sys.modules
+
+
+# The modules of an install target that a smaller install leaves out (pyproject.toml's extras):
+# a provider's node has the `agent` install, which has none of the server stack.
+INSTALL_OF: dict[str, str] = {
+    **dict.fromkeys(("bpy", "pynvml"), "agent"),
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg",
+                     "apscheduler", "prometheus_client", "web3", "aiohttp", "ape", "solcx",
+                     "eth_tester", "matplotlib"), "tools"),
+}
+
+
+def missing_install(error: ModuleNotFoundError) -> str | None:
+    """What to install when a command needs a part this install left out; None when the
+    missing module is not one an install target brings (a bug, not a smaller install)."""
+    top = (error.name or "").split(".")[0]
+    install = "tools" if top.startswith("ape_") else INSTALL_OF.get(top)
+    if install is None:
+        return None
+    return (f"this command needs the {install} install, and this one has no {top}: in a clone "
+            f"of the repository, pip install -c requirements.lock '.[{install}]'"
+            + (" (or `make setup`)" if install == "tools" else "") + "; see docs/providers.md")
 
 
 @contextlib.contextmanager
@@ -146,8 +202,17 @@ def user_errors(command: str) -> Iterator[None]:
         fail(command, explain(error))
 
 
-def settings(**overrides: Any) -> Settings:
-    """`Settings` from the environment, with the options the user gave on top."""
+def settings(**overrides: Any) -> ClientSettings:
+    """A client's settings (`mesh/settings.py`) from the environment, with the options the user
+    gave on top."""
+    from mesh.settings import ClientSettings
+
+    return ClientSettings(**{key: value for key, value in overrides.items() if value is not None})
+
+
+def service_settings(**overrides: Any) -> Settings:
+    """The service's `Settings` from the environment, with the options the user gave on top
+    (the `mesh orchestrator` commands: they run or touch the service itself)."""
     from orchestrator.config import Settings
 
     return Settings(**{key: value for key, value in overrides.items() if value is not None})

@@ -73,10 +73,10 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from mesh.commands.common import fail, settings
+    from mesh.commands.common import fail, service_settings
 
     try:
-        config = settings()
+        config = service_settings()
     except ValidationError as error:
         problems = "; ".join(f"MESH_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
                              for e in error.errors())
@@ -98,12 +98,12 @@ def backup(path: Annotated[Path, typer.Argument(help="The backup file to write."
            blobs: BlobsOption = None) -> None:
     """Copy the database (MESH_DATABASE_URL, else MESH_DATA_DIR's SQLite) to PATH; safe
     while the service runs (SQLite's online backup API, `pg_dump -Fc` for PostgreSQL)."""
-    from mesh.commands.common import settings, user_errors
+    from mesh.commands.common import service_settings, user_errors
     from orchestrator.db.backup import BackupError
     from orchestrator.db.backup import backup as copy
 
     with user_errors("orchestrator backup"):
-        config = settings()
+        config = service_settings()
         try:
             copy(config.sqlalchemy_url, path)
         except BackupError as error:
@@ -118,13 +118,13 @@ def restore(path: Annotated[Path, typer.Argument(help="A file `backup` wrote.")]
             blobs: BlobsOption = None) -> None:
     """Replace the database with the backup at PATH (stop the service first). The service
     then sends no transaction until its indexer has re-read the chain since the backup."""
-    from mesh.commands.common import settings, user_errors
+    from mesh.commands.common import service_settings, user_errors
     from orchestrator.db.backup import BackupError, mark_restored
     from orchestrator.db.backup import restore as replace
     from orchestrator.db.session import make_engine, make_session_factory, transaction
 
     with user_errors("orchestrator restore"):
-        config = settings()
+        config = service_settings()
         url = config.sqlalchemy_url
         if blobs is not None and not blobs.is_dir():  # before anything is replaced
             raise UserError(f"no blob directory {blobs}")

@@ -118,3 +118,74 @@ def test_serve_withABadSetting_isOneLine(mesh: Mesh) -> None:
     mesh.env["MESH_LEASE_TTL_S"] = "soon"
     error = one_line_error(mesh("orchestrator", "serve"), command="orchestrator serve")
     assert "MESH_LEASE_TTL_S" in error
+
+
+# ---------------------------------------------------------------- the agent-only install
+
+AGENT_ONLY = """import sys
+for module in {blocked!r}:
+    sys.modules[module] = None  # `import` of it now fails as where it is not installed
+sys.argv = ["mesh", *sys.argv[1:]]
+from mesh.cli import main
+main()
+"""
+
+
+def agent_only(tmp_path: Path, *args: str, blocked: list[str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    """`mesh ARGS` as in a provider's `.[agent]` install: every installed package that target
+    does not bring fails to import (tests/agent/test_install.py builds that install for real)."""
+    from tests.install_targets import modules_outside
+
+    code = AGENT_ONLY.format(blocked=modules_outside(["agent"]) if blocked is None else blocked)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MESH_WALLET_DIR": str(tmp_path / "wallets"),
+           "MESH_AGENT_PASSWORD": "", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_agentOnlyInstall_runsTheProvidersCommands(tmp_path: Path) -> None:
+    password = tmp_path / "password"
+    password.write_text("provider-pw\n")
+    for args in (["--help"], ["agent", "run", "--help"], ["wallet", "--help"]):
+        shown = agent_only(tmp_path, *args)
+        assert shown.returncode == 0 and "Usage: mesh" in shown.stdout, (args, shown.stderr)
+    made = agent_only(tmp_path, "wallet", "new", "provider", "--password-file", str(password),
+                      "--json")
+    assert made.returncode == 0, made.stderr
+    listed = agent_only(tmp_path, "wallet", "list", "--json")
+    assert json.loads(listed.stdout) == [{"name": "provider",
+                                          "address": json.loads(made.stdout)["address"],
+                                          "keystore": str(tmp_path / "wallets/provider.json")}]
+    (tmp_path / "wrong").write_text("not it\n")
+    refused = agent_only(tmp_path, "agent", "run", "--wallet", "provider", "--password-file",
+                         str(tmp_path / "wrong"))  # the error kinds need no chain module
+    assert refused.returncode == 2 and refused.stderr.startswith("mesh agent run: wrong password")
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("args", "missing"), [
+    (["provider", "stake", "10", "--wallet", "provider"], "web3"),
+    (["job", "submit", "scene.blend", "--wallet", "customer", "--frames", "1-2", "--budget",
+      "5"], None),
+    (["orchestrator", "serve"], None),
+    (["up"], None),
+])
+def test_agentOnlyInstall_aToolsCommand_saysInOneLineWhatToInstall(
+        tmp_path: Path, args: list[str], missing: str | None) -> None:
+    done = agent_only(tmp_path, *args)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    command = " ".join(a for a in args[:2] if a.isalpha())
+    assert line.startswith(f"mesh {command}: this command needs the tools install, and this "
+                           "one has no "), line
+    assert "pip install -c requirements.lock '.[tools]'" in line
+    if missing:
+        assert f"has no {missing}:" in line
+
+
+def test_aModuleNoInstallLeavesOut_staysATraceback(tmp_path: Path) -> None:
+    """Only a module of a smaller install is a user's matter: a broken environment is a bug."""
+    done = agent_only(tmp_path, "wallet", "list", blocked=["eth_utils"])
+    assert done.returncode == 1 and "Traceback" in done.stderr
+    assert "ModuleNotFoundError" in done.stderr
