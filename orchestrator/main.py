@@ -79,7 +79,7 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
 
     def forget_nonces(session: Session, now: float) -> None:
         nonce_db.forget_expired_nonces(session, now=now)
-        ctx.pls.prune_challenges(now)
+        ctx.pls.handshake.prune_challenges(now)
 
     indexed = IndexedChainView()
 
@@ -121,16 +121,16 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
         pls_chain.sync_commitments(session, now=now)
 
     def pls_decide(session: Session, now: float) -> None:
-        ctx.pls.run_decide(session, now=now)
+        ctx.pls.staking.run_decide(session, now=now)
 
     def pls_epoch(session: Session, now: float) -> None:
-        ctx.pls.close_last_epoch(session, now=now)
+        ctx.pls.staking.close_last_epoch(session, now=now)
 
     def pls_follow(session: Session, now: float) -> None:
-        ctx.pls.follow(session, now=now)
+        ctx.pls.replay.follow(session, now=now)
 
     def pls_prune(session: Session, now: float) -> None:
-        ctx.pls.prune_log(session, now=now)
+        ctx.pls.log.prune(session, now=now)
 
     jobs = [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
             PeriodicJob("nonce-gc", ctx.settings.nonce_gc_interval_s, forget_nonces),
@@ -175,7 +175,7 @@ def event_dispatch(*, chain: Callable[[], DisputeChain] | None = None,
     dispatch.register("StakeManager", "EpochCommitted", pls_chain.on_epoch_committed)
     if pls is not None:
         dispatch.register("StakeManager", "TierChanged", partial(pls_chain.on_tier_changed,
-                                                                 pls=pls))
+                                                                 staking=pls.staking))
     if chain is not None and pls is not None:
         def ruling(session: Session, event: ChainEvent, now: float) -> None:
             apply_event(session, event, chain=chain(), pls=pls, now=now)
@@ -287,7 +287,7 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
         metrics=metrics,
         heartbeats=HeartbeatBuffer(factory, lease_ttl_s=settings.lease_ttl_s,
                                    flush_every_s=settings.heartbeat_flush_s,
-                                   on_flush=pls_service.on_heartbeats),
+                                   on_flush=pls_service.ingest.on_heartbeats),
         detector=PhiAccrualDetector(), session_secret=secret, escrow_reader=escrow_reader,
         clock=clock, pls=pls_service,
         verifier=Verifier(blobs=blob_store, pls=pls_service, secret=verification_secret,
@@ -302,7 +302,7 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
             configure_logging()
         upgrade_to_head(engine)
         with factory() as session:
-            ctx.pls.rebuild(session, now=ctx.now())
+            ctx.pls.replay.rebuild(session, now=ctx.now())
         ctx.heartbeats.start()
         scheduler = LeaderRunner(factory).start(_periodic_jobs(ctx)) \
             if settings.periodic_enabled else None

@@ -36,6 +36,7 @@ from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services.pls import PlsService
+from orchestrator.services.pls_placement import PlsPlacement
 from orchestrator.telemetry.metrics import MeshMetrics
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -65,12 +66,12 @@ class _Bonded:
         return ProviderStake(provider=provider, bonded=10**24, locked=0, unbonding=0, tier=1)
 
 
-def _pls_gate(factory: Any) -> PlsService:
+def _pls_gate(factory: Any) -> PlsPlacement:
     pls = PlsService(PlsConfig(), stake_reader=_Bonded, metrics=MeshMetrics())
     with factory.begin() as session:
         for node in pls_store.all_nodes(session):
-            pls.node_registered(session, node=node, now=0.0)
-    return pls
+            pls.ingest.node_registered(session, node=node, now=0.0)
+    return pls.placement
 
 
 def _run_backend(url: str, nodes: int, tasks: int, pls: bool = False) -> dict[str, Any]:

@@ -200,7 +200,7 @@ class PlsDriver(PlacementObserver):
     # ----- helpers --------------------------------------------------------------------
     def _fastest_busy(self, task: TaskView, idle: NDArray[np.intp]) -> float:
         """The verified speed of the fastest node online, able to take the task (its tier
-        and VRAM, as the service's `PlsService.rank` reads them) and not idle now (0 when
+        and VRAM, as the service's `PlsPlacement.rank` reads them) and not idle now (0 when
         there is none)."""
         busy = self.online & task.able
         busy[idle] = False

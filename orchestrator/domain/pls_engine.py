@@ -13,7 +13,7 @@ modelled world). Whatever the churn benchmark credits to PLS runs here, hence in
 
 The prior is refitted before the first session event at or past each `prior_refit_s`
 boundary (UTC midnight by default), so replaying the stored session events in time order
-(`services.pls_rebuild`) refits at the same points and rebuilds the same prior.
+(`services.pls_replay`) refits at the same points and rebuilds the same prior.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ def verification_failed(session: Session, *, task_id: int, node_id: str, pls: Pl
     task = job_db.get_task(session, task_id=task_id)
     if task is None:
         raise Missing("task_not_found", f"no task {task_id}")
-    pls.task_outcome(session, node_id=node_id, task_id=task_id,
-                     outcome=TaskOutcome.FAILED_VERIFICATION, now=now)
+    pls.ingest.task_outcome(session, node_id=node_id, task_id=task_id,
+                            outcome=TaskOutcome.FAILED_VERIFICATION, now=now)
     session.commit()
     return task
 

@@ -40,8 +40,8 @@ async def receive(*, sha256: str, chunks: AsyncIterator[bytes], declared_bytes: 
     with factory.begin() as session:
         blob_db.add_blob(session, sha256=sha256, size=size, now=clock())
         if node_id is not None and size >= MIN_TIMED_UPLOAD_BYTES and elapsed > 0:
-            pls.record_upload(session, node_id=node_id, mbps=size * 8 / 1e6 / elapsed,
-                              now=clock())
+            pls.ingest.record_upload(session, node_id=node_id, mbps=size * 8 / 1e6 / elapsed,
+                                     now=clock())
     return size
 
 

@@ -200,7 +200,7 @@ def _nodes(session: Session, pls: PlsService, now: float) -> list[NodeRow]:
     stakes = {provider: _stake(pls, provider, now) for provider in {n.provider for n in nodes}}
     rows = []
     for node in nodes:
-        components = pls.components(node.id, now, RS_HORIZON_S)
+        components = pls.placement.components(node.id, now, RS_HORIZON_S)
         rs = None if components is None else round(components.calibrated, 4)
         bonded, free = stakes[node.provider]
         by_status = verdicts.get(node.id, {})
@@ -223,7 +223,7 @@ def _nodes(session: Session, pls: PlsService, now: float) -> list[NodeRow]:
 
 def _stake(pls: PlsService, provider: str, now: float) -> tuple[str | None, str | None]:
     try:
-        stake = pls.stake.stake(provider, now)
+        stake = pls.state.stake.stake(provider, now)
     except StakeUnavailable:
         return None, None
     return str(stake.bonded), str(stake.free)

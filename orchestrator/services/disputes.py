@@ -193,8 +193,8 @@ def _reverse_slash(session: Session, *, row: DisputeRow, pls: PlsService, now: f
         if record.reversed_by is not None:
             continue
         record.reversed_by = row.dispute_id
-        pls.slash_overturned(session, record=record, key=f"dispute:{row.dispute_id}",
-                             chain_prior=Tier(row.prior_tier or 0), now=now)
+        pls.staking.slash_overturned(session, record=record, key=f"dispute:{row.dispute_id}",
+                                     chain_prior=Tier(row.prior_tier or 0), now=now)
         if record.reason == int(SlashReason.FAILED_VERIFICATION):
             _forgive_failure(session, provider=record.provider, now=now)
 
@@ -294,13 +294,13 @@ def _job_bundle(session: Session, job: Job, pls: PlsService) -> dict[str, Any]:
                                        else commitment.env),
                       "verification": record})
     providers = sorted({p for p in provider_of.values()})
-    epoch_s = pls.config.epoch_s
+    epoch_s = pls.state.config.epoch_s
     scores = []
     for provider in providers:
         for epoch, _leaf in store.score_leaves(session, provider=provider,
                                                closed_from=job.created_at,
                                                closed_to=job.updated_at + 2 * epoch_s):
-            proof = pls.score_proof(session, provider=provider, epoch=epoch.epoch)
+            proof = pls.staking.score_proof(session, provider=provider, epoch=epoch.epoch)
             if proof is not None:
                 scores.append({"provider": provider, "epoch": proof.epoch,
                                "root": hex0x(proof.root), "score_bps": proof.score_bps,
@@ -389,7 +389,7 @@ def slash_evidence(session: Session, *, slash_id: int, reader: str,
         job = None if found is None else _job_bundle(session, found, pls)
     scores = [{"epoch": p.epoch, "root": hex0x(p.root), "score_bps": p.score_bps,
                "telemetry_digest": hex0x(p.telemetry_digest), "proof": [hex0x(x) for x in p.proof]}
-              for p in (pls.score_proof(session, provider=slash.provider, epoch=r.epoch)
+              for p in (pls.staking.score_proof(session, provider=slash.provider, epoch=r.epoch)
                         for r in records if r.epoch is not None) if p is not None]
     return {"kind": "slash", "slash_id": slash_id, "provider": slash.provider,
             "reason": slash.reason.name.lower(), "amount": str(slash.amount),

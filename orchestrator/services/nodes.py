@@ -55,7 +55,7 @@ def register(session: Session, *, spec: NodeSpec, pls: PlsService,
         _require_stake(session, pls=pls, provider=spec.provider, per_node=stake_per_node,
                        now=now)
     node = node_db.register_node(session, spec=spec, now=now)
-    pls.node_registered(session, node=node, now=now)
+    pls.ingest.node_registered(session, node=node, now=now)
     db_session.commit_or_conflict(session)
     detector.heartbeat(node.id, now)
     return node
@@ -65,7 +65,7 @@ def _require_stake(session: Session, *, pls: PlsService, provider: str, per_node
                    now: float) -> None:
     needed = per_node * (node_db.provider_node_count(session, provider=provider) + 1)
     try:
-        bonded = pls.stake.stake(provider, now).bonded
+        bonded = pls.state.stake.stake(provider, now).bonded
     except StakeUnavailable as exc:
         raise Unavailable("chain_unavailable", f"{exc}; try again shortly") from None
     if bonded < needed:
@@ -84,7 +84,7 @@ def login(session: Session, *, node_id: str, address: str, session_key: str | No
     if session_key is None:
         return
     before = node.session_key
-    pls.session_bound(session, node=node, session_key=session_key)
+    pls.ingest.session_bound(session, node=node, session_key=session_key)
     released = 0
     if node.session_key != before:
         released = len(work.take_back_leases(session, node=node, now=now,
@@ -110,8 +110,8 @@ def show_progress(session: Session, *, node_id: str, address: str, pls: PlsServi
     """Judge the chunks a node rendered through a network cut (the verdict is stored either
     way; the caller refuses a failed one)."""
     node = owned_node(session, node_id=node_id, address=address)
-    outcome = pls.show_progress(session, node=node, task_id=task_id, chunks=chunks,
-                                resumed_at=resumed_at, signature=signature, now=now)
+    outcome = pls.continuity.show_progress(session, node=node, task_id=task_id, chunks=chunks,
+                                           resumed_at=resumed_at, signature=signature, now=now)
     session.commit()
     return outcome
 
@@ -162,7 +162,7 @@ def record_gpu(session: Session, *, node_id: str, pls: PlsService,
                samples: Sequence[GpuSample], extras: Sequence[Mapping[str, float]],
                now: float) -> None:
     try:
-        pls.record_gpu(session, node_id=node_id, samples=samples, now=now, extras=extras)
+        pls.ingest.record_gpu(session, node_id=node_id, samples=samples, now=now, extras=extras)
     except ValueError as exc:
         raise Invalid("sample_out_of_range", str(exc)) from None
     session.commit()
@@ -170,7 +170,7 @@ def record_gpu(session: Session, *, node_id: str, pls: PlsService,
 
 def issue_probe(session: Session, *, node_id: str, pls: PlsService, now: float) -> bytes:
     """A fresh probe nonce; the round trip is timed from `now`."""
-    nonce = pls.issue_probe(session, node_id=node_id, now=now)
+    nonce = pls.ingest.issue_probe(session, node_id=node_id, now=now)
     session.commit()
     return nonce
 
@@ -180,7 +180,7 @@ def echo_probe(session: Session, *, node_id: str, pls: PlsService, nonce: str,
     """The probe's round trip in ms. Probes found overdue meanwhile are recorded as lost,
     whether or not this one is known."""
     try:
-        rtt = pls.echo_probe(session, node_id=node_id, nonce=unhex(nonce), now=now)
+        rtt = pls.ingest.echo_probe(session, node_id=node_id, nonce=unhex(nonce), now=now)
     except KeyError:
         session.commit()
         raise Missing("probe_unknown", "no such probe pending (expired or never sent)"
@@ -196,7 +196,8 @@ def issue_challenge(session: Session, *, node_id: str, address: str, pls: PlsSer
                     gpu_class: str, now: float) -> Challenge:
     owned_node(session, node_id=node_id, address=address)
     try:
-        issued = pls.issue_challenge(session, node_id=node_id, gpu_class=gpu_class, now=now)
+        issued = pls.handshake.issue_challenge(session, node_id=node_id, gpu_class=gpu_class,
+                                               now=now)
     except ValueError as exc:
         raise Invalid("popw_unknown_gpu_class", str(exc)) from None
     session.commit()
@@ -215,9 +216,10 @@ def judge_answer(session: Session, *, node_id: str, pls: PlsService, nonce: str,
         proof = PopwAnswer.from_bytes(base64.b64decode(answer_b64, validate=True))
     except (ValueError, binascii.Error) as exc:  # nothing judged: the challenge stays open
         raise Invalid("popw_malformed_answer", f"answer does not parse: {exc}") from None
-    verdict = pls.judge_answer(session, node_id=node_id, nonce=unhex(nonce), answer=proof,
-                               signature_valid=signer is not None and signer == node.provider,
-                               gpu_under_load=gpu_under_load, now=now)
+    verdict = pls.handshake.judge_answer(
+        session, node_id=node_id, nonce=unhex(nonce), answer=proof,
+        signature_valid=signer is not None and signer == node.provider,
+        gpu_under_load=gpu_under_load, now=now)
     session.commit()
     return verdict
 
@@ -248,10 +250,10 @@ def listing(session: Session, *, pls: PlsService, now: float, provider: str | No
         if provider is not None and node.provider != provider:
             continue
         spec = node_db.node_spec(node)
-        parts = pls.components(node.id, now, 3600.0)
+        parts = pls.placement.components(node.id, now, 3600.0)
         found.append(NodeListing(spec=spec, health=node.health, draining=node.draining,
                                  last_heartbeat_at=node.last_heartbeat_at,
-                                 tier=int(pls.effective_spec(spec, now).tier),
+                                 tier=int(pls.placement.effective_spec(spec, now).tier),
                                  rs=None if parts is None else parts.calibrated))
     return sorted(found, key=lambda n: n.spec.node_id)
 
@@ -265,7 +267,8 @@ class NodeScore:
 def node_score(session: Session, *, node_id: str, pls: PlsService, duration_s: float,
                now: float) -> NodeScore:
     node = node_db.get_node(session, node_id=node_id)
-    parts = pls.components(node_id, now, duration_s) if node is not None else None
+    parts = pls.placement.components(node_id, now, duration_s) if node is not None else None
     if node is None or parts is None:
         raise Missing("node_not_found", f"no node {node_id}")
-    return NodeScore(parts, int(pls.effective_spec(node_db.node_spec(node), now).tier))
+    tier = pls.placement.effective_spec(node_db.node_spec(node), now).tier
+    return NodeScore(parts, int(tier))

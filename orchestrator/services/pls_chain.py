@@ -120,7 +120,7 @@ def sync_commitments(session: Session, *, now: float) -> int:
 
 
 def on_tier_changed(session: Session, event: ChainEvent, now: float, *,
-                    pls: PlsStaking) -> bool:
+                    staking: PlsStaking) -> bool:
     """A final `TierChanged`. One of our own `tier` transactions carried a decision the DB and
     the engines already hold; while one of ours for the provider is on its way, the chain is
     about to change again. Otherwise the chain moved the tier by itself (a score slash
@@ -131,5 +131,5 @@ def on_tier_changed(session: Session, event: ChainEvent, now: float, *,
     if any(row.payload.get("provider") == provider
            for row in outbox_store.unmined(session, kind=SetTier.kind)):
         return False
-    return bool(pls.adopt_chain_tier(session, provider=provider,
-                                     tier=Tier(int(event.args["newTier"])), now=now))
+    return bool(staking.adopt_chain_tier(session, provider=provider,
+                                         tier=Tier(int(event.args["newTier"])), now=now))

@@ -28,6 +28,7 @@ from orchestrator.domain.continuity import ChunkMark, ProgressProof
 from orchestrator.domain.slashing import ProgressVerdict
 from orchestrator.services.pls_ingest import lapsed_lone_holds
 from orchestrator.services.pls_log import PlsLog
+from orchestrator.services.pls_state import PlsState
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,24 +54,32 @@ def chunk_plan(payload: Mapping[str, Any]) -> set[tuple[int, int]]:
     return set(plan_chunks(int(samples), int(chunk)))
 
 
-class PlsContinuity(PlsLog):
+class PlsContinuity:
+    """Proofs of progress judged by `state`'s engine, abandonments they find lapsed written
+    to `log`."""
+
+    def __init__(self, state: PlsState, log: PlsLog) -> None:
+        self.state = state
+        self.log = log
+
     def show_progress(self, session: Session, *, node: Node, task_id: int,
                       chunks: Sequence[ShownChunk], resumed_at: float, signature: bytes,
                       now: float) -> ProgressOutcome:
         """Judge a reconnecting node's proof of progress (see the module docstring). Lone
         holds the grace ran out on are reported first: a proof that comes before the next
         sweep or staking pass finds its abandonment pending, dated at the DEAD verdict."""
-        with self._lock:
-            lapsed = lapsed_lone_holds(session, self.engine, now)
+        state = self.state
+        with state.lock:
+            lapsed = lapsed_lone_holds(session, state.engine, now)
         if lapsed:
-            self._observe(session, *lapsed)
-            self.catch_up(session)
+            self.log.observe(session, *lapsed)
+            self.log.catch_up(session)
         lease = store.revoked_lease(session, task_id=task_id, node_id=node.id)
         task = job_db.get_task(session, task_id=task_id)
         if lease is None or lease.released_at is None or task is None:
             return ProgressOutcome(ProgressVerdict.NOT_PENDING, 0)
-        with self._lock:  # dated at the DEAD verdict, not at a lone hold's lapse
-            pending_since = self.engine.staking.pending_since(str(task_id))
+        with state.lock:  # dated at the DEAD verdict, not at a lone hold's lapse
+            pending_since = state.engine.staking.pending_since(str(task_id))
         departed_at = lease.released_at if pending_since is None else pending_since
         proof = ProgressProof(node.id, str(task_id), tuple(
             ChunkMark(bytes.fromhex(c.sha256), c.rendered_at) for c in chunks), resumed_at,
@@ -84,10 +93,10 @@ class PlsContinuity(PlsLog):
                     and (chunk.offset, chunk.length) in plan
                     and bytes.fromhex(chunk.sha256) not in new):
                 new.append(bytes.fromhex(chunk.sha256))
-        with self._lock:
-            if not self.engine.knows(node.id):
+        with state.lock:
+            if not state.engine.knows(node.id):
                 return ProgressOutcome(ProgressVerdict.NOT_PENDING, 0)
-            verdict = self.engine.progress_shown(proof, new, now, departed_at)
+            verdict = state.engine.progress_shown(proof, new, now, departed_at)
         if verdict is not ProgressVerdict.WITHDRAWN:
             return ProgressOutcome(verdict, 0)
         signer = proof.signer()
@@ -95,5 +104,5 @@ class PlsContinuity(PlsLog):
         store.add_withdrawal(session, task_id=task_id, node_id=node.id, session_key=signer,
                              departed_at=departed_at, withdrawn_at=now, chunks=new)
         store.censor_session(session, node_id=node.id, ended_at=departed_at)
-        self.metrics.slashes_withdrawn.inc()
+        state.metrics.slashes_withdrawn.inc()
         return ProgressOutcome(verdict, len(new))

@@ -32,7 +32,7 @@ from orchestrator.domain.pls_observations import (
 )
 from orchestrator.domain.reliability import GpuSample, TaskOutcome
 from orchestrator.services.pls_log import PlsLog, known
-from orchestrator.services.pls_state import GPU_FIELDS
+from orchestrator.services.pls_state import GPU_FIELDS, PlsState
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,40 +58,45 @@ def lapsed_lone_holds(session: Session, engine: PlsEngine, now: float) -> list[O
     return lapsed
 
 
-class PlsIngest(PlsLog):
-    _lone_silent: frozenset[str] = frozenset()  # held by the lone grace in the running sweep
+class PlsIngest:
+    """What the nodes and the failure sweep tell PLS, written to `log` for `state`'s engine."""
+
+    def __init__(self, state: PlsState, log: PlsLog) -> None:
+        self.state = state
+        self.log = log
 
     def lease_holds(self, node_ids: Sequence[str], now: float) -> dict[str, float]:
         """Nodes the detector just called DEAD, all at once: how long to keep each one's leases.
         Their departures are recorded first, so a silence shared within this sweep counts (the
         leader's sweep asks mid-transaction, so they go to its engine at once; `after_sweep`
         logs them for the other replicas, and applying them again changes nothing)."""
-        with self._lock:
-            holds = self.engine.departed(node_ids, now)
+        with self.state.lock:
+            holds = self.state.engine.departed(node_ids, now)
         return {node_id: seconds for node_id, seconds in holds.items() if seconds > 0.0}
 
     def sweep_holds(self, node_ids: Sequence[str], now: float) -> dict[str, float]:
         """What the failure sweep keeps: `lease_holds` for a shared silence and the lone grace
         (`LeaseHold.lone_grace_s`) for every other node; `after_sweep` logs the lone holds."""
+        state = self.state
         holds = self.lease_holds(node_ids, now)
-        grace = self.engine.config.lease_hold.lone_grace_s
-        with self._lock:
-            self._lone_silent = frozenset(n for n in node_ids
+        grace = state.engine.config.lease_hold.lone_grace_s
+        with state.lock:
+            state.lone_silent = frozenset(n for n in node_ids
                                           if grace > 0.0 and n not in holds
-                                          and self.engine.knows(n))
-        return holds | dict.fromkeys(self._lone_silent, grace)
+                                          and state.engine.knows(n))
+        return holds | dict.fromkeys(state.lone_silent, grace)
 
     def node_registered(self, session: Session, *, node: Node, now: float) -> None:
         """A node (re)registered: it is online from now on."""
         observations: list[Observation] = [known(node)]
         if store.open_session(session, node_id=node.id, at=now):
             observations.append(SessionStarted(node.id, now))
-        self._observe(session, *observations)
+        self.log.observe(session, *observations)
 
     def session_bound(self, session: Session, *, node: Node, session_key: str) -> None:
         """The node's wallet-signed login named its process's ephemeral session key."""
         node_db.bind_session_key(session, node=node, session_key=session_key)
-        self._observe(session, known(node))  # binds the key in the engine as a rebuild does
+        self.log.observe(session, known(node))  # binds the key in the engine as a rebuild does
 
     def after_sweep(self, session: Session, *, facts: SweepFacts, now: float) -> None:
         """Departures end sessions (abrupt = DEAD, a lone silence too; censored = drained, or a
@@ -101,9 +106,10 @@ class PlsIngest(PlsLog):
         as held for the lone grace (`PlsStaking.decide` reports the lapsed ones), returns start
         a new session; then overdue probes count as lost. What the DB records decides what is
         logged (a session is ended or opened only once, whichever replica's engine is ahead)."""
-        with self._lock:
-            lone, self._lone_silent = self._lone_silent, frozenset()
-            observations = lapsed_lone_holds(session, self.engine, now)
+        state = self.state
+        with state.lock:
+            lone, state.lone_silent = state.lone_silent, frozenset()
+            observations = lapsed_lone_holds(session, state.engine, now)
         held = set(facts.held)
         departed = [node_id for node_id, abrupt in facts.dead if abrupt or node_id in held]
         if departed:
@@ -127,7 +133,7 @@ class PlsIngest(PlsLog):
         for node_id in facts.returned:
             if store.open_session(session, node_id=node_id, at=now):
                 observations.append(SessionStarted(node_id, now))
-        self._observe(session, *observations)
+        self.log.observe(session, *observations)
         self._expire_probes(session, now)
 
     @staticmethod
@@ -158,14 +164,15 @@ class PlsIngest(PlsLog):
     def on_heartbeats(self, session: Session, beats: Mapping[str, float]) -> None:
         """Heartbeats and their gaps (called from the write-behind flush, in its transaction);
         a gap is measured from the last beat the log brought, whichever replica received it."""
+        state = self.state
         rows: list[tuple[str, str, float, float]] = []
-        with self._lock:
+        with state.lock:
             for node_id, at in beats.items():
-                last = self._last_beat.get(node_id)
-                if last is not None and at - last >= self.config.gap_persist_s:
+                last = state.last_beat.get(node_id)
+                if last is not None and at - last >= state.config.gap_persist_s:
                     rows.append((node_id, "hb_gap_s", at, at - last))
         store.add_samples(session, rows=rows)
-        self._observe(session, Heartbeats(tuple(sorted(beats.items()))))
+        self.log.observe(session, Heartbeats(tuple(sorted(beats.items()))))
 
     # ----- telemetry -------------------------------------------------------------------
     def record_gpu(self, session: Session, *, node_id: str, samples: Sequence[GpuSample],
@@ -173,23 +180,24 @@ class PlsIngest(PlsLog):
         """Agent-reported samples: self-reported, so the book lets them only lower RS.
         `extras`: per sample, the NVML facts RS does not read (ECC, PCIe replays, energy...),
         stored as `nvml.<field>` telemetry where the device reported them."""
+        max_age_s = self.state.config.max_sample_age_s
         for sample in samples:
-            if not now - self.config.max_sample_age_s <= sample.at <= now + 5.0:
+            if not now - max_age_s <= sample.at <= now + 5.0:
                 raise ValueError(f"sample time {sample.at} is not within the last "
-                                 f"{self.config.max_sample_age_s:.0f} s")
+                                 f"{max_age_s:.0f} s")
         store.add_samples(session, rows=[(node_id, f"gpu.{name}", s.at, float(getattr(s, name)))
                                          for s in samples for name in GPU_FIELDS])
         store.add_samples(session, rows=[(node_id, f"nvml.{name}", s.at, value)
                                          for s, extra in zip(samples, extras, strict=False)
                                          for name, value in sorted(extra.items())])
-        self._observe(session, GpuReport(node_id, tuple(sorted(samples, key=lambda s: s.at))))
+        self.log.observe(session, GpuReport(node_id, tuple(sorted(samples, key=lambda s: s.at))))
 
     def record_upload(self, session: Session, *, node_id: str, mbps: float, now: float) -> None:
         """Upload throughput the orchestrator measured while the node sent a blob."""
         if not mbps > 0:
             raise ValueError("a measured upload moves > 0 Mbit/s")
         store.add_samples(session, rows=[(node_id, "upload_mbps", now, mbps)])
-        self._observe(session, Upload(node_id, now, mbps))
+        self.log.observe(session, Upload(node_id, now, mbps))
 
     def issue_probe(self, session: Session, *, node_id: str, now: float) -> bytes:
         """A ping nonce; its RTT is what the orchestrator measures until the echo (which any
@@ -207,19 +215,20 @@ class PlsIngest(PlsLog):
             raise KeyError("unknown or expired probe")
         rtt_ms = max(now - sent, 0.0) * 1000.0
         store.add_samples(session, rows=[(node_id, "rtt_ms", sent, rtt_ms)])
-        self._observe(session, Probe(node_id, sent, rtt_ms))
+        self.log.observe(session, Probe(node_id, sent, rtt_ms))
         return rtt_ms
 
     def _expire_probes(self, session: Session, now: float,
                        node_ids: Sequence[str] | None = None) -> None:
         """Probes unanswered past the timeout (of `node_ids`, or every node) are lost."""
+        state = self.state
         expired = store.take_expired_probes(
-            session, sent_before=now - self.config.probe_timeout_s, node_ids=node_ids)
-        with self._lock:
-            lost = [(node_id, sent) for node_id, sent in expired if self.engine.knows(node_id)]
+            session, sent_before=now - state.config.probe_timeout_s, node_ids=node_ids)
+        with state.lock:
+            lost = [(node_id, sent) for node_id, sent in expired if state.engine.knows(node_id)]
         store.add_samples(session, rows=[(node_id, "probe_lost", sent, 1.0)
                                          for node_id, sent in lost])
-        self._observe(session, *(Probe(node_id, sent, None) for node_id, sent in lost))
+        self.log.observe(session, *(Probe(node_id, sent, None) for node_id, sent in lost))
 
     def observe_checkpoint_cost(self, session: Session, *, node_id: str, seconds: float,
                                 now: float) -> None:
@@ -227,7 +236,7 @@ class PlsIngest(PlsLog):
         if not seconds > 0:
             raise ValueError("a measured checkpoint takes > 0 seconds")
         store.add_samples(session, rows=[(node_id, "checkpoint_s", now, seconds)])
-        self._observe(session, CheckpointCost(node_id, seconds))
+        self.log.observe(session, CheckpointCost(node_id, seconds))
 
     def task_outcome(self, session: Session, *, node_id: str, task_id: int,
                      outcome: TaskOutcome, now: float, evidence: bytes | None = None) -> None:
@@ -240,7 +249,7 @@ class PlsIngest(PlsLog):
         finished = outcome is TaskOutcome.COMPLETED
         lock = store.end_lock(session, task_id=task_id, node_id=node_id, at=now,
                               finished=finished)
-        self._observe(session, AttemptEnded(node_id, task_id, outcome.value,
-                                            None if lock is None else lock.raw_rs,
-                                            0 if lock is None else lock.amount, now,
-                                            None if evidence is None else evidence.hex()))
+        self.log.observe(session, AttemptEnded(node_id, task_id, outcome.value,
+                                               None if lock is None else lock.raw_rs,
+                                               0 if lock is None else lock.amount, now,
+                                               None if evidence is None else evidence.hex()))

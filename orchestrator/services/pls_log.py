@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
-from orchestrator.domain.pls_engine import LoneHold
+from orchestrator.domain.pls_engine import LoneHold, PlsEngine
 from orchestrator.domain.pls_observations import (
     Abandoned,
     AttemptEnded,
@@ -58,8 +58,15 @@ def known(node: Node) -> NodeKnown:
                      node.session_key)
 
 
-class PlsLog(PlsState):
-    def _observe(self, session: Session, *observations: Observation) -> None:
+class PlsLog:
+    """The observation log of `state`'s engine: the other parts write their observations to
+    it (`observe`), and it applies every committed one, this replica's and the others', in
+    the log's order (`catch_up`)."""
+
+    def __init__(self, state: PlsState) -> None:
+        self.state = state
+
+    def observe(self, session: Session, *observations: Observation) -> None:
         """Log these for every replica's engine, this one's included, once `session` commits."""
         store.log_observations(session, rows=[encode(o) for o in observations],
                                committed=self._committed)
@@ -73,34 +80,37 @@ class PlsLog(PlsState):
     def catch_up(self, source: Session | Engine) -> int:
         """Apply every committed log row past the cursor, in order; how many. Rows are read
         outside the engine lock (a read may wait for a connection), applied under it."""
+        state = self.state
         applied = 0
-        while not self._stale:
-            rows = store.observations_after(source, after=self._cursor, limit=READ_BATCH)
-            with self._lock:
-                fresh = [row for row in rows if row[0] > self._cursor]  # another thread's
-                if fresh and fresh[0][0] != self._cursor + 1:
+        while not state.stale:
+            rows = store.observations_after(source, after=state.cursor, limit=READ_BATCH)
+            with state.lock:
+                fresh = [row for row in rows if row[0] > state.cursor]  # another thread's
+                if fresh and fresh[0][0] != state.cursor + 1:
                     log.warning("PLS log pruned past this replica (at %d, next %d): rebuilding",
-                                self._cursor, fresh[0][0])
-                    self._stale = True
+                                state.cursor, fresh[0][0])
+                    state.stale = True
                     break
                 for row_id, kind, body in fresh:
                     self._apply(decode(kind, body))
-                    self._cursor = row_id
+                    state.cursor = row_id
                 applied += len(fresh)
             if len(rows) < READ_BATCH:
                 break
         return applied
 
-    def prune_log(self, session: Session, *, now: float) -> int:
+    @staticmethod
+    def prune(session: Session, *, now: float) -> int:
         """Delete the log rows every live replica has applied (the leader's job)."""
         return store.prune_observations(session, live_since=now - LIVE_REPLICA_S,
                                         forget_before=now - FORGET_REPLICA_S)
 
     def _apply(self, observation: Observation) -> None:
         """Feed one observation to the engine, exactly as its use case describes it."""
-        engine = self.engine
+        state = self.state
+        engine = state.engine
         if isinstance(observation, NodeKnown):
-            self._know(observation)
+            state.know(observation)
             return
         if isinstance(observation, Departed):
             engine.departed(observation.node_ids, observation.at)
@@ -108,12 +118,12 @@ class PlsLog(PlsState):
         if isinstance(observation, Heartbeats):
             for node_id, at in observation.beats:
                 if engine.knows(node_id):
-                    last = self._last_beat.get(node_id)
-                    self._last_beat[node_id] = at if last is None else max(at, last)
+                    last = state.last_beat.get(node_id)
+                    state.last_beat[node_id] = at if last is None else max(at, last)
                     engine.heartbeat(node_id, at)
             return
         if isinstance(observation, Handshake):
-            self._verdicts[observation.verdict.node_id] = observation.verdict
+            state.verdicts[observation.verdict.node_id] = observation.verdict
             if engine.knows(observation.verdict.node_id):
                 engine.handshake(observation.verdict)
             return
@@ -136,7 +146,7 @@ class PlsLog(PlsState):
                 str(observation.task_id), observation.collateral, observation.raw_rs,
                 observation.at, observation.value, observation.rework_share))
         elif isinstance(observation, Probe):
-            self._record_probe(node_id, ProbeSample(observation.sent, observation.rtt_ms))
+            state.record_probe(node_id, ProbeSample(observation.sent, observation.rtt_ms))
         elif isinstance(observation, GpuReport):
             for sample in observation.samples:
                 engine.gpu(node_id, sample)
@@ -145,24 +155,21 @@ class PlsLog(PlsState):
         elif isinstance(observation, CheckpointCost):
             engine.checkpoint_measured(node_id, observation.seconds)
         elif isinstance(observation, AttemptEnded):
-            self._attempt_ended(observation)
+            self._attempt_ended(engine, observation)
         elif isinstance(observation, TierDecided):
             engine.staking.adopt_tier(node_id, Tier(observation.tier), observation.at)
 
-    def _attempt_ended(self, ended: AttemptEnded) -> None:
+    @staticmethod
+    def _attempt_ended(engine: PlsEngine, ended: AttemptEnded) -> None:
         """A completed attempt counts toward the record and teaches the recalibrator; a failed
         verification goes to the staking policy with the collateral locked for the task."""
         outcome = TaskOutcome(ended.outcome)
         if outcome is TaskOutcome.COMPLETED:
-            self.engine.completed(ended.node_id, ended.raw_rs)
+            engine.completed(ended.node_id, ended.raw_rs)
         elif outcome is TaskOutcome.FAILED_VERIFICATION:
-            self.engine.verification_failed(
+            engine.verification_failed(
                 ended.node_id, str(ended.task_id), ended.collateral, ended.raw_rs, ended.at,
                 evidence=None if ended.evidence is None else bytes.fromhex(ended.evidence))
         else:
-            self.engine.outcome(ended.node_id, outcome)
-            self.engine.attempt_ended(ended.raw_rs, False)
-
-    def _record_probe(self, node_id: str, sample: ProbeSample) -> None:
-        self.engine.probe(node_id, sample)
-        self._recent_rtts[node_id].append((sample.at, sample.rtt_ms))
+            engine.outcome(ended.node_id, outcome)
+            engine.attempt_ended(ended.raw_rs, False)

@@ -41,7 +41,7 @@ class Admission:
 
 class PlacementGate(Protocol):
     """Predictive Latency Staking admission, applied by the placer and the lease pull alike
-    (implemented by `PlsPlacement`, below, as part of `services.pls.PlsService`)."""
+    (implemented by `PlsPlacement`, below: `services.pls.PlsService.placement`)."""
 
     def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
         """The node with the tier work may use now."""
@@ -71,14 +71,20 @@ class PlacementGate(Protocol):
         ...
 
 
-class PlsPlacement(PlsState):
+class PlsPlacement:
+    """The `PlacementGate` over `state`'s engine and stake caches."""
+
+    def __init__(self, state: PlsState) -> None:
+        self.state = state
+
     def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
         """The node with the tier work may use now: the policy's tier (demotions count at
         once), and HIGH only while a passing HIGH handshake is fresh."""
-        with self._lock:
-            tier = (self.engine.staking.tier(spec.node_id) if self.engine.knows(spec.node_id)
+        state = self.state
+        with state.lock:
+            tier = (state.engine.staking.tier(spec.node_id) if state.engine.knows(spec.node_id)
                     else spec.tier)
-            verdict = self._verdicts.get(spec.node_id)
+            verdict = state.verdicts.get(spec.node_id)
         fresh_high = (verdict is not None and verdict.fresh(now) and verdict.tier is Tier.HIGH)
         if fresh_high and tier >= Tier.STANDARD:
             tier = Tier.HIGH
@@ -89,16 +95,16 @@ class PlsPlacement(PlsState):
     def components(self, node_id: str, now: float, duration_s: float) -> RsComponents | None:
         """The node's RS over `duration_s` and its factors, as placement sees them (None: a
         node this service does not know)."""
-        with self._lock:
-            if not self.engine.knows(node_id):
+        with self.state.lock:
+            if not self.state.engine.knows(node_id):
                 return None
-            return self.book.components(node_id, now, duration_s)
+            return self.state.book.components(node_id, now, duration_s)
 
     def _free_stake(self, providers: set[str], now: float) -> dict[str, int]:
         free: dict[str, int] = {}
         for provider in sorted(providers):
             try:
-                free[provider] = self.listing.free(provider, now)
+                free[provider] = self.state.listing.free(provider, now)
             except StakeUnavailable as exc:  # fail closed: this provider's nodes wait
                 log.warning("placement refused: %s", exc)
                 free[provider] = 0
@@ -113,10 +119,11 @@ class PlsPlacement(PlsState):
         able = [c for c in candidates if eligible(c.spec, needs)]
         usable = [c for c in able if c.free_slots > 0]
         free = self._free_stake({c.spec.provider for c in usable}, now)
-        with self._lock:
-            placements = self.engine.rank_candidates(usable, needs, now, free)
-            busy = [self.engine.speed(c.spec.node_id) for c in able
-                    if c.free_slots <= 0 and self.engine.knows(c.spec.node_id)]
+        with self.state.lock:
+            engine = self.state.engine
+            placements = engine.rank_candidates(usable, needs, now, free)
+            busy = [engine.speed(c.spec.node_id) for c in able
+                    if c.free_slots <= 0 and engine.knows(c.spec.node_id)]
         faster = max(busy, default=0.0)
         return [(p.candidate.spec.node_id,
                  Admission(p.rs, p.collateral, p.raw_rs, p.speed, faster))
@@ -128,11 +135,11 @@ class PlsPlacement(PlsState):
         faster one is busy: it waits, for at most the lateness that node would save and
         never past the point where the admitted node could still meet the deadline
         (`PlsEngine.wait_until`)."""
-        with self._lock:
-            until = self.engine.wait_until(needs, admission.speed, admission.faster_speed,
-                                           queued_at=task.queued_at,
-                                           deadline=task.deadline(needs),
-                                           p_fail=1.0 - admission.rs)
+        with self.state.lock:
+            until = self.state.engine.wait_until(needs, admission.speed, admission.faster_speed,
+                                                 queued_at=task.queued_at,
+                                                 deadline=task.deadline(needs),
+                                                 p_fail=1.0 - admission.rs)
         return now < until
 
     def covers(self, provider: str, amount: int, now: float) -> bool:
@@ -140,7 +147,7 @@ class PlsPlacement(PlsState):
         less what this process locked since the read, still covers `amount` (an earlier
         placement of the batch may have used it)."""
         try:
-            return self.stake.free(provider, now) >= amount
+            return self.state.stake.free(provider, now) >= amount
         except StakeUnavailable as exc:
             log.warning("placement refused: %s", exc)
             return False
@@ -152,12 +159,12 @@ class PlsPlacement(PlsState):
         if not ranked or not self.covers(spec.provider, ranked[0][1].collateral, now):
             return None
         admission = ranked[0][1]
-        with self._lock:
-            if not self.engine.runs_late(needs, admission.speed):
+        with self.state.lock:
+            if not self.state.engine.runs_late(needs, admission.speed):
                 return admission  # on time on this node: no faster one is worth waiting for
             # A node pulling alone cannot see which nodes are busy: the fastest one online
             # stands for them (an idle one would pull the task itself).
-            fastest = self.engine.fastest_online()
+            fastest = self.state.engine.fastest_online()
         return replace(admission, faster_speed=fastest)
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
@@ -166,18 +173,19 @@ class PlsPlacement(PlsState):
         RS it was made at (the recalibrator learns from it when the attempt ends): an assign
         leaf (batched into one committed root), after a raise of the provider's standing
         reservation when it no longer covers its open assignments or runs short of time."""
+        stake, listing = self.state.stake, self.state.listing
         attempt = store.task_attempts(session, task_id=task_id)
-        needed = self.stake.open_collateral(provider, now) + admission.collateral
-        reserved, until = self.stake.reservation(provider, now)
-        horizon = self.config.reservation_s
+        needed = stake.open_collateral(provider, now) + admission.collateral
+        reserved, until = stake.reservation(provider, now)
+        horizon = self.state.config.reservation_s
         if reserved < needed or until < now + horizon / 2:
             # Twice what is needed, so raises stay rare; never less than the live amount.
-            amount = max(reserved, min(2 * needed, self.stake.stake(provider, now).free))
+            amount = max(reserved, min(2 * needed, stake.stake(provider, now).free))
             until = max(until, int(now + horizon))
             outbox.queue_action(
                 session, idempotency_key=f"reserve:{provider}:{task_id}:{attempt}", now=now,
                 action=ReserveCollateral(provider=provider, amount=amount, until=until))
-            self.stake.raised(provider, amount, until)
+            stake.raised(provider, amount, until)
         store.add_lock(session, task_id=task_id, attempt=attempt, job_id=job_id,
                        node_id=node_id, provider=provider, amount=admission.collateral,
                        raw_rs=admission.raw_rs, at=now)
@@ -185,14 +193,15 @@ class PlsPlacement(PlsState):
             session, idempotency_key=f"assign:{task_id}:{attempt}", now=now,
             action=AssignCollateral(job_id=unhex(job_id), provider=provider,
                                     collateral=admission.collateral, task_id=task_id))
-        self.stake.assign(provider, admission.collateral)
-        if self.listing is not self.stake:
-            self.listing.assign(provider, admission.collateral)
+        stake.assign(provider, admission.collateral)
+        if listing is not stake:
+            listing.assign(provider, admission.collateral)
 
     def checkpoint_interval_s(self, node_id: str, now: float, duration_s: float) -> float:
         """Young/Daly interval from the node's predicted MTBF over the task and its measured
         checkpoint cost, within the policy's bounds."""
-        with self._lock:
-            if not self.engine.knows(node_id):
-                return self.config.checkpoints.min_s
-            return self.engine.checkpoint_interval_s(node_id, now, duration_s)
+        state = self.state
+        with state.lock:
+            if not state.engine.knows(node_id):
+                return state.config.checkpoints.min_s
+            return state.engine.checkpoint_interval_s(node_id, now, duration_s)

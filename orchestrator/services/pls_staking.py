@@ -26,7 +26,7 @@ from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
 from orchestrator.services.pls_ingest import lapsed_lone_holds
 from orchestrator.services.pls_log import PlsLog
-from orchestrator.services.pls_state import StakeUnavailable
+from orchestrator.services.pls_state import PlsState, StakeUnavailable
 
 log = logging.getLogger("orchestrator.pls")
 
@@ -49,9 +49,16 @@ class ScoreProof:
     proof: list[bytes]
 
 
-class PlsStaking(PlsLog):
+class PlsStaking:
+    """The staking policy over `state`'s engine, its decisions written to `log` and queued."""
+
+    def __init__(self, state: PlsState, log: PlsLog) -> None:
+        self.state = state
+        self.log = log
+
     def _online(self, now: float) -> list[str]:
-        return [n for n in self.engine.node_ids() if self.engine.online(n, now)]
+        engine = self.state.engine
+        return [n for n in engine.node_ids() if engine.online(n, now)]
 
     def decide(self, session: Session, *, now: float) -> DecideResult:
         """Observe every online node's RS, let the policy decide, and queue the results:
@@ -60,23 +67,24 @@ class PlsStaking(PlsLog):
         anyone proves it on chain with `slashForScore`. Leader-only (the policy's windows
         live in this engine): it first applies the whole log, and logs the tiers it sets so
         every replica gates placements on them."""
-        with self._lock:
-            lapsed = lapsed_lone_holds(session, self.engine, now)
-        self._observe(session, *lapsed)
-        self.catch_up(session)
-        with self._lock:
-            readings = self.engine.readings(self._online(now), now)
-            providers = {self.engine.provider_of(n) for n in readings}
+        state = self.state
+        with state.lock:
+            lapsed = lapsed_lone_holds(session, state.engine, now)
+        self.log.observe(session, *lapsed)
+        self.log.catch_up(session)
+        with state.lock:
+            readings = state.engine.readings(self._online(now), now)
+            providers = {state.engine.provider_of(n) for n in readings}
         for reading in readings.values():
-            self.metrics.reliability_score.observe(reading.rs)
+            state.metrics.reliability_score.observe(reading.rs)
         bonded: dict[str, int] = {}
         for provider in sorted(providers):
             try:
-                bonded[provider] = self.stake.stake(provider, now).bonded
+                bonded[provider] = state.stake.stake(provider, now).bonded
             except StakeUnavailable:
                 bonded[provider] = 0  # the record only; slashForScore computes its own amount
-        with self._lock:
-            actions = self.engine.decide(readings, bonded, now)
+        with state.lock:
+            actions = state.engine.decide(readings, bonded, now)
         for decision in actions.slashes:
             self._queue_slash(session, decision, now)
         tiers: list[tuple[str, Tier]] = []
@@ -89,7 +97,7 @@ class PlsStaking(PlsLog):
                 idempotency_key=f"tier:{change.node_id}:{round(change.at * 1000)}:{change.new}",
                 action=SetTier(provider=holder, tier=int(change.new), node_id=change.node_id,
                                detail=change.detail))
-            self._observe(session, TierDecided(change.node_id, int(change.new), change.at))
+            self.log.observe(session, TierDecided(change.node_id, int(change.new), change.at))
             tiers.append((change.node_id, change.new))
         return DecideResult(actions.slashes, tuple(tiers))
 
@@ -104,9 +112,10 @@ class PlsStaking(PlsLog):
             record.node_id, record.provider, SlashReason(record.reason), record.amount,
             unhex(record.evidence), record.decided_at, record.decided_at,
             None if record.task_id is None else str(record.task_id), record.detail)
-        with self._lock:
-            change = (self.engine.staking.dispute_upheld(decision, now)
-                      if self.engine.knows(record.node_id) else None)
+        with self.state.lock:
+            engine = self.state.engine
+            change = (engine.staking.dispute_upheld(decision, now)
+                      if engine.knows(record.node_id) else None)
         target = chain_prior if change is None else change.new
         node = node_db.get_node(session, node_id=record.node_id)
         if node is None or node.tier >= target:
@@ -116,7 +125,7 @@ class PlsStaking(PlsLog):
                             action=SetTier(provider=node.provider, tier=int(target),
                                            node_id=record.node_id,
                                            detail=f"slash overturned ({key})"))
-        self._observe(session, TierDecided(record.node_id, int(target), now))
+        self.log.observe(session, TierDecided(record.node_id, int(target), now))
         return target
 
     def adopt_chain_tier(self, session: Session, *, provider: str, tier: Tier,
@@ -128,7 +137,7 @@ class PlsStaking(PlsLog):
         for node in store.nodes_of_provider(session, provider=provider):
             if node.tier != int(tier):
                 store.set_node_tier(session, node_id=node.id, tier=int(tier))
-                self._observe(session, TierDecided(node.id, int(tier), now))
+                self.log.observe(session, TierDecided(node.id, int(tier), now))
                 moved.append(node.id)
         return moved
 
@@ -148,7 +157,7 @@ class PlsStaking(PlsLog):
             detail=decision.detail)
         if not stored:
             return
-        self.metrics.slashes.labels(decision.reason.name.lower()).inc()
+        self.state.metrics.slashes.labels(decision.reason.name.lower()).inc()
         if decision.reason is SlashReason.LOW_SCORE or task_id is None:
             return
         lock = store.latest_lock(session, task_id=task_id, node_id=decision.node_id)
@@ -166,7 +175,7 @@ class PlsStaking(PlsLog):
                                    reason=int(decision.reason), evidence=decision.evidence))
 
     def epoch_of(self, now: float) -> int:
-        return int(now // self.config.epoch_s)
+        return int(now // self.state.config.epoch_s)
 
     def close_epoch(self, session: Session, *, epoch: int, now: float) -> bytes | None:
         """Commit `epoch`: one leaf per provider (lowest node, floored at the threshold unless
@@ -174,18 +183,19 @@ class PlsStaking(PlsLog):
         None when it is already closed or no node is online."""
         if store.get_epoch(session, epoch=epoch) is not None:
             return None
-        self.catch_up(session)
+        self.log.catch_up(session)
         low = store.unassigned_low_score_slashes(session, reason=int(SlashReason.LOW_SCORE))
         decisions = [SlashDecision(r.node_id, r.provider, SlashReason(r.reason), r.amount,
                                    unhex(r.evidence), r.decided_at, r.decided_at, None,
                                    r.detail) for r in low]
-        with self._lock:
-            readings = self.engine.readings(self._online(now), now)
+        with self.state.lock:
+            engine = self.state.engine
+            readings = engine.readings(self._online(now), now)
             if not readings:
                 return None
-            entries = self.engine.staking.epoch_entries(
+            entries = engine.staking.epoch_entries(
                 {n: (r.rs, r.digest) for n, r in readings.items()}, decisions)
-            node_of = {(self.engine.provider_of(n), r.digest): n for n, r in readings.items()}
+            node_of = {(engine.provider_of(n), r.digest): n for n, r in readings.items()}
         commitment = commit_epoch(entries)
         store.add_epoch(session, epoch=epoch, root=commitment.root, closed_at=now, leaves=[
             store.LeafRow(e.provider, node_of[(e.provider, e.telemetry_digest)], e.score_bps,

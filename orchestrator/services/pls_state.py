@@ -7,7 +7,7 @@ and verdicts).
 Every input is written to the DB in the caller's transaction, with an observation for the
 shared log (`pls_log`); the engine learns it only from the log, once committed, in the log's
 order, on this replica and on every other. A restarted orchestrator rebuilds the same engine
-from the DB (`pls_rebuild`) and follows the log from there.
+from the DB (`pls_replay`) and follows the log from there.
 
 Telemetry metrics stored in `telemetry_samples`: `rtt_ms` (a probe the orchestrator timed),
 `probe_lost` (a probe not echoed within `probe_timeout_s`), `hb_gap_s` (a heartbeat gap of at
@@ -31,7 +31,7 @@ from orchestrator.domain.chain_views import ProviderStake
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
 from orchestrator.domain.pls_observations import NodeKnown
 from orchestrator.domain.popw import ChallengeBook, PopwVerdict
-from orchestrator.domain.reliability import GpuSample, ReliabilityBook
+from orchestrator.domain.reliability import GpuSample, ProbeSample, ReliabilityBook
 from orchestrator.domain.types import Tier
 from orchestrator.telemetry.metrics import MeshMetrics
 
@@ -113,15 +113,25 @@ class StakeCache:
 
 
 class PlsState:
-    """The engine and the service-only observations around it (see the module docstring)."""
+    """The engine and the service-only observations around it (see the module docstring):
+    the one object every part of `services.pls.PlsService` receives in its constructor, and
+    the one place their locks and shared dicts live. What guards what:
+
+    - `lock` (reentrant: routes run in a thread pool) guards `engine`, `verdicts`,
+      `recent_rtts`, `last_beat`, `cursor`, `stale` and `lone_silent`;
+    - `popw_lock` serialises the judging of handshake answers (`PlsHandshake.judge_answer`),
+      so each nonce is used once, and `issue_lock` keeps adding challenges to `challenges`
+      apart from pruning them (`PlsHandshake.prune_challenges` takes both);
+    - `stake` and `listing` lock themselves (`StakeCache`).
+    """
 
     def __init__(self, config: PlsConfig, *, stake_reader: Callable[[], StakeReader],
                  metrics: MeshMetrics, open_collateral: Callable[[str], int] | None = None,
                  listing_reader: Callable[[], StakeReader] | None = None) -> None:
         self.config = config
         self.metrics = metrics
-        self.engine = PlsEngine(config)
-        self.challenges = ChallengeBook(config.popw)
+        self.engine = PlsEngine(config)  # fed by the log (`PlsLog`) and a rebuild (`PlsReplay`)
+        self.challenges = ChallengeBook(config.popw)  # issued PoPW challenges (`PlsHandshake`)
         # `stake` decides (a chain call at the moment a collateral is committed); `listing`
         # ranks candidates without a call per provider. A lagging index can only make the
         # ranking stale: the decision still refuses what the chain does not cover.
@@ -129,31 +139,40 @@ class PlsState:
         self.listing = (StakeCache(listing_reader, config.stake_ttl_s, open_collateral)
                         if listing_reader is not None else self.stake)
         self.replica = uuid.uuid4().hex  # this process's name in `pls_log_cursors`
-        self._lock = threading.RLock()
-        self._popw_lock = threading.Lock()  # judging: single use of each nonce
-        self._issue_lock = threading.Lock()  # adding challenges apart from pruning them
-        self._verdicts: dict[str, PopwVerdict] = {}
-        self._recent_rtts: dict[str, deque[tuple[float, float | None]]] = defaultdict(
-            lambda: deque(maxlen=4 * config.popw.ping_rounds))
-        self._last_beat: dict[str, float] = {}
-        self._cursor = 0  # the last observation log id applied to the engine
-        self._stale = False  # the log was pruned past the cursor: rebuild from the tables
+        self.lock = threading.RLock()
+        self.popw_lock = threading.Lock()  # judging: single use of each nonce
+        self.issue_lock = threading.Lock()  # adding challenges apart from pruning them
+        # Written as the log applies observations (`PlsLog`) and by a rebuild (`PlsReplay`):
+        self.verdicts: dict[str, PopwVerdict] = {}  # each node's latest handshake verdict
+        self.recent_rtts: dict[str, deque[tuple[float, float | None]]] = defaultdict(
+            lambda: deque(maxlen=4 * config.popw.ping_rounds))  # (sent, RTT ms | None: lost)
+        self.last_beat: dict[str, float] = {}  # each node's latest heartbeat the log brought
+        self.cursor = 0  # the last observation log id applied to the engine
+        self.stale = False  # the log was pruned past the cursor: rebuild from the tables
+        # The nodes the running failure sweep holds by the lone grace (`PlsIngest.sweep_holds`
+        # sets them, its `after_sweep` takes them).
+        self.lone_silent: frozenset[str] = frozenset()
 
     @property
     def book(self) -> ReliabilityBook:
         return self.engine.book
 
-    def _reset(self, cursor: int) -> None:
+    def reset(self, cursor: int) -> None:
         """A fresh engine that has applied the log up to `cursor` (a rebuild fills it)."""
         self.engine = PlsEngine(self.config)
-        self._verdicts.clear()
-        self._recent_rtts.clear()
-        self._last_beat.clear()
-        self._cursor, self._stale = cursor, False
+        self.verdicts.clear()
+        self.recent_rtts.clear()
+        self.last_beat.clear()
+        self.cursor, self.stale = cursor, False
 
-    def _know(self, node: NodeKnown) -> None:
+    def know(self, node: NodeKnown) -> None:
         """Register a node with the engine (its region is also its network group)."""
         self.engine.register(node.node_id, node.provider, region=node.region,
                              network=node.region, at=node.registered_at, tier=Tier(node.tier))
         if node.session_key is not None:
             self.engine.staking.session_bound(node.node_id, node.session_key)
+
+    def record_probe(self, node_id: str, sample: ProbeSample) -> None:
+        """A probe's outcome, for the engine and for the handshakes' recent RTTs."""
+        self.engine.probe(node_id, sample)
+        self.recent_rtts[node_id].append((sample.at, sample.rtt_ms))

@@ -32,7 +32,7 @@ def checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str, pro
     task = work.add_checkpoint(session, task_id=task_id, node_id=node_id, sha256=sha256,
                                progress=progress, now=now)
     if cost_s is not None:
-        pls.observe_checkpoint_cost(session, node_id=node_id, seconds=cost_s, now=now)
+        pls.ingest.observe_checkpoint_cost(session, node_id=node_id, seconds=cost_s, now=now)
     session.commit()
     return task
 

@@ -474,9 +474,10 @@ class Verifier:
         store.update_record(session, provider=commitment.provider, now=now,
                             change=lambda record: record.after(False))
         pls_store.set_node_tier(session, node_id=commitment.node_id, tier=int(Tier.BACKGROUND))
-        self.pls.task_outcome(session, node_id=commitment.node_id, task_id=commitment.task_id,
-                              outcome=TaskOutcome.FAILED_VERIFICATION, now=now,
-                              evidence=digest)
+        self.pls.ingest.task_outcome(session, node_id=commitment.node_id,
+                                     task_id=commitment.task_id,
+                                     outcome=TaskOutcome.FAILED_VERIFICATION, now=now,
+                                     evidence=digest)
         log.warning("verification failed: task %s by %s (evidence 0x%s)", commitment.task_id,
                     commitment.node_id, digest.hex())
         self._redo(session, commitment, now, "failed verification", blame=True)

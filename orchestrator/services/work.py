@@ -372,7 +372,7 @@ class SweepResult:
 
 LeaseHolds = Callable[[Sequence[str], float], Mapping[str, float]]
 """Nodes just called DEAD (not draining) -> seconds (> 0) to keep the leases of those whose
-leases are held; the rest are revoked (`PlsService.lease_holds`)."""
+leases are held; the rest are revoked (`PlsIngest.lease_holds`)."""
 
 
 def _reconcile(session: Session, *, detector: PhiAccrualDetector, now: float,
@@ -459,15 +459,15 @@ def pull_lease(session: Session, *, node: Node, pls: PlsService, pls_placement: 
     """The node's next lease (placed through the PLS gate when `pls_placement`), or None.
     `clock` is read while placing (`_next_lease`), not once up front."""
     pulled = _next_lease(session, node=node, clock=clock, reservation_ttl_s=reservation_ttl_s,
-                         gate=pls if pls_placement else None)
+                         gate=pls.placement if pls_placement else None)
     if pulled is None:
         return None
     lease, fresh = pulled
     task = job_db.get_task(session, task_id=lease.task_id)
     if task is None:
         raise RuntimeError(f"lease {lease.id} names a task that does not exist")
-    interval = pls.checkpoint_interval_s(node.id, clock(),
-                                         job_db.needs_from_json(task.needs).expected_duration_s)
+    interval = pls.placement.checkpoint_interval_s(
+        node.id, clock(), job_db.needs_from_json(task.needs).expected_duration_s)
     return Grant(lease, task, interval, fresh=fresh)
 
 
@@ -476,8 +476,8 @@ def accept_job(session: Session, *, job: Job, pls: PlsService, now: float) -> No
     settlement.queue_settlement(session, job=job, now=now)
     for task in job_db.job_tasks(session, job_id=job.id):
         if task.node_id is not None:
-            pls.task_outcome(session, node_id=task.node_id, task_id=task.id,
-                             outcome=TaskOutcome.COMPLETED, now=now)
+            pls.ingest.task_outcome(session, node_id=task.node_id, task_id=task.id,
+                                    outcome=TaskOutcome.COMPLETED, now=now)
 
 
 def sweep_facts(result: SweepResult) -> SweepFacts:
@@ -492,8 +492,8 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
           metrics: MeshMetrics, now: float) -> SweepResult:
     """Expire lapsed leases, call silent nodes dead (keeping the leases of a shared silence),
     and tell PLS what happened."""
-    result = _reconcile(session, detector=detector, now=now, lease_holds=pls.sweep_holds)
-    pls.after_sweep(session, facts=sweep_facts(result), now=now)
+    result = _reconcile(session, detector=detector, now=now, lease_holds=pls.ingest.sweep_holds)
+    pls.ingest.after_sweep(session, facts=sweep_facts(result), now=now)
     metrics.node_failures.inc(len(result.dead_nodes))
     metrics.retries.labels("lapsed").inc(result.expired_leases)
     metrics.retries.labels("dead").inc(result.revoked)

@@ -94,7 +94,7 @@ def seed(client: TestClient, stake: FixedStake, clock: VirtualClock, tmp: Path) 
     results = []
     for epoch, node in enumerate(itertools.islice(itertools.cycle(nodes), 4)):
         with ctx.factory.begin() as session:  # an epoch's scores committed per task: RS history
-            ctx.pls.close_epoch(session, epoch=epoch, now=clock())
+            ctx.pls.staking.close_epoch(session, epoch=epoch, now=clock())
         lease = node.post(f"/v1/nodes/{node.node_id}/lease")
         assert lease.status_code == 200, lease.text
         task = lease.json()

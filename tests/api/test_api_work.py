@@ -139,7 +139,8 @@ def test_kill_and_resume_moves_the_task_from_its_last_checkpoint(
         if swept["dead_nodes"]:
             break
     assert swept["dead_nodes"] == ["gpu-doomed"]
-    grace = client.app.state.ctx.pls.config.lease_hold.lone_grace_s  # type: ignore[attr-defined]
+    pls = client.app.state.ctx.pls  # type: ignore[attr-defined]
+    grace = pls.state.config.lease_hold.lone_grace_s
     if grace:  # MESH_PLS_LONE_GRACE_S: the lease is held that long first
         assert survivor.post("/v1/nodes/gpu-survivor/lease").status_code == 204
     for _ in range(int(grace // 5) + 2 if grace else 0):  # silent past the lone grace

@@ -208,11 +208,11 @@ def decide_a_slash(bridge: Bridge) -> SlashRecord:
     evidence = keccak(text=f"verification evidence {job_hex}")
     with bridge.factory.begin() as session:
         pls_store.set_node_tier(session, node_id=bridge.node, tier=int(Tier.BACKGROUND))
-        bridge.pls.task_outcome(session, node_id=bridge.node, task_id=task_id,
-                                outcome=TaskOutcome.FAILED_VERIFICATION, now=clock(),
-                                evidence=evidence)
+        bridge.pls.ingest.task_outcome(session, node_id=bridge.node, task_id=task_id,
+                                       outcome=TaskOutcome.FAILED_VERIFICATION, now=clock(),
+                                       evidence=evidence)
     with bridge.factory.begin() as session:
-        (decided,) = bridge.pls.decide(session, now=clock()).slashes
+        (decided,) = bridge.pls.staking.decide(session, now=clock()).slashes
     with bridge.factory() as session:
         record = session.get(SlashRecord, hex0x(decided.slash_id))
         assert record is not None and record.chain_slash_id is None
@@ -414,7 +414,7 @@ def close_an_epoch(bridge: Bridge, epoch: int) -> str:
     """`PlsStaking.close_epoch` over our online node: its leaf and root stored, the commit
     queued."""
     with bridge.factory.begin() as session:  # the node is online since it registered
-        root = bridge.pls.close_epoch(session, epoch=epoch, now=bridge.clock())
+        root = bridge.pls.staking.close_epoch(session, epoch=epoch, now=bridge.clock())
     assert root is not None
     return "0x" + root.hex()
 
@@ -537,7 +537,7 @@ def test_a_score_slash_a_finder_proves_carries_out_our_decision_and_its_demotion
     close_an_epoch(bridge, epoch)
     bridge.send_all()
     with bridge.factory() as session:
-        proof = bridge.pls.score_proof(session, provider=PROVIDER.address, epoch=epoch)
+        proof = bridge.pls.staking.score_proof(session, provider=PROVIDER.address, epoch=epoch)
         (record,) = session.scalars(select(SlashRecord).where(SlashRecord.epoch == epoch))
         session.expunge(record)
     assert proof is not None and record.chain_slash_id is None
@@ -554,7 +554,7 @@ def test_a_score_slash_a_finder_proves_carries_out_our_decision_and_its_demotion
 
     assert slash_record(bridge, record.slash_id).chain_slash_id == slash_id
     assert bridge.node_tier() == int(Tier.BACKGROUND)
-    assert bridge.pls.engine.staking.tier(bridge.node) is Tier.BACKGROUND
+    assert bridge.pls.state.engine.staking.tier(bridge.node) is Tier.BACKGROUND
     assert bridge.tier_observations() == [*logged, int(Tier.BACKGROUND)]
 
 
@@ -583,17 +583,17 @@ def test_a_tier_the_chain_moved_is_adopted_by_the_db_and_every_engine_once_final
     moved = set_tier_out_of_band(bridge, target)
     bridge.index()
     assert bridge.node_tier() == start  # provisional
-    assert bridge.pls.engine.staking.tier(bridge.node) is Tier(start)
+    assert bridge.pls.state.engine.staking.tier(bridge.node) is Tier(start)
 
     bridge.final()
 
     assert bridge.node_tier() == int(target)
-    assert bridge.pls.engine.staking.tier(bridge.node) is target
+    assert bridge.pls.state.engine.staking.tier(bridge.node) is target
     assert bridge.tier_observations() == [*logged, int(target)]  # for every replica
     with bridge.factory() as session:  # nothing to send: the chain already holds it
         assert outbox_store.unmined(session, kind=SetTier.kind) == []
     assert apply_again(bridge, "TierChanged", pls_chain.on_tier_changed, tx_hash=moved,
-                       pls=bridge.pls) == [False]
+                       staking=bridge.pls.staking) == [False]
     assert bridge.tier_observations() == [*logged, int(target)]
 
 
@@ -609,7 +609,7 @@ def test_a_tier_change_a_reorg_removed_before_it_was_final_changes_nothing(
     bridge.final()
 
     assert bridge.node_tier() == start
-    assert bridge.pls.engine.staking.tier(bridge.node) is Tier(start)
+    assert bridge.pls.state.engine.staking.tier(bridge.node) is Tier(start)
     assert bridge.tier_observations() == logged
 
 

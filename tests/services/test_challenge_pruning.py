@@ -24,12 +24,14 @@ def test_the_nonce_job_prunes_challenges_past_their_retention(
     pls: PlsService = ctx.pls
     with factory.begin() as session:
         node = node_db.register_node(session, spec=node_spec("gpu-1"), now=0.0)
-        pls.node_registered(session, node=node, now=0.0)
-        old = pls.issue_challenge(session, node_id="gpu-1", gpu_class="rtx4090", now=0.0)
+        pls.ingest.node_registered(session, node=node, now=0.0)
+        old = pls.handshake.issue_challenge(session, node_id="gpu-1", gpu_class="rtx4090",
+                                            now=0.0)
         later = old.deadline + CHALLENGE_RETENTION_S + 1.0
-        fresh = pls.issue_challenge(session, node_id="gpu-1", gpu_class="rtx4090", now=later)
+        fresh = pls.handshake.issue_challenge(session, node_id="gpu-1", gpu_class="rtx4090",
+                                              now=later)
     (nonce_job,) = [job for job in _periodic_jobs(ctx) if job.name == "nonce-gc"]
     with factory.begin() as session:
         nonce_job.work(session, later)
-    assert [c.nonce for c in pls.challenges.pending(later)] == [fresh.nonce]
-    assert pls.prune_challenges(later) == 0  # the old one is gone already
+    assert [c.nonce for c in pls.state.challenges.pending(later)] == [fresh.nonce]
+    assert pls.handshake.prune_challenges(later) == 0  # the old one is gone already

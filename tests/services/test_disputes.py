@@ -102,7 +102,7 @@ def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient
     account(mesh, 1).lock_collateral(job_id, [PROVIDER.address], [COLLATERAL])
     now = clock()
     hashes: list[str] = []
-    if not pls_of(app).engine.knows(NODE):
+    if not pls_of(app).state.engine.knows(NODE):
         registered = wallet(app, clock, 5).send("POST", "/v1/nodes", registration(NODE))
         assert registered.status_code == 200, registered.text
     with factory.begin() as session:
@@ -294,7 +294,7 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
         clock: VirtualClock) -> None:
     job = settled_job(factory, mesh, app, clock)
     pls = pls_of(app)
-    assert pls.engine.staking.tier(NODE) is Tier.STANDARD
+    assert pls.state.engine.staking.tier(NODE) is Tier.STANDARD
     # The node's result fails verification, as `Verifier._failed` records it: demoted, the
     # provider's record counts the failure, the policy decides the slash.
     evidence = keccak(text="verification evidence")
@@ -303,12 +303,12 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
         verification_store.update_record(session, provider=PROVIDER.address, now=clock(),
                                          change=lambda _: ProviderRecord(0, 1))
         pls_store.set_node_tier(session, node_id=NODE, tier=int(Tier.BACKGROUND))
-        pls.task_outcome(session, node_id=NODE, task_id=task.id,
-                         outcome=TaskOutcome.FAILED_VERIFICATION, now=clock(),
-                         evidence=evidence)
+        pls.ingest.task_outcome(session, node_id=NODE, task_id=task.id,
+                                outcome=TaskOutcome.FAILED_VERIFICATION, now=clock(),
+                                evidence=evidence)
     with factory.begin() as session:
-        (decided,) = pls.decide(session, now=clock()).slashes
-    assert pls.engine.staking.tier(NODE) is Tier.BACKGROUND
+        (decided,) = pls.staking.decide(session, now=clock()).slashes
+    assert pls.state.engine.staking.tier(NODE) is Tier.BACKGROUND
     # The slash lands on chain with the decision's evidence (collateral of another job).
     job_id = keccak(text=f"slashed job {next(_jobs)}")
     chain_now = int(mesh.w3.eth.get_block("latest")["timestamp"])
@@ -341,7 +341,7 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
         logged = session.scalars(select(PlsObservationRecord).where(
             PlsObservationRecord.kind == "tier")).all()
         assert [o.body["tier"] for o in logged][-1] == int(Tier.STANDARD)
-    assert pls.engine.staking.tier(NODE) is Tier.STANDARD  # every replica adopts it
+    assert pls.state.engine.staking.tier(NODE) is Tier.STANDARD  # every replica adopts it
     reversed_slash = mesh.slash_of(slash_id)
     assert reversed_slash is not None and reversed_slash.status is SlashStatus.REVERSED
     assert mesh.provider_stake(PROVIDER.address).bonded == bonded

@@ -78,11 +78,11 @@ def test_low_score_epoch_root_lets_a_third_party_slash_and_demote_on_chain(
     for _ in range(9):  # a sustained low score: 6 h window + the decision delay
         hour_of_telemetry(low, good, clock)
         with factory.begin() as session:
-            pls.run_decide(session, now=clock())
-    clock.advance(pls.config.epoch_s)
+            pls.staking.run_decide(session, now=clock())
+    clock.advance(pls.state.config.epoch_s)
     with factory.begin() as session:
-        pls.close_last_epoch(session, now=clock())
-    epoch = pls.epoch_of(clock()) - 1
+        pls.staking.close_last_epoch(session, now=clock())
+    epoch = pls.staking.epoch_of(clock()) - 1
     with factory() as session:
         (commit,) = session.scalars(select(OutboxAction).where(OutboxAction.kind == "commit"))
         tiers = list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "tier")))

@@ -47,8 +47,8 @@ def test_the_placer_holds_a_late_task_for_the_busy_fast_node_no_longer_than_it_s
         client: TestClient, clock: VirtualClock) -> None:
     grid(agent, stake, clock)
     pls = pls_of(client)
-    assert (pls.engine.speed("gpu-fast"), pls.engine.speed("gpu-slow")) == (1.8, 0.55)
-    placer = Placer(factory, gate=pls, clock=clock)
+    assert (pls.state.engine.speed("gpu-fast"), pls.state.engine.speed("gpu-slow")) == (1.8, 0.55)
+    placer = Placer(factory, gate=pls.placement, clock=clock)
     make_job(factory, needs=TaskNeeds(expected_duration_s=60.0, value=TOKEN), now=clock())
     first = placer.place_all()
     assert [r.node_id for r in first.placed] == ["gpu-fast"]  # busy from now on
@@ -71,7 +71,7 @@ def test_a_task_on_time_on_the_slow_node_is_not_held_back(
         agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
     grid(agent, stake, clock)
-    placer = Placer(factory, gate=pls_of(client), clock=clock)
+    placer = Placer(factory, gate=pls_of(client).placement, clock=clock)
     make_job(factory, needs=TaskNeeds(expected_duration_s=60.0, value=TOKEN), now=clock())
     assert [r.node_id for r in placer.place_all().placed] == ["gpu-fast"]
     # Its job's longest task is three reference hours: two hours on the slow card are slack.
@@ -98,5 +98,5 @@ def test_a_restarted_service_plans_with_the_speeds_its_handshakes_proved(
         client: TestClient, clock: VirtualClock) -> None:
     grid(agent, stake, clock)
     restarted = pls_of(make_app())
-    assert (restarted.engine.speed("gpu-fast"), restarted.engine.speed("gpu-slow")) == (
+    assert (restarted.state.engine.speed("gpu-fast"), restarted.state.engine.speed("gpu-slow")) == (
         1.8, 0.55)

@@ -29,7 +29,7 @@ def test_score_is_the_books_rs_for_the_asked_duration_and_drops_for_a_hot_gpu(
     scores = {node: client.get(f"/v1/nodes/{node}/score", params={"duration_s": 120}).json()
               for node in ("gpu-hot", "gpu-cool")}
 
-    book = pls_of(client).book
+    book = pls_of(client).state.book
     for node, score in scores.items():
         assert score["rs"] == book.score(node, clock(), 120)
         assert (score["duration_s"], score["tier"]) == (120, Tier.STANDARD)

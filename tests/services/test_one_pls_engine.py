@@ -99,27 +99,28 @@ class ServiceSide:
     def register(self, host: Host, now: float) -> None:
         with self.factory.begin() as session:
             node = node_db.register_node(session, spec=host.spec, now=now)
-            self.pls.node_registered(session, node=node, now=now)
+            self.pls.ingest.node_registered(session, node=node, now=now)
 
     def probe(self, node_id: str, sent: float, rtt_s: float | None) -> None:
         with self.factory.begin() as session:
-            nonce = self.pls.issue_probe(session, node_id=node_id, now=sent)
+            nonce = self.pls.ingest.issue_probe(session, node_id=node_id, now=sent)
             if rtt_s is not None:
-                self.pls.echo_probe(session, node_id=node_id, nonce=nonce, now=sent + rtt_s)
+                self.pls.ingest.echo_probe(session, node_id=node_id, nonce=nonce, now=sent + rtt_s)
 
     def telemetry(self, node_id: str, samples: list[GpuSample], mbps: float, cost_s: float,
                   now: float) -> None:
         with self.factory.begin() as session:
-            self.pls.record_gpu(session, node_id=node_id, samples=samples, now=now)
-            self.pls.record_upload(session, node_id=node_id, mbps=mbps, now=now)
-            self.pls.observe_checkpoint_cost(session, node_id=node_id, seconds=cost_s, now=now)
+            self.pls.ingest.record_gpu(session, node_id=node_id, samples=samples, now=now)
+            self.pls.ingest.record_upload(session, node_id=node_id, mbps=mbps, now=now)
+            self.pls.ingest.observe_checkpoint_cost(session, node_id=node_id, seconds=cost_s,
+                                                    now=now)
 
     def heartbeats(self, beats: dict[str, float]) -> None:
         with self.factory.begin() as session:
-            self.pls.on_heartbeats(session, beats)
+            self.pls.ingest.on_heartbeats(session, beats)
 
     def place(self, task_id: int, now: float) -> Placed | None:
-        placed = Placer(self.factory, gate=self.pls, clock=lambda: now).place_all()
+        placed = Placer(self.factory, gate=self.pls.placement, clock=lambda: now).place_all()
         if not placed.placed:
             return None
         (reservation,) = placed.placed
@@ -136,30 +137,30 @@ class ServiceSide:
     def ended(self, task_id: int, outcome: TaskOutcome, now: float) -> None:
         node_id = self.running.pop(task_id)
         with self.factory.begin() as session:
-            self.pls.task_outcome(session, node_id=node_id, task_id=task_id, outcome=outcome,
-                                  now=now)
+            self.pls.ingest.task_outcome(session, node_id=node_id, task_id=task_id, outcome=outcome,
+                                         now=now)
 
     def sweep(self, dead: list[str], returned: list[str], now: float) -> None:
         """What `services.work.sweep` hands over after the detector's verdicts."""
-        holds = self.pls.lease_holds(dead, now)
+        holds = self.pls.ingest.lease_holds(dead, now)
         abandoned = [(node_id, task_id) for task_id, node_id in self.running.items()
                      if node_id in dead and node_id not in holds]
         for _, task_id in abandoned:
             del self.running[task_id]
         with self.factory.begin() as session:
-            self.pls.after_sweep(session, facts=SweepFacts(
+            self.pls.ingest.after_sweep(session, facts=SweepFacts(
                 dead=[(node_id, node_id not in holds) for node_id in dead],
                 abandoned=abandoned, returned=returned, held=sorted(holds)), now=now)
 
     def epoch(self, now: float) -> Decisions:
         with self.factory.begin() as session:
-            result = self.pls.decide(session, now=now)
+            result = self.pls.staking.decide(session, now=now)
         return ([(d.slash_id.hex(), d.node_id, int(d.reason), d.amount) for d in result.slashes],
                 [(node_id, int(tier)) for node_id, tier in result.tiers])
 
     @property
     def engine(self) -> PlsEngine:
-        return self.pls.engine
+        return self.pls.state.engine
 
 
 class SimulatorSide:
@@ -372,12 +373,12 @@ def test_service_and_simulator_drive_one_engine_to_the_same_scores_and_decisions
     # A restarted service rebuilds the same engine from the DB.
     restarted = PlsService(CONFIG, stake_reader=lambda: stake, metrics=MeshMetrics())
     with factory() as session:
-        restarted.rebuild(session, now=end)
-    assert_equal("rebuilt recalibration map", restarted.engine.recalibrator.fitted,
+        restarted.replay.rebuild(session, now=end)
+    assert_equal("rebuilt recalibration map", restarted.state.engine.recalibrator.fitted,
                  sim.engine.recalibrator.fitted)
-    assert_equal("rebuilt population prior", restarted.engine.book.prior,
+    assert_equal("rebuilt population prior", restarted.state.engine.book.prior,
                  sim.engine.book.prior)
-    assert_equal("rebuilt scores", scores(restarted.engine, end), scores(sim.engine, end))
+    assert_equal("rebuilt scores", scores(restarted.state.engine, end), scores(sim.engine, end))
 
 
 def test_a_side_that_skips_the_recalibrator_is_caught(

@@ -37,9 +37,9 @@ def test_lease_waits_for_free_stake_then_assigns_the_risk_priced_collateral(
     lease = node.post("/v1/nodes/gpu-1/lease")
     assert lease.status_code == 200, lease.text
     pls = pls_of(client)
-    rs = pls.book.score("gpu-1", clock(), 60.0)
-    expected = pls.config.collateral.required(TOKEN, 1.0 - rs, 60.0)
-    assert expected > pls.config.collateral.floor  # priced by value and risk, not the floor
+    rs = pls.state.book.score("gpu-1", clock(), 60.0)
+    expected = pls.state.config.collateral.required(TOKEN, 1.0 - rs, 60.0)
+    assert expected > pls.state.config.collateral.floor  # priced by value and risk, not the floor
     assign, reserve = client.get("/v1/admin/outbox", headers=ADMIN).json()  # newest first
     assert assign["kind"] == "assign"
     assert assign["payload"] == {"job_id": job_id, "provider": node.wallet.address,
@@ -48,7 +48,7 @@ def test_lease_waits_for_free_stake_then_assigns_the_risk_priced_collateral(
     # The provider had no reservation: one is raised to twice what its open work needs.
     assert reserve["kind"] == "reserve"
     assert reserve["payload"] == {"provider": node.wallet.address, "amount": str(2 * expected),
-                                  "until": int(clock() + pls.config.reservation_s)}
+                                  "until": int(clock() + pls.state.config.reservation_s)}
     with factory() as session:
         (lock,) = session.scalars(select(CollateralLock))
         assert (lock.amount, lock.node_id) == (expected, "gpu-1")
@@ -130,8 +130,8 @@ def test_node_losing_its_probes_falls_under_the_rs_floor_and_gets_no_lease(
     lose_probes(node, clock)
     agent("gpu-steady")  # the grid has steady capacity: the risky node waits for it
     pls = pls_of(client)
-    assert pls.book.score("gpu-1", clock(), 60.0) < pls.config.min_rs
-    assert pls.book.score("gpu-steady", clock(), 60.0) >= pls.config.min_rs
+    assert pls.state.book.score("gpu-1", clock(), 60.0) < pls.state.config.min_rs
+    assert pls.state.book.score("gpu-steady", clock(), 60.0) >= pls.state.config.min_rs
     make_job(factory, value=TOKEN, now=clock())
     assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
 
@@ -143,14 +143,14 @@ def test_a_grid_with_no_node_over_the_rs_floor_still_places_its_work_priced(
     stake.free[node.wallet.address] = 10 * TOKEN
     lose_probes(node, clock)
     pls = pls_of(client)
-    rs = pls.book.score("gpu-1", clock(), 60.0)
-    assert rs < pls.config.min_rs  # the only node, under the floor: no steady capacity
+    rs = pls.state.book.score("gpu-1", clock(), 60.0)
+    assert rs < pls.state.config.min_rs  # the only node, under the floor: no steady capacity
     make_job(factory, value=TOKEN, now=clock())
     lease = node.post("/v1/nodes/gpu-1/lease")
     assert lease.status_code == 200, lease.text
     with factory() as session:
         (lock,) = session.scalars(select(CollateralLock))
-    assert lock.amount == pls.config.collateral.required(TOKEN, 1.0 - rs, 60.0)
+    assert lock.amount == pls.state.config.collateral.required(TOKEN, 1.0 - rs, 60.0)
 
 
 def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batch(
@@ -161,7 +161,7 @@ def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batc
     stake.free[staked.wallet.address] = 10 * TOKEN
     make_job(factory, tasks=2, value=TOKEN, now=clock())
     pls = pls_of(client)
-    placer = Placer(factory, gate=pls, clock=clock)
+    placer = Placer(factory, gate=pls.placement, clock=clock)
     placed = placer.place_all()
     assert [r.node_id for r in placed.placed] == ["gpu-staked"]  # one slot; cheap has no stake
     with factory() as session:

@@ -94,13 +94,15 @@ def test_a_bond_seen_in_the_index_changes_the_ranking_with_no_chain_call(
     index_all(mesh, factory)
     needs = TaskNeeds(value=TOKEN)
     both = [candidate(factory, "gpu-a"), candidate(factory, "gpu-b")]
-    assert [node for node, _ in pls.rank(both, needs, clock())] == ["gpu-a"]
+    assert [node for node, _ in pls.placement.rank(both, needs, clock())] == ["gpu-a"]
     mesh.account(second).stake(10 * TOKEN)
-    clock.advance(pls.config.stake_ttl_s + 1)  # past the listing's cache
-    assert [node for node, _ in pls.rank(both, needs, clock())] == ["gpu-a"]  # not indexed
+    clock.advance(pls.state.config.stake_ttl_s + 1)  # past the listing's cache
+    ranked = pls.placement.rank(both, needs, clock())
+    assert [node for node, _ in ranked] == ["gpu-a"]  # not indexed
     index_all(mesh, factory)
-    clock.advance(pls.config.stake_ttl_s + 1)
-    assert sorted(node for node, _ in pls.rank(both, needs, clock())) == ["gpu-a", "gpu-b"]
+    clock.advance(pls.state.config.stake_ttl_s + 1)
+    ranked = pls.placement.rank(both, needs, clock())
+    assert sorted(node for node, _ in ranked) == ["gpu-a", "gpu-b"]
     assert counting.reads == 0
 
 
@@ -115,7 +117,7 @@ def test_an_index_lagging_an_unbond_cannot_over_commit_the_stake(
     index_all(mesh, factory)
     provider.request_unbond(10 * TOKEN)  # on the chain, not yet in the index
     make_job(factory, value=TOKEN, now=clock())
-    assert pls.listing.free(wallet.address, clock()) == 10 * TOKEN  # the stale listing
+    assert pls.state.listing.free(wallet.address, clock()) == 10 * TOKEN  # the stale listing
     pull = client.post("/v1/nodes/gpu-a/lease",  # this app, not the `agent` fixture's
                        headers={"authorization": f"Bearer {node.token}"})
     assert pull.status_code == 204, pull.text

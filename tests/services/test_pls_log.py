@@ -57,7 +57,7 @@ def feed(factory: sessionmaker[Session], replicas: list[PlsService], single: Pls
         node_id = f"n-{i}"
         with factory.begin() as session:
             node = node_db.register_node(session, spec=spec(node_id), now=now)
-            replicas[i % len(replicas)].node_registered(session, node=node, now=now)
+            replicas[i % len(replicas)].ingest.node_registered(session, node=node, now=now)
         single.register(node_id, spec(node_id).provider, region="eu", network="eu", at=now,
                         tier=Tier.STANDARD)
         single.session_started(node_id, now)
@@ -68,11 +68,11 @@ def feed(factory: sessionmaker[Session], replicas: list[PlsService], single: Pls
             rtt_s = 0.01 + 0.002 * ((i * 7 + step * 3) % 11)
             gpu = [sample(now - 1.0, 70.0 + i + step % 5)]
             with factory.begin() as session:
-                nonce = replica.issue_probe(session, node_id=node_id, now=now)
-                replica.echo_probe(session, node_id=node_id, nonce=nonce, now=now + rtt_s)
-                replica.record_gpu(session, node_id=node_id, samples=gpu, now=now)
-                replica.record_upload(session, node_id=node_id, mbps=50.0 + i, now=now)
-                replica.on_heartbeats(session, {node_id: now})
+                nonce = replica.ingest.issue_probe(session, node_id=node_id, now=now)
+                replica.ingest.echo_probe(session, node_id=node_id, nonce=nonce, now=now + rtt_s)
+                replica.ingest.record_gpu(session, node_id=node_id, samples=gpu, now=now)
+                replica.ingest.record_upload(session, node_id=node_id, mbps=50.0 + i, now=now)
+                replica.ingest.on_heartbeats(session, {node_id: now})
             single.probe(node_id, ProbeSample(now, max(now + rtt_s - now, 0.0) * 1000.0))
             single.gpu(node_id, gpu[0])
             single.upload(node_id, UploadSample(now, 50.0 + i))
@@ -80,8 +80,8 @@ def feed(factory: sessionmaker[Session], replicas: list[PlsService], single: Pls
             if step % 4 == i % 4:
                 outcome = TaskOutcome.COMPLETED if i % 3 else TaskOutcome.FAILED_VERIFICATION
                 with factory.begin() as session:
-                    replica.task_outcome(session, node_id=node_id, task_id=100 * step + i,
-                                         outcome=outcome, now=now)
+                    replica.ingest.task_outcome(session, node_id=node_id, task_id=100 * step + i,
+                                                outcome=outcome, now=now)
                 if outcome is TaskOutcome.COMPLETED:
                     single.completed(node_id, None)
                 else:
@@ -95,13 +95,13 @@ def test_two_replicas_apply_every_observation_once_in_one_order(
     end = feed(factory, [first, second], single)
     for replica in (first, second):
         with factory.begin() as session:
-            replica.follow(session, now=end)
+            replica.replay.follow(session, now=end)
     expected = scores(single, end + 30.0)
-    assert scores(first.engine, end + 30.0) == expected
-    assert scores(second.engine, end + 30.0) == expected
+    assert scores(first.state.engine, end + 30.0) == expected
+    assert scores(second.state.engine, end + 30.0) == expected
     for node_id in single.node_ids():
-        assert (first.engine.staking.tier(node_id) == second.engine.staking.tier(node_id)
-                == single.staking.tier(node_id))
+        assert (first.state.engine.staking.tier(node_id)
+                == second.state.engine.staking.tier(node_id) == single.staking.tier(node_id))
     assert any(single.staking.tier(n) is Tier.BACKGROUND for n in single.node_ids())
 
 
@@ -112,14 +112,14 @@ def test_without_the_follow_a_replica_misses_what_the_other_received(
     first, second, single = service(), service(), PlsEngine(PlsConfig())
     end = feed(factory, [first, second], single)
     with factory.begin() as session:  # first catches up as it commits
-        first.task_outcome(session, node_id="n-1", task_id=999, now=end + 1.0,
-                           outcome=TaskOutcome.FAILED_VERIFICATION)
+        first.ingest.task_outcome(session, node_id="n-1", task_id=999, now=end + 1.0,
+                                  outcome=TaskOutcome.FAILED_VERIFICATION)
     single.verification_failed("n-1", "999", 0, None, end + 1.0)
-    assert scores(first.engine, end + 30.0) == scores(single, end + 30.0)
-    assert scores(second.engine, end + 30.0) != scores(single, end + 30.0)
+    assert scores(first.state.engine, end + 30.0) == scores(single, end + 30.0)
+    assert scores(second.state.engine, end + 30.0) != scores(single, end + 30.0)
     with factory() as session:
-        second.catch_up(session)
-    assert scores(second.engine, end + 30.0) == scores(single, end + 30.0)
+        second.log.catch_up(session)
+    assert scores(second.state.engine, end + 30.0) == scores(single, end + 30.0)
 
 
 def test_a_probe_is_echoed_through_either_replica_and_counted_lost_once(
@@ -129,22 +129,22 @@ def test_a_probe_is_echoed_through_either_replica_and_counted_lost_once(
     first, second = registered_replica(factory)[0], service()
     sent = START + 1.0
     with factory.begin() as session:
-        echoed = first.issue_probe(session, node_id="n-0", now=sent)
-        first.issue_probe(session, node_id="n-0", now=sent)  # never echoed
+        echoed = first.ingest.issue_probe(session, node_id="n-0", now=sent)
+        first.ingest.issue_probe(session, node_id="n-0", now=sent)  # never echoed
     with factory.begin() as session:
-        second.follow(session, now=sent)
-        rtt = second.echo_probe(session, node_id="n-0", nonce=echoed, now=sent + 0.025)
+        second.replay.follow(session, now=sent)
+        rtt = second.ingest.echo_probe(session, node_id="n-0", nonce=echoed, now=sent + 0.025)
     assert abs(rtt - 25.0) < 0.01
     with factory.begin() as session, pytest.raises(KeyError):  # echoed already
-        first.echo_probe(session, node_id="n-0", nonce=echoed, now=sent + 0.03)
+        first.ingest.echo_probe(session, node_id="n-0", nonce=echoed, now=sent + 0.03)
     later = sent + PlsConfig().probe_timeout_s + 1.0
     for replica in (first, second):  # each issues a fresh probe and expires what is overdue
         with factory.begin() as session:
-            replica.issue_probe(session, node_id="n-0", now=later)
+            replica.ingest.issue_probe(session, node_id="n-0", now=later)
     for replica in (first, second):
         with factory.begin() as session:
-            replica.follow(session, now=later)
-        summary = replica.book.summary("n-0", later)
+            replica.replay.follow(session, now=later)
+        summary = replica.state.book.summary("n-0", later)
         assert (summary.probes, summary.probes_lost) == (2, 1)
 
 
@@ -153,7 +153,7 @@ def registered_replica(factory: sessionmaker[Session]) -> tuple[PlsService, int]
     replica = service()
     with factory.begin() as session:
         node = node_db.register_node(session, spec=spec("n-0"), now=START)
-        replica.node_registered(session, node=node, now=START)
+        replica.ingest.node_registered(session, node=node, now=START)
     with factory() as session:
         return replica, store.log_head(session)
 
@@ -161,16 +161,16 @@ def registered_replica(factory: sessionmaker[Session]) -> tuple[PlsService, int]
 def test_a_rolled_back_observation_reaches_no_engine(factory: sessionmaker[Session]) -> None:
     replica, before = registered_replica(factory)
     with pytest.raises(RuntimeError), factory.begin() as session:
-        replica.record_upload(session, node_id="n-0", mbps=1.0, now=START + 1.0)
+        replica.ingest.record_upload(session, node_id="n-0", mbps=1.0, now=START + 1.0)
         raise RuntimeError("the route failed after the use case")
     with factory.begin() as session:
-        replica.record_upload(session, node_id="n-0", mbps=80.0, now=START + 2.0)
+        replica.ingest.record_upload(session, node_id="n-0", mbps=80.0, now=START + 2.0)
     witness = PlsEngine(PlsConfig())
     witness.register("n-0", spec("n-0").provider, region="eu", network="eu", at=START,
                      tier=Tier.STANDARD)
     witness.session_started("n-0", START)
     witness.upload("n-0", UploadSample(START + 2.0, 80.0))
-    assert scores(replica.engine, START + 10.0) == scores(witness, START + 10.0)
+    assert scores(replica.state.engine, START + 10.0) == scores(witness, START + 10.0)
     with factory() as session:
         assert store.log_head(session) == before + 1  # the head moved with the commit only
 
@@ -183,22 +183,22 @@ def test_observations_in_savepoints_wait_for_the_commit_and_a_failed_one_drops_o
     replica, before = registered_replica(factory)
     with factory.begin() as session:
         with session.begin_nested():
-            replica.record_upload(session, node_id="n-0", mbps=80.0, now=START + 2.0)
+            replica.ingest.record_upload(session, node_id="n-0", mbps=80.0, now=START + 2.0)
         with pytest.raises(RuntimeError), session.begin_nested():
-            replica.record_upload(session, node_id="n-0", mbps=1.0, now=START + 3.0)
+            replica.ingest.record_upload(session, node_id="n-0", mbps=1.0, now=START + 3.0)
             raise RuntimeError("a handler failed")
         with session.begin_nested(), session.begin_nested():
-            replica.record_upload(session, node_id="n-0", mbps=60.0, now=START + 4.0)
+            replica.ingest.record_upload(session, node_id="n-0", mbps=60.0, now=START + 4.0)
     witness = PlsEngine(PlsConfig())
     witness.register("n-0", spec("n-0").provider, region="eu", network="eu", at=START,
                      tier=Tier.STANDARD)
     witness.session_started("n-0", START)
     witness.upload("n-0", UploadSample(START + 2.0, 80.0))
     witness.upload("n-0", UploadSample(START + 4.0, 60.0))
-    assert scores(replica.engine, START + 10.0) == scores(witness, START + 10.0)
+    assert scores(replica.state.engine, START + 10.0) == scores(witness, START + 10.0)
     with factory() as session:
         assert store.log_head(session) == before + 2
-        assert replica.catch_up(session) == 0  # both were applied as the pass committed
+        assert replica.log.catch_up(session) == 0  # both were applied as the pass committed
 
 
 def test_pruning_keeps_what_live_replicas_need_and_a_replica_left_behind_rebuilds(
@@ -206,33 +206,33 @@ def test_pruning_keeps_what_live_replicas_need_and_a_replica_left_behind_rebuild
     first, second, single = service(), service(), PlsEngine(PlsConfig())
     end = feed(factory, [first, second], single)
     with factory.begin() as session:
-        second.follow(session, now=end)  # second has applied everything, first not yet
+        second.replay.follow(session, now=end)  # second has applied everything, first not yet
     with factory.begin() as session:
-        first.follow(session, now=end - 1000.0)  # saved long ago: first looks gone
+        first.replay.follow(session, now=end - 1000.0)  # saved long ago: first looks gone
     with factory() as session:
         head = store.log_head(session)
     with factory.begin() as session:
-        first.prune_log(session, now=end)
+        first.log.prune(session, now=end)
     with factory() as session:
         assert store.log_size(session) == 0  # every replica heard from lately applied all
     laggard = service()  # started before the prune, never caught up
     with factory.begin() as session:
-        second.on_heartbeats(session, {"n-2": end + 5.0})
+        second.ingest.on_heartbeats(session, {"n-2": end + 5.0})
     with factory.begin() as session:
-        laggard.follow(session, now=end + 10.0)  # finds row 1 gone
-    assert laggard.engine.node_ids() == []
+        laggard.replay.follow(session, now=end + 10.0)  # finds row 1 gone
+    assert laggard.state.engine.node_ids() == []
     with factory.begin() as session:
-        laggard.follow(session, now=end + 10.0)  # rebuilds from the tables, at the head
-    assert laggard.engine.node_ids() == single.node_ids()
+        laggard.replay.follow(session, now=end + 10.0)  # rebuilds from the tables, at the head
+    assert laggard.state.engine.node_ids() == single.node_ids()
     with factory.begin() as session:
-        second.prune_log(session, now=end + 10.0)
+        second.log.prune(session, now=end + 10.0)
     with factory() as session:
         assert store.log_head(session) == head + 1
         assert store.log_size(session) == 1  # second's saved cursor is not past it yet
     with factory.begin() as session:
-        second.follow(session, now=end + 11.0)
+        second.replay.follow(session, now=end + 11.0)
     with factory.begin() as session:
-        second.prune_log(session, now=end + 11.0)
+        second.log.prune(session, now=end + 11.0)
     with factory() as session:
         assert store.log_size(session) == 0
 
@@ -248,10 +248,10 @@ def test_two_orchestrator_processes_on_one_postgres_share_their_scores(
         factory = make_session_factory(engine)
         witness = service()
         with factory.begin() as session:  # its cursor at 0 holds back pruning
-            witness.follow(session, now=time.time())
+            witness.replay.follow(session, now=time.time())
         with serve_replicas(url, tmp_path) as replicas:
             with factory.begin() as session:
-                witness.follow(session, now=time.time())
+                witness.replay.follow(session, now=time.time())
             nodes = [ReportingNode(replica.base_url, f"{name}-{i}")
                      for replica, name in zip(replicas, ("first", "second"), strict=True)
                      for i in range(3)]
@@ -269,11 +269,11 @@ def test_two_orchestrator_processes_on_one_postgres_share_their_scores(
                     lags += [wait_for(reader, node.node_id, "thermal", own["thermal"],
                                       timeout_s=5.0) for reader in readers]
                 with factory.begin() as session:
-                    witness.follow(session, now=time.time())
+                    witness.replay.follow(session, now=time.time())
                 views = {node.node_id: [timed_score(reader, node.node_id) for reader in readers]
                          for node in nodes}
                 with factory.begin() as session:  # nothing happened meanwhile
-                    assert witness.follow(session, now=time.time()) == 0
+                    assert witness.replay.follow(session, now=time.time()) == 0
             finally:
                 for client in [*readers, *(node.http for node in nodes)]:
                     client.close()
@@ -285,7 +285,8 @@ def test_two_orchestrator_processes_on_one_postgres_share_their_scores(
         for asked, view, answered in node_views:
             # the witness's score at the instants the replica was asked and had answered
             # brackets the replica's (survival only grows with uptime, the rest is fixed)
-            early, late = (witness.components(node_id, t, 3600.0) for t in (asked, answered))
+            early, late = (witness.placement.components(node_id, t, 3600.0)
+                           for t in (asked, answered))
             assert early is not None and late is not None
             assert view["thermal"] == early.thermal == late.thermal
             assert view["pass_rate"] == early.pass_rate == late.pass_rate

@@ -82,16 +82,16 @@ def cut_holding_a_frame(agent: Callable[..., LiveNode], client: TestClient, stak
     pls = pls_of(client)
     # a lone silence: the lease is held for the lone grace, then lapses (without a grace it
     # is revoked at the verdict)
-    beat_rounds(client, clock, [survivor], int(pls.config.lease_hold.lone_grace_s // 5) + 2)
+    beat_rounds(client, clock, [survivor], int(pls.state.config.lease_hold.lone_grace_s // 5) + 2)
     with factory() as session:
         revoked = session.scalars(select(Lease).where(Lease.task_id == task_id)).one()
-    ended = "lease lapsed" if pls.config.lease_hold.lone_grace_s else "node dead"
+    ended = "lease lapsed" if pls.state.config.lease_hold.lone_grace_s else "node dead"
     assert revoked.released_at is not None and revoked.release_reason == ended
-    departed = pls.engine.staking.pending_since(str(task_id))  # the DEAD verdict
+    departed = pls.state.engine.staking.pending_since(str(task_id))  # the DEAD verdict
     assert departed is not None and departed <= revoked.released_at
     # held for the grace after the verdict, not for what was left of the renewal window
-    assert revoked.released_at - departed <= pls.config.lease_hold.lone_grace_s + 5
-    clock.advance(pls.config.slashing.reconnect_grace_s + 60)
+    assert revoked.released_at - departed <= pls.state.config.lease_hold.lone_grace_s + 5
+    clock.advance(pls.state.config.slashing.reconnect_grace_s + 60)
     node.login()  # its token outlived
     survivor.login()
     beat_rounds(client, clock, [node, survivor], 2)  # back, past the reconnect grace
@@ -134,7 +134,7 @@ def test_chunks_rendered_through_the_cut_withdraw_the_slash_once_and_for_good(
     node.login()  # the decision delay outlived the token
     again = show(node, key, task_id, [(fresh, departed + 3, 4)], clock())
     assert again == (200, {"verdict": "not_pending", "chunks_credited": 0})
-    restarted = pls_of(make_app()).engine.staking  # the withdrawal is replayed from the DB
+    restarted = pls_of(make_app()).state.engine.staking  # the withdrawal is replayed from the DB
     restarted.task_abandoned("gpu-cut", str(task_id), TOKEN, clock(), b"\x01" * 32)
     assert restarted.decide(clock() + 10**5, {}).slashes == ()  # settled: once per task
 

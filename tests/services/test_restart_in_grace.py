@@ -114,7 +114,7 @@ def test_a_restart_within_the_lone_grace_resumes_the_held_task_on_the_node_unsla
         assert list(session.scalars(select(SlashRecord))) == []
         lease = session.get(Lease, held_id)
         assert lease is not None and lease.release_reason == "completed"
-    assert pls_of(client).engine.staking.pending_since(str(task_id)) is None
+    assert pls_of(client).state.engine.staking.pending_since(str(task_id)) is None
 
 
 def test_a_restart_with_fewer_slots_releases_the_task_it_cannot_take_back_at_once(
@@ -174,7 +174,7 @@ def test_a_restart_after_the_lone_grace_takes_nothing_back(
     doomed, survivor, checkpoints = silent_with_checkpointed_tasks(agent, client, stake,
                                                                    factory, clock, slots=1)
     ((task_id, checkpoint),) = checkpoints.items()
-    clock.advance(pls_of(client).config.lease_hold.lone_grace_s + 5)  # no sweep meanwhile
+    clock.advance(pls_of(client).state.config.lease_hold.lone_grace_s + 5)  # no sweep meanwhile
 
     restart(doomed)
 

@@ -46,9 +46,9 @@ def test_the_login_binds_the_session_key_and_a_restart_keeps_it(
     with factory() as session:
         stored = session.get(Node, "gpu-1")
         assert stored is not None and stored.session_key == session_address(key)
-    assert withdraws(pls_of(client).engine.staking, "gpu-1", key, "t1", clock()) is (
+    assert withdraws(pls_of(client).state.engine.staking, "gpu-1", key, "t1", clock()) is (
         ProgressVerdict.WITHDRAWN)
-    restarted = pls_of(make_app()).engine.staking  # rebuilt from the DB
+    restarted = pls_of(make_app()).state.engine.staking  # rebuilt from the DB
     assert withdraws(restarted, "gpu-1", key, "t2", clock()) is ProgressVerdict.WITHDRAWN
 
 
@@ -58,7 +58,7 @@ def test_a_new_process_login_replaces_the_key(agent: Callable[..., LiveNode], cl
     old, new = os.urandom(32), os.urandom(32)
     assert login(node, session_address(old)) == 200
     assert login(node, session_address(new)) == 200
-    staking = pls_of(client).engine.staking
+    staking = pls_of(client).state.engine.staking
     assert withdraws(staking, "gpu-1", old, "t1", clock()) is ProgressVerdict.WRONG_SESSION
 
 
@@ -66,7 +66,7 @@ def test_a_login_without_a_key_binds_none_and_a_bad_key_is_refused(
         agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         factory: sessionmaker[Session]) -> None:
     node = agent("gpu-1")  # the fixture logs in without a session key
-    staking = pls_of(client).engine.staking
+    staking = pls_of(client).state.engine.staking
     assert withdraws(staking, "gpu-1", os.urandom(32), "t1", clock()) is (
         ProgressVerdict.WRONG_SESSION)
     assert login(node, "0x1234") == 422

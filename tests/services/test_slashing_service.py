@@ -49,9 +49,9 @@ def start_tasks(nodes: Sequence[LiveNode], stake: FixedStake, factory: sessionma
 def decide_after_delay(client: TestClient, factory: sessionmaker[Session],
                        clock: VirtualClock) -> None:
     pls = pls_of(client)
-    clock.advance(pls.config.slashing.decision_delay_s + 60)
+    clock.advance(pls.state.config.slashing.decision_delay_s + 60)
     with factory.begin() as session:
-        pls.run_decide(session, now=clock())
+        pls.staking.run_decide(session, now=clock())
 
 
 def slash_actions(factory: sessionmaker[Session]) -> list[OutboxAction]:
@@ -83,7 +83,7 @@ def test_lone_departure_holding_a_task_slashes_its_damage_once(
     assert action.payload["provider"] == doomed.wallet.address
     # Priced at the damage done (the 0.2 of the task since its last checkpoint, plus the base
     # share), never more than the collateral locked for it.
-    damage = pls_of(client).config.slashing.abandonment_damage(TOKEN, 0.2)
+    damage = pls_of(client).state.config.slashing.abandonment_damage(TOKEN, 0.2)
     assert action.payload["amount"] == str(min(lock.amount, damage)) == str(record.amount)
     assert action.payload["reason"] == SlashReason.ABANDONMENT
     assert action.payload["evidence"] == record.evidence and len(record.evidence) == 66
@@ -148,7 +148,7 @@ def test_a_silence_the_region_shares_is_kept_out_of_each_nodes_record(
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     region = region_goes_silent(agent, client, stake, factory, clock, 4)
     assert ended_sessions(factory) == {node.node_id: False for node in region}
-    book = pls_of(client).book
+    book = pls_of(client).state.book
     assert all(book.summary(node.node_id, clock()).abrupt_departures == 0 for node in region)
 
 
@@ -157,14 +157,14 @@ def test_a_lone_silence_counts_as_the_nodes_own_departure(
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     lone_node_goes_silent(agent, client, stake, factory, clock)
     assert ended_sessions(factory) == {"gpu-doomed": True}
-    assert pls_of(client).book.summary("gpu-doomed", clock()).abrupt_departures == 1
+    assert pls_of(client).state.book.summary("gpu-doomed", clock()).abrupt_departures == 1
 
 
 def test_a_held_lease_lapses_when_the_silence_outlasts_the_hold(
         agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     region_goes_silent(agent, client, stake, factory, clock, 3)
-    clock.advance(pls_of(client).config.lease_hold.hold_s)
+    clock.advance(pls_of(client).state.config.lease_hold.hold_s)
     assert client.post("/v1/admin/sweep", headers=ADMIN).json()["expired_leases"] == 3
     assert live_tasks(factory) == {}  # requeued for other nodes
 
@@ -180,7 +180,7 @@ def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(
                          json={"node_id": "gpu-cheat"}, headers=ADMIN)
     assert failed.status_code == 200, failed.text
     with factory.begin() as session:
-        pls_of(client).run_decide(session, now=clock())  # no decision delay for this one
+        pls_of(client).staking.run_decide(session, now=clock())  # no decision delay for this one
     (action,) = slash_actions(factory)
     assert (action.payload["reason"], action.payload["amount"]) == (
         SlashReason.FAILED_VERIFICATION, str(lock.amount))
@@ -210,16 +210,17 @@ def test_a_lone_hold_that_lapses_is_an_abandonment_dated_at_the_dead_verdict(
     lone_node_goes_silent(agent, client, stake, factory, clock)
     dead_at = clock()
     pls = pls_of(client)
-    clock.advance(pls.config.lease_hold.lone_grace_s + 5)
+    clock.advance(pls.state.config.lease_hold.lone_grace_s + 5)
     assert client.post("/v1/admin/sweep", headers=ADMIN).json()["expired_leases"] == 1
     assert live_tasks(factory) == {}
     # Matured from the verdict: the decision delay counts from then, not from the lapse.
-    clock.advance(pls.config.slashing.decision_delay_s - pls.config.lease_hold.lone_grace_s)
+    config = pls.state.config
+    clock.advance(config.slashing.decision_delay_s - config.lease_hold.lone_grace_s)
     with factory.begin() as session:
-        pls.run_decide(session, now=clock())
+        pls.staking.run_decide(session, now=clock())
     (record,) = _slash_records(factory)
     assert record.reason == SlashReason.ABANDONMENT
-    assert clock() - dead_at <= pls.config.slashing.decision_delay_s + 10
+    assert clock() - dead_at <= pls.state.config.slashing.decision_delay_s + 10
     with factory() as session:
         (lock,) = session.scalars(select(CollateralLock))
     assert lock.ended_at is not None and not lock.finished

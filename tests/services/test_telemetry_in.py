@@ -33,7 +33,7 @@ def test_hot_throttled_gpu_samples_lower_rs_and_are_stored(
     assert hot.post("/v1/nodes/gpu-hot/telemetry/gpu", {"samples": hot_samples}).json() == {
         "accepted": 5}
     cool.post("/v1/nodes/gpu-cool/telemetry/gpu", {"samples": cool_samples})
-    book = pls_of(client).book
+    book = pls_of(client).state.book
     assert book.score("gpu-hot", clock(), 3600) < book.score("gpu-cool", clock(), 3600)
     with factory() as session:
         stored = session.scalar(select(func.count()).select_from(TelemetrySample)
@@ -51,7 +51,7 @@ def test_nvml_facts_rs_does_not_read_are_kept_where_the_device_reported_them(
     assert node.post("/v1/nodes/gpu-ecc/telemetry/gpu", {"samples": [
         with_facts, {**gpu_sample(clock() - 1), "xid_last": None}]}).json() == {"accepted": 2}
     plain.post("/v1/nodes/gpu-plain/telemetry/gpu", {"samples": [gpu_sample(clock())]})
-    scores = pls_of(client).book
+    scores = pls_of(client).state.book
     assert scores.score("gpu-ecc", clock(), 3600) == scores.score("gpu-plain", clock(), 3600)
     with factory() as session:
         kept = {(row.metric, row.value) for row in session.scalars(
@@ -86,7 +86,7 @@ def test_probe_rtt_is_timed_by_the_orchestrator_and_an_unanswered_probe_is_lost(
     clock.advance(30)
     late = node.post("/v1/nodes/gpu-1/probe/echo", {"nonce": stale})
     assert (late.status_code, late.json()["error"]["code"]) == (404, "probe_unknown")
-    summary = pls_of(client).book.summary("gpu-1", clock())
+    summary = pls_of(client).state.book.summary("gpu-1", clock())
     assert (summary.probes, summary.probes_lost) == (2, 1)
     assert abs(summary.rtt_mean_us - 25_000) <= 1
 
@@ -104,15 +104,16 @@ def test_restarted_orchestrator_rebuilds_the_same_book_from_the_db(
     steady.post("/v1/nodes/gpu-steady/telemetry/gpu", {"samples": [
         gpu_sample(clock(), temperature_c=86.0, throttle=THERMAL_SLOWDOWN, clock_mhz=2000)]})
     beat_rounds(client, clock, [flaky, steady], 3)  # its sweeps find the unanswered probe lost
-    assert pls_of(client).book.summary("gpu-flaky", clock()).probes_lost == 1
+    assert pls_of(client).state.book.summary("gpu-flaky", clock()).probes_lost == 1
     now = clock()
     before = pls_of(client)
     restarted = pls_of(make_app())
     for node_id in ("gpu-flaky", "gpu-steady"):
-        assert restarted.book.score(node_id, now, 3600) == before.book.score(node_id, now, 3600)
-        assert telemetry_digest(restarted.book.summary(node_id, now)) == telemetry_digest(
-            before.book.summary(node_id, now))
-    assert restarted.book.sessions_observed("gpu-flaky") == 1
+        assert (restarted.state.book.score(node_id, now, 3600)
+                == before.state.book.score(node_id, now, 3600))
+        assert telemetry_digest(restarted.state.book.summary(node_id, now)) == telemetry_digest(
+            before.state.book.summary(node_id, now))
+    assert restarted.state.book.sessions_observed("gpu-flaky") == 1
     with factory() as session:
         sessions = list(session.scalars(select(NodeSession).where(
             NodeSession.node_id == "gpu-flaky").order_by(NodeSession.id)))
@@ -135,7 +136,8 @@ def test_a_large_blob_upload_is_timed_as_the_nodes_upload_throughput(
                                   .where(TelemetrySample.metric == "upload_mbps",
                                          TelemetrySample.node_id == "gpu-up"))
     assert mbps > 0  # one sample: the small body measures the round trip, not the uplink
-    summary = pls_of(client).book.summary("gpu-up", clock())
+    summary = pls_of(client).state.book.summary("gpu-up", clock())
     assert summary.upload_kbps == round(mbps * 1000)
     restarted = make_app()  # the sample is replayed into the restarted engine
-    assert pls_of(restarted).book.summary("gpu-up", clock()).upload_kbps == summary.upload_kbps
+    replayed = pls_of(restarted).state.book.summary("gpu-up", clock())
+    assert replayed.upload_kbps == summary.upload_kbps

@@ -171,7 +171,8 @@ def node_score(node_id: NodeIdPath, session: SessionDep, ctx: CtxDep,
             summary="A provider's committed epoch score and its Merkle proof (public)")
 def score_proof(address: AddressPath, session: SessionDep, ctx: CtxDep,
                 epoch: Annotated[int, Query(ge=0, lt=SAFE_INT)]) -> ScoreProofOut:
-    proof = ctx.pls.score_proof(session, provider=to_checksum_address(address), epoch=epoch)
+    proof = ctx.pls.staking.score_proof(session, provider=to_checksum_address(address),
+                                        epoch=epoch)
     if proof is None:
         raise ApiError(404, "score_not_committed",
                        f"no committed score for {address} in epoch {epoch}")

@@ -12,12 +12,17 @@ from orchestrator.db import pls as store
 from orchestrator.domain.popw import PopwReason, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
 from orchestrator.domain.types import Tier
-from orchestrator.services.pls_ingest import PlsIngest
-from orchestrator.services.pls_log import known
-from orchestrator.services.pls_state import GPU_FIELDS
+from orchestrator.services.pls_log import PlsLog, known
+from orchestrator.services.pls_state import GPU_FIELDS, PlsState
 
 
-class PlsRebuild(PlsIngest):
+class PlsReplay:
+    """Rebuilds `state`'s engine from the tables, then follows `log` from there."""
+
+    def __init__(self, state: PlsState, log: PlsLog) -> None:
+        self.state = state
+        self.log = log
+
     def rebuild(self, session: Session, *, now: float) -> None:
         """Replace the engine with one replayed from the tables, in this order: nodes (tier as
         stored); every session start and end in time order (so the daily prior refits happen
@@ -27,71 +32,74 @@ class PlsRebuild(PlsIngest):
         by a proof of progress. `session` must not have begun: it reads the tables and the
         log's head in one snapshot, so the log rows past that head are exactly what the
         replay has not seen."""
+        state = self.state
         store.consistent_reads(session)
-        with self._lock:
-            self._reset(cursor=store.log_head(session))
+        with state.lock:
+            state.reset(cursor=store.log_head(session))
+            engine = state.engine
             for node in store.all_nodes(session):
-                self._know(known(node))
+                state.know(known(node))
             events: list[tuple[float, int, int, str, bool]] = []  # (at, start?, id, node, abrupt)
             for row in store.all_sessions(session):
-                if not self.engine.knows(row.node_id):
+                if not engine.knows(row.node_id):
                     continue
                 events.append((row.started_at, 1, row.id, row.node_id, False))
                 if row.ended_at is not None:
                     events.append((row.ended_at, 0, row.id, row.node_id, bool(row.abrupt)))
             for at, start, _, node_id, abrupt in sorted(events):  # an end before a start
                 if start:
-                    self.engine.session_started(node_id, at)
+                    engine.session_started(node_id, at)
                 else:
-                    self.engine.session_ended(node_id, at, abrupt)
+                    engine.session_ended(node_id, at, abrupt)
             gpu: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
-            since = now - self.book.config.long_window_s
+            since = now - state.book.config.long_window_s
             for sample in store.samples_since(session, since=since):
                 node_id = sample.node_id
-                if not self.engine.knows(node_id):
+                if not engine.knows(node_id):
                     continue
                 if sample.metric == "rtt_ms":
-                    self._record_probe(node_id, ProbeSample(sample.at, sample.value))
+                    state.record_probe(node_id, ProbeSample(sample.at, sample.value))
                 elif sample.metric == "probe_lost":
-                    self._record_probe(node_id, ProbeSample(sample.at, None))
+                    state.record_probe(node_id, ProbeSample(sample.at, None))
                 elif sample.metric == "hb_gap_s":
-                    self.engine.heartbeat(node_id, sample.at - sample.value)
-                    self.engine.heartbeat(node_id, sample.at)
+                    engine.heartbeat(node_id, sample.at - sample.value)
+                    engine.heartbeat(node_id, sample.at)
                 elif sample.metric == "upload_mbps":
-                    self.engine.upload(node_id, UploadSample(sample.at, sample.value))
+                    engine.upload(node_id, UploadSample(sample.at, sample.value))
                 elif sample.metric.startswith("gpu."):
                     gpu[(node_id, sample.at)][sample.metric[4:]] = sample.value
             for (node_id, at), values in sorted(gpu.items(), key=lambda item: item[0][1]):
                 if set(values) == set(GPU_FIELDS):
                     values["throttle_reasons"] = int(values["throttle_reasons"])
-                    self.engine.gpu(node_id, GpuSample(at=at, **values))  # type: ignore[arg-type]
+                    engine.gpu(node_id, GpuSample(at=at, **values))  # type: ignore[arg-type]
             for sample in store.samples_since(session, since=0.0, metrics=["checkpoint_s"]):
-                if self.engine.knows(sample.node_id):
-                    self.engine.checkpoint_measured(sample.node_id, sample.value)
+                if engine.knows(sample.node_id):
+                    engine.checkpoint_measured(sample.node_id, sample.value)
             for outcome in store.all_outcomes(session):
-                if self.engine.knows(outcome.node_id):
-                    self.engine.outcome(outcome.node_id, TaskOutcome(outcome.outcome))
+                if engine.knows(outcome.node_id):
+                    engine.outcome(outcome.node_id, TaskOutcome(outcome.outcome))
             for raw_rs, finished in store.ended_attempts(session):
-                self.engine.attempt_ended(raw_rs, finished)
+                engine.attempt_ended(raw_rs, finished)
             for withdrawal in store.all_withdrawals(session):
-                self.engine.staking.withdrawal_replayed(
+                engine.staking.withdrawal_replayed(
                     str(withdrawal.task_id), [bytes.fromhex(c) for c in withdrawal.chunks])
             for record, gpu_class in store.latest_verdicts(session):
                 verdict = PopwVerdict(record.node_id, record.passed, Tier(record.tier),
                                       record.decided_at, record.expires_at,
                                       tuple(PopwReason(r) for r in record.reasons),
                                       gpu_class if record.passed else None)
-                self._verdicts[record.node_id] = verdict
-                if self.engine.knows(record.node_id):
-                    self.engine.handshake(verdict)
+                state.verdicts[record.node_id] = verdict
+                if engine.knows(record.node_id):
+                    engine.handshake(verdict)
 
     def follow(self, session: Session, *, now: float) -> int:
         """The periodic catch-up every replica runs (a rebuild instead, when the log was
         pruned past this replica), then its cursor saved for pruning; rows applied."""
-        if self._stale:
+        if self.state.stale:
             self.rebuild(session, now=now)
             applied = 0
         else:
-            applied = self.catch_up(session)
-        store.save_cursor(session, replica=self.replica, position=self._cursor, now=now)
+            applied = self.log.catch_up(session)
+        store.save_cursor(session, replica=self.state.replica, position=self.state.cursor,
+                          now=now)
         return applied
