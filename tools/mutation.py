@@ -15,7 +15,7 @@ A timeout counts as killed; a mutant no test reaches counts as survived.
 
 usage: tools/mutation.py [--module M ...] [--sample N] [--seed S] [--threshold 0.9] [--jobs 2]
                          [--survivors] [--report-only]
-With --sample, N mutants per module, each file of a family (`domain`) a
+With --sample, N mutants per module, each file of a family (`domain`, `services/outbox`) a
 module of its own (seeded, so CI always checks the same ones), and the threshold applies to
 the pooled ratio; without it every mutant runs and each module must reach the threshold (a
 family as a whole). --survivors keeps the last run's results and runs again only the
@@ -47,7 +47,7 @@ EQUIVALENT_FILE = ROOT / "tests" / "mutation" / "equivalent.toml"
 
 # Families: packages each of whose files is a module of its own (sampled on its own), and
 # whose name adds them up. Family name -> its directory.
-FAMILIES = {"domain": "orchestrator/domain"}
+FAMILIES = {"domain": "orchestrator/domain", "services/outbox": "orchestrator/services/outbox"}
 
 
 def family_files(family: str) -> dict[str, tuple[str, frozenset[str] | None]]:
@@ -63,7 +63,7 @@ MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
     "db/placement": ("orchestrator/db/placement.py", None),
     "db/nonces": ("orchestrator/db/nonces.py", None),
     "db/outbox": ("orchestrator/db/outbox.py", None),
-    "services/outbox": ("orchestrator/services/outbox.py", None),
+    **family_files("services/outbox"),
     "chain/errors": ("orchestrator/chain/errors.py", None),
     "api/auth": ("orchestrator/api/auth.py", None),
 }
