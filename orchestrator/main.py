@@ -90,7 +90,7 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
                                metrics=ctx.metrics, now=now)
 
     indexer = _chain_indexer(ctx.settings, ctx.pls)
-    from orchestrator.services.outbox import UnindexedCheck, resend_after_reorg
+    from orchestrator.services.outbox.reorgs import UnindexedCheck, resend_after_reorg
 
     unindexed = UnindexedCheck()
 
@@ -142,7 +142,7 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
             PeriodicJob("pls-log-prune", ctx.settings.pls_log_prune_interval_s, pls_prune),
             PeriodicJob(CHAIN_INDEX_LEASE, ctx.settings.chain_index_interval_s, chain_index)]
     if ctx.settings.orchestrator_key is not None:  # no key: this process sends nothing
-        from orchestrator.services.outbox import LEASE_NAME, build_sender
+        from orchestrator.services.outbox.sender import LEASE_NAME, build_sender
 
         jobs.append(PeriodicJob(LEASE_NAME, ctx.settings.outbox_interval_s,
                                 _after_reconcile(build_sender(ctx.settings, ctx.metrics))))

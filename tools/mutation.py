@@ -15,14 +15,14 @@ A timeout counts as killed; a mutant no test reaches counts as survived.
 
 usage: tools/mutation.py [--module M ...] [--sample N] [--seed S] [--threshold 0.9] [--jobs 2]
                          [--survivors] [--report-only]
-With --sample, N mutants per module, each domain file a module (seeded, so CI always
-checks the same ones), and the
-threshold applies to the pooled ratio; without it every mutant runs and each module must
-reach the threshold. --survivors keeps the last run's results and runs again only the
+With --sample, N mutants per module, each file of a family (`domain`, `services/outbox`) a
+module of its own (seeded, so CI always checks the same ones), and the threshold applies to
+the pooled ratio; without it every mutant runs and each module must reach the threshold (a
+family as a whole). --survivors keeps the last run's results and runs again only the
 mutants that survived it (after adding tests: a killed mutant stays killed); --report-only
 runs nothing and reports the last run again (after editing the equivalent list).
---module (repeatable; `domain` names every domain file) runs only those modules and keeps
-the other modules' stored results, so a full run can be done one module at a time; the
+--module (repeatable; a family's name names every file of it) runs only those modules and
+keeps the other modules' stored results, so a full run can be done one module at a time; the
 report always covers every module, and one whose mutants were not all run says so
 ("not_run"). Each run's size and cost per module is kept in .mesh/mutation/runs.json.
 """
@@ -45,20 +45,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENT_FILE = ROOT / "tests" / "mutation" / "equivalent.toml"
 
-# Report name -> (source file, the functions mutated there; None for all of them). Each
-# domain file is a module of its own (sampled on its own); "domain" adds them up.
+# Families: packages each of whose files is a module of its own (sampled on its own), and
+# whose name adds them up. Family name -> its directory.
+FAMILIES = {"domain": "orchestrator/domain", "services/outbox": "orchestrator/services/outbox"}
+
+
+def family_files(family: str) -> dict[str, tuple[str, frozenset[str] | None]]:
+    """`family/<file stem>` -> (source file, None) for each file of the family's package."""
+    directory = FAMILIES[family]
+    return {f"{family}/{path.stem}": (f"{directory}/{path.name}", None)
+            for path in sorted((ROOT / directory).glob("*.py")) if path.stem != "__init__"}
+
+
+# Report name -> (source file, the functions mutated there; None for all of them).
 MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
-    **{f"domain/{path.stem}": (f"orchestrator/domain/{path.name}", None)
-       for path in sorted((ROOT / "orchestrator" / "domain").glob("*.py"))
-       if path.stem != "__init__"},
+    **family_files("domain"),
     "db/placement": ("orchestrator/db/placement.py", None),
     "db/nonces": ("orchestrator/db/nonces.py", None),
     "db/outbox": ("orchestrator/db/outbox.py", None),
-    "services/outbox": ("orchestrator/services/outbox.py", None),
+    **family_files("services/outbox"),
     "chain/errors": ("orchestrator/chain/errors.py", None),
     "api/auth": ("orchestrator/api/auth.py", None),
 }
-GATED = ("domain", *(name for name in MODULES if not name.startswith("domain/")))
+
+
+def family_of(module: str) -> str | None:
+    return next((family for family in FAMILIES if module.startswith(f"{family}/")), None)
+
+
+GATED = (*FAMILIES, *(name for name in MODULES if family_of(name) is None))
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 SURVIVED = {"survived", "no tests", "suspicious", "skipped"}
 _MANGLED = re.compile(r"^x(?:ǁ(?P<cls>[^ǁ]+)ǁ|_)(?P<func>.+)__mutmut_\d+$")
@@ -202,13 +217,15 @@ def main() -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: report the last run's results again")
     parser.add_argument("--module", action="append", default=[], metavar="MODULE",
-                        help="run only this module (repeatable; `domain`: every domain file)")
+                        help="run only this module (repeatable; a family, such as `domain`: "
+                             "every file of it)")
     args = parser.parse_args()
-    unknown = [m for m in args.module if m not in MODULES and m != "domain"]
+    unknown = [m for m in args.module if m not in MODULES and m not in FAMILIES]
     if unknown:
-        parser.error(f"unknown module(s) {unknown}; choose from: domain, {', '.join(MODULES)}")
+        parser.error(f"unknown module(s) {unknown}; choose from: "
+                     f"{', '.join([*FAMILIES, *MODULES])}")
     wanted = {name for name in MODULES
-              if name in args.module or ("domain" in args.module and name.startswith("domain/"))}
+              if name in args.module or family_of(name) in args.module}
 
     os.chdir(ROOT)
     started = time.monotonic()
@@ -251,15 +268,16 @@ def main() -> int:
                 tally.survivors.append(mutant)
             else:
                 tally.not_run += 1
-    domain = Tally()
+    families = {family: Tally() for family in FAMILIES}
     for module, t in tallies.items():
-        if module.startswith("domain/"):
-            domain.killed += t.killed
-            domain.survived += t.survived
-            domain.equivalent += t.equivalent
-            domain.not_run += t.not_run
-            domain.timeouts += t.timeouts
-    tallies = {"domain": domain, **tallies}
+        family = family_of(module)
+        if family is not None:
+            families[family].killed += t.killed
+            families[family].survived += t.survived
+            families[family].equivalent += t.equivalent
+            families[family].not_run += t.not_run
+            families[family].timeouts += t.timeouts
+    tallies = {**families, **tallies}
     every = {m for names in generated.values() for m in names}
     stale += [f"{m} no longer exists: drop it from {EQUIVALENT_FILE.name}"
               for m in sorted(equivalent) if m not in every]
@@ -285,7 +303,7 @@ def main() -> int:
         ratio = "-" if t.ratio is None else f"{100 * t.ratio:.1f}"
         lines.append(f"| {module} | {t.killed} | {t.survived} | {t.equivalent} | {ratio} |")
     for module, t in tallies.items():
-        if t.survivors and module != "domain":
+        if t.survivors and module not in FAMILIES:
             lines += ["", f"## Survivors in {module}", ""]
             for mutant in t.survivors:
                 lines += [f"### {mutant} ({statuses.get(mutant)})", "", "```diff",
@@ -294,15 +312,15 @@ def main() -> int:
 
     for module, t in tallies.items():
         ratio = "  -  " if t.ratio is None else f"{100 * t.ratio:5.1f}"
-        print(f"mutation: {module:22} {ratio} % killed  ({t.killed} killed, {t.survived} "
+        print(f"mutation: {module:25} {ratio} % killed  ({t.killed} killed, {t.survived} "
               f"survived, {t.equivalent} equivalent)")
     print(f"mutation: report in {args.out / 'report.md'}, {summary['duration_s']} s")
     failures = list(stale)
     gated = set(GATED)
     if wanted:  # one module's run answers for that module only
         gated = set(wanted)
-        if all(name in wanted for name in MODULES if name.startswith("domain/")):
-            gated.add("domain")
+        gated |= {family for family in FAMILIES
+                  if all(name in wanted for name in MODULES if family_of(name) == family)}
     failures += [f"{module}: {t.not_run} mutants were not run" for module, t in tallies.items()
                  if t.not_run and module in gated]
     if args.sample:

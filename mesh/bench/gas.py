@@ -47,7 +47,7 @@ from orchestrator.domain.chain_actions import (
     SlashCollateral,
 )
 from orchestrator.domain.types import SlashReason
-from orchestrator.services.outbox import SenderConfig
+from orchestrator.services.outbox.config import SenderConfig
 
 TARGETS = {"settle": 80_000, "settle_batch_100_per_job": 15_000,
            "end_to_end_per_job_batch_100": 20_000}

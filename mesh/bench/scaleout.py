@@ -76,7 +76,7 @@ from orchestrator.config import Settings
 from orchestrator.db import history
 from orchestrator.db.session import make_engine, make_session_factory
 from orchestrator.domain.ids import JobId, hex0x
-from orchestrator.services.outbox import LEASE_NAME as SENDER_LEASE
+from orchestrator.services.outbox.sender import LEASE_NAME as SENDER_LEASE
 from protocol.client import ApiCallError, Wallet, expect
 
 CUSTOMER = dev_account(4)

@@ -20,7 +20,7 @@ from orchestrator.db.session import transaction
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.main import _periodic_jobs, create_app
 from orchestrator.scheduling.periodic import LeaderRunner
-from orchestrator.services.outbox import OutboxSender
+from orchestrator.services.outbox.sender import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.clients import VirtualClock
 from tests.services.pls_harness import FixedStake

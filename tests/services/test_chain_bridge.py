@@ -47,7 +47,7 @@ from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.main import _periodic_jobs
 from orchestrator.services import pls_chain
-from orchestrator.services.outbox import OutboxSender
+from orchestrator.services.outbox.sender import OutboxSender
 from orchestrator.services.pls import PlsService
 from orchestrator.telemetry.metrics import MeshMetrics
 from protocol.client import Wallet

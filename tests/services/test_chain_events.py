@@ -49,7 +49,7 @@ from orchestrator.services.chain_events import (
     PassReport,
     reorged_out,
 )
-from orchestrator.services.outbox import OutboxSender
+from orchestrator.services.outbox.sender import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.clients import VirtualClock
 from tests.services.pls_harness import FixedStake

@@ -40,7 +40,7 @@ from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.services import disputes, settlement, work
-from orchestrator.services.outbox import LEASE_NAME, OutboxSender
+from orchestrator.services.outbox.sender import LEASE_NAME, OutboxSender
 from orchestrator.services.pls import PlsService
 from orchestrator.telemetry.metrics import MeshMetrics
 from protocol.client import Wallet

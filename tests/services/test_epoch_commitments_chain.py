@@ -17,7 +17,7 @@ from orchestrator.chain.sdk import MeshAccount, MeshChain
 from orchestrator.config import Settings
 from orchestrator.db.models import OutboxAction
 from orchestrator.domain.types import Tier
-from orchestrator.services.outbox import OutboxSender
+from orchestrator.services.outbox.sender import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
 from protocol.client import Wallet
 from tests.clients import LiveNode, VirtualClock, make_wallet

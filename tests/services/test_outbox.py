@@ -40,14 +40,8 @@ from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.processes import free_port
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.services import settlement
-from orchestrator.services.outbox import (
-    GWEI,
-    LEASE_NAME,
-    FaultHooks,
-    OutboxSender,
-    SenderConfig,
-    build_sender,
-)
+from orchestrator.services.outbox.config import GWEI, SenderConfig
+from orchestrator.services.outbox.sender import LEASE_NAME, FaultHooks, OutboxSender, build_sender
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.clients import VirtualClock
 

@@ -29,14 +29,9 @@ from orchestrator.db import pls as pls_store
 from orchestrator.db.models import OutboxTransaction
 from orchestrator.domain.fees import FeePolicy, Fees
 from orchestrator.services.chain_events import ChainIndexer
-from orchestrator.services.outbox import (
-    GWEI,
-    OutboxSender,
-    SenderConfig,
-    UnindexedCheck,
-    resend_after_reorg,
-    resend_reorged,
-)
+from orchestrator.services.outbox.config import GWEI, SenderConfig
+from orchestrator.services.outbox.reorgs import UnindexedCheck, resend_after_reorg, resend_reorged
+from orchestrator.services.outbox.sender import OutboxSender
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.clients import VirtualClock
 from tests.services.test_outbox import (

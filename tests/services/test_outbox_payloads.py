@@ -12,7 +12,7 @@ from orchestrator.chain.outbox_tx import settlement_of
 from orchestrator.chain.sdk import Settlement
 from orchestrator.config import Settings
 from orchestrator.domain.chain_actions import CommitEpoch, PayloadError, SettleJob, decode
-from orchestrator.services.outbox import build_sender
+from orchestrator.services.outbox.sender import build_sender
 from orchestrator.telemetry.metrics import MeshMetrics
 
 JOB = "0x" + "11" * 32
