@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.sandbox import Limits, Outcome, Sandbox
 from agent.workloads.blender import WORKER, FrameTask, render
-from orchestrator.domain.verification import (
+from orchestrator.domain.pixel_comparison import (
     CROSS_KERNEL,
     RenderEnv,
     compare,

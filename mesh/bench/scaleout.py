@@ -12,13 +12,13 @@ collateral reserved and committed on chain through the outbox, and the staking d
 (RS observation, slashing, demotion) run as a leader job; the history checker then also
 verifies that no honest node was slashed.
 
-A simulated node speaks the agent's protocol (`agent.daemon`): it registers and logs in
-(signed), heartbeats every second from a thread of its own with a GPU sample every 5th beat
-and a timed probe every 10th, re-runs the checks it is leased, and for each task it is
-leased reports the start, uploads its result and completes it. It does not start a process
-for the job's command: it writes what the command writes (a file `result` reading
-`shard N`), packed as a tar, so the run measures the replicas, not process start-up. A
-refused connection is retried at another replica, as a load balancer in front of them does.
+A simulated node speaks the agent's protocol (`agent.presence`, `agent.worker`): it
+registers and logs in (signed), heartbeats every second from a thread of its own with a GPU
+sample every 5th beat and a timed probe every 10th, re-runs the checks it is leased, and for
+each task it is leased reports the start, uploads its result and completes it. It does not
+start a process for the job's command: it writes what the command writes (a file `result`
+reading `shard N`), packed as a tar, so the run measures the replicas, not process start-up.
+A refused connection is retried at another replica, as a load balancer in front of them does.
 
 What is measured, and from what:
 - double leases, lost tasks, double or missing payments: the history checker over the DB

@@ -5,7 +5,7 @@ A pool is rendered once with bpy (Cycles on CPU, the agent's worker): every fram
 the AVX2 kernel and on the SSE4.2 kernel, lazily (a quarter of the samples), stale (another
 frame), and every window of every frame as a checker renders it (a border render). Each
 (frame, window) of each node model is compared with the checker's render by the service's
-rule (`domain.verification.compare`: exact for the same kernel, the cross-kernel tolerance
+rule (`domain.pixel_comparison.compare`: exact for the same kernel, the cross-kernel tolerance
 otherwise), so which windows a check would flag is a measured fact. Many epochs of sampling
 decisions are then simulated over that pool per policy: draws as the service makes them (each
 window independently, at the policy's rate for the provider's record), costs as the renders
@@ -30,13 +30,10 @@ from agent.workloads import blender_worker
 from agent.workloads.blender import FrameTask
 from mesh.bench import cheaters
 from orchestrator.domain.checkpointing import plan_chunks
+from orchestrator.domain.pixel_comparison import CROSS_KERNEL, EXACT, Tolerance, compare
 from orchestrator.domain.verification import (
-    CROSS_KERNEL,
-    EXACT,
     ProviderRecord,
     SamplingPolicy,
-    Tolerance,
-    compare,
     window_rows,
     windows_for,
 )

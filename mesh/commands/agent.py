@@ -54,7 +54,8 @@ def agent_run(
     import logging
     import os
 
-    from agent.daemon import Agent, AgentConfig
+    from agent.config import AgentConfig
+    from agent.daemon import Agent
     from agent.sandbox import Limits
 
     with user_errors("agent run"):

@@ -27,7 +27,8 @@ def up(
         "the frames and summary.json go).")] = None,
 ) -> None:
     """A local grid: anvil, contracts, orchestrator (SQLite), N agents; Ctrl-C stops it all."""
-    from mesh import demo as play
+    from mesh.demo.run import OUT, run, serve
+    from mesh.demo.steps import DemoError
 
     if stay and not demo:
         typer.echo("mesh up: --stay goes with --demo (plain `mesh up` stays up until Ctrl-C "
@@ -35,9 +36,9 @@ def up(
         raise typer.Exit(2)
     try:
         if demo:
-            play.run(providers=providers, out=out or play.OUT, stay=stay)
+            run(providers=providers, out=out or OUT, stay=stay)
         else:
-            play.serve(providers=providers, out=out or Path(".mesh/up"))
-    except play.DemoError as error:
+            serve(providers=providers, out=out or Path(".mesh/up"))
+    except DemoError as error:
         typer.echo(f"mesh up: {error}", err=True)
         raise typer.Exit(2) from None

@@ -45,8 +45,8 @@ from orchestrator.domain.reliability import (
     ReliabilityBook,
     TaskOutcome,
     UploadSample,
-    telemetry_digest,
 )
+from orchestrator.domain.score_commitment import telemetry_digest
 from orchestrator.domain.slashing import (
     PolicyActions,
     ProgressVerdict,

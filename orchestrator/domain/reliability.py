@@ -67,19 +67,17 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
-from eth_abi import encode
-from eth_utils import keccak
 from numpy.typing import NDArray
 from scipy.optimize import minimize
 from scipy.special import gammaln
 
 from orchestrator.domain.calibration import Recalibrator
-from orchestrator.domain.merkle import SCORE_SCALE, MerkleTree, score_leaf
+from orchestrator.domain.score_commitment import WindowSummary
 
 Durations = float | NDArray[np.float64]
 """Seconds: one task duration for every row, or one per row."""
@@ -249,38 +247,6 @@ class RsComponents:
     slowdown: float  # >= 1: how much thermal throttling stretches the survival horizon
     departures: float = 1.0  # R: P(no DEAD verdict during the task) at the recent rate
     pooled: float = 1.0  # survival**(1-w') * departures**w', the factor RS uses
-
-
-@dataclass(frozen=True, slots=True)
-class WindowSummary:
-    """Canonical, integer-scaled summary of a node's long window: the evidence behind its
-    epoch score and any slash. Its keccak is the telemetry digest committed on chain."""
-
-    node_id: str
-    window_end_s: int
-    probes: int
-    probes_lost: int
-    rtt_mean_us: int
-    jitter_us: int
-    max_heartbeat_gap_ms: int
-    upload_kbps: int
-    temperature_mc: int  # milli-degrees Celsius
-    throttled_bps: int  # share of GPU samples thermally throttled
-    sessions: int
-    abrupt_departures: int
-    uptime_s: int
-    tasks_completed: int
-    tasks_failed: int
-
-    ABI_TYPES = ("string", "uint64", "uint32", "uint32", "uint64", "uint64", "uint64", "uint64",
-                 "int64", "uint16", "uint32", "uint32", "uint64", "uint32", "uint32")
-
-
-def telemetry_digest(summary: WindowSummary) -> bytes:
-    """keccak256(abi.encode(summary fields in declaration order)): anyone holding the summary
-    can recompute it; fields are integers so no float formatting enters the hash."""
-    values = [getattr(summary, name) for name in WindowSummary.__dataclass_fields__]
-    return keccak(encode(list(WindowSummary.ABI_TYPES), values))
 
 
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of normal noise is sigma / 1.4826
@@ -759,6 +725,8 @@ class ReliabilityBook:
 
     # ----- evidence ------------------------------------------------------------------
     def summary(self, node_id: str, now: float) -> WindowSummary:
+        """The node's long-window evidence as of `now`, whose digest is committed with its
+        epoch score (`score_commitment`)."""
         row = self.index_of(node_id)
         history = self._history[row]
         w = self._telemetry.get(row)
@@ -788,39 +756,3 @@ class ReliabilityBook:
             tasks_completed=history.tasks_completed,
             tasks_failed=history.tasks_failed,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEntry:
-    provider: str  # checksummed address
-    score_bps: int  # RS in basis points, 0..10_000
-    telemetry_digest: bytes  # 32 bytes, `telemetry_digest(summary)`
-
-
-@dataclass(frozen=True)
-class EpochCommitment:
-    tree: MerkleTree
-    leaf_of: Mapping[str, bytes]  # provider -> leaf, to ask the tree for its proof
-
-    @property
-    def root(self) -> bytes:
-        return self.tree.root
-
-
-def score_bps(rs: float) -> int:
-    """RS as the contract's basis points; rounds down so a committed score never flatters."""
-    if not 0.0 <= rs <= 1.0:
-        raise ValueError(f"RS {rs} outside [0, 1]")
-    return math.floor(rs * SCORE_SCALE)
-
-
-def commit_epoch(entries: Sequence[EpochEntry]) -> EpochCommitment:
-    """Merkle tree of one epoch's (provider, RS bps, digest) leaves, as `slashForScore` checks.
-    One leaf per provider: two leaves for one provider would let either be proven."""
-    leaf_of: dict[str, bytes] = {}
-    for entry in entries:
-        if entry.provider in leaf_of:
-            raise ValueError(f"provider {entry.provider} appears twice in one epoch")
-        leaf_of[entry.provider] = score_leaf(entry.provider, entry.score_bps,
-                                             entry.telemetry_digest)
-    return EpochCommitment(MerkleTree.build(list(leaf_of.values())), leaf_of)

@@ -54,7 +54,7 @@ from eth_utils import keccak
 from orchestrator.domain.continuity import ProgressProof
 from orchestrator.domain.merkle import SCORE_SCALE
 from orchestrator.domain.popw import PopwVerdict
-from orchestrator.domain.reliability import EpochEntry, score_bps
+from orchestrator.domain.score_commitment import EpochEntry, score_bps
 from orchestrator.domain.types import SlashReason, Tier
 
 BPS = 10_000

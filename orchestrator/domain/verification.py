@@ -14,10 +14,8 @@ renders agree. Pure: the service feeds it hashes, pixels, secrets and clocks.
   per provider (all its nodes, all its tasks) and every window is an independent draw, so the
   catch probability within an epoch depends on the windows a provider delivered, not on how
   it split them into tasks: P(catch) = 1 - (1 - p * share)^windows.
-* **Comparison.** Decoded pixels, never file bytes. Exact for the same Blender build and CPU
-  kernel (Cycles on CPU is bit-reproducible there); across kernels a tolerance measured on
-  real renders (docs/verification.md); across Blender builds no comparison is made (the
-  service picks a checker that matches).
+* **Comparison** of a re-rendered window against the committed pixels:
+  `domain.pixel_comparison`.
 * **k-of-n** for `command` workloads that declare themselves non-deterministic: n runs on
   distinct providers, a result hash is accepted once k of them agree byte for byte.
 """
@@ -216,82 +214,6 @@ def catch_probability(rate: float, share: float, windows: int) -> float:
 def windows_needed(rate: float, share: float, target: float) -> int:
     """Windows a provider must deliver in an epoch for `catch_probability` to reach `target`."""
     return math.ceil(math.log(1.0 - target) / math.log(1.0 - rate * share))
-
-
-# ----- comparison ---------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class RenderEnv:
-    """What a result was rendered with; the checker is picked to match it."""
-
-    blender: str  # version and build hash, e.g. "5.0.1 a3db93c5b259"
-    kernel: str  # the Cycles CPU kernel: "avx2" or "sse42" (or a GPU device name)
-
-    def as_json(self) -> dict[str, str]:
-        return {"blender": self.blender, "kernel": self.kernel}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object] | None) -> RenderEnv | None:
-        if not data or "blender" not in data or "kernel" not in data:
-            return None
-        return cls(str(data["blender"]), str(data["kernel"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Tolerance:
-    """Pixels may differ by more than `max_abs` on at most `max_share` of them (Blender's own
-    render tests: 0.016 on 1 % between devices); `max_abs == 0` with `max_share == 0` is
-    bit-exact."""
-
-    max_abs: float
-    max_share: float
-    hard_abs: float  # no pixel channel may ever differ by more than this
-
-    @property
-    def exact(self) -> bool:
-        return self.max_abs == 0.0 and self.max_share == 0.0 and self.hard_abs == 0.0
-
-
-EXACT = Tolerance(0.0, 0.0, 0.0)
-CROSS_KERNEL = Tolerance(max_abs=0.016, max_share=0.001, hard_abs=0.05)
-"""AVX2 against SSE4.2 on CPU, linear float chunks. The measured worst case is in
-docs/verification.md; 8-bit frames get the same rule after dividing by 255."""
-
-
-def tolerance_for(node: RenderEnv, checker: RenderEnv) -> Tolerance | None:
-    """EXACT for the same build and kernel, CROSS_KERNEL for the same build on another
-    kernel, None (do not compare: pick another checker) for another Blender build."""
-    if node.blender != checker.blender:
-        return None
-    return EXACT if node.kernel == checker.kernel else CROSS_KERNEL
-
-
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    match: bool
-    max_abs: float
-    share_over: float  # of pixels whose largest channel difference exceeds the tolerance
-    detail: str
-
-
-def compare(claimed: np.ndarray, checked: np.ndarray, tolerance: Tolerance) -> Comparison:
-    """Decoded pixels of the node's window against the checker's render of it."""
-    if claimed.shape != checked.shape:
-        return Comparison(False, math.inf, 1.0, f"shape {claimed.shape} != {checked.shape}")
-    scale = 255.0 if claimed.dtype == np.uint8 else 1.0
-    diff = np.abs(claimed.astype(np.float64) - checked.astype(np.float64)) / scale
-    if diff.size == 0:
-        return Comparison(True, 0.0, 0.0, "empty window")
-    per_pixel = diff.reshape(-1, diff.shape[-1]).max(axis=1)
-    max_abs = float(per_pixel.max())
-    if tolerance.exact:
-        share = float((per_pixel > 0).mean())
-        return Comparison(max_abs == 0.0, max_abs, share,
-                          "bit-identical" if max_abs == 0.0 else "not bit-identical")
-    share = float((per_pixel > tolerance.max_abs).mean())
-    ok = share <= tolerance.max_share and max_abs <= tolerance.hard_abs
-    return Comparison(ok, max_abs, share, f"max {max_abs:.4g}, {share:.3%} over "
-                                          f"{tolerance.max_abs}")
 
 
 # ----- k-of-n for non-deterministic commands -----------------------------------------------

@@ -21,7 +21,7 @@ from orchestrator.domain.chain_actions import (
 )
 from orchestrator.domain.ids import hex0x, unhex
 from orchestrator.domain.pls_observations import TierDecided
-from orchestrator.domain.reliability import EpochEntry, commit_epoch
+from orchestrator.domain.score_commitment import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
 from orchestrator.domain.types import SlashReason, Tier
 from orchestrator.services.pls_ingest import lapsed_lone_holds

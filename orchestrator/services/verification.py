@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,25 +38,29 @@ from orchestrator.domain.lifecycle import (
     TaskStatus,
     VerificationStatus,
 )
+from orchestrator.domain.pixel_comparison import (
+    EXACT,
+    LeafPixels,
+    RenderEnv,
+    Tolerance,
+    WindowVerdict,
+    compare_results,
+    compare_window,
+    tolerance_for,
+)
 from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.domain.types import NodeHealth, Tier
 from orchestrator.domain.verification import (
-    EXACT,
     Commitment,
-    Comparison,
     Leaf,
     LeafPart,
     ProviderRecord,
     Redundancy,
-    RenderEnv,
     SamplingPolicy,
-    Tolerance,
     agreement,
     challenge_seed,
-    compare,
     pixel_digest,
     sampled_windows,
-    tolerance_for,
     window_rows,
     windows_for,
 )
@@ -292,34 +296,35 @@ class Verifier:
                                               f"the result {node_env.blender}")
                 return check
             tolerance = found
-        comparisons = self._compare(commitment, check, result, tolerance)
-        matched = all(c.match for c in comparisons.values())
+        verdict = self._compare(commitment, check, result, tolerance)
+        matched = verdict.matched
         check.result = {"chunks": [asdict(c) for c in result.chunks],
                         "frame_sha256": result.frame_sha256,
                         "result_sha256": result.result_sha256,
                         "env": None if result.env is None else result.env.as_json()}
-        check.comparison = {name: {"match": c.match, "max_abs": _finite(c.max_abs),
-                                   "share_over": c.share_over, "detail": c.detail,
-                                   "exact": tolerance.exact}
-                            for name, c in comparisons.items()}
+        check.comparison = verdict.as_json()
         check.render_s = max(result.render_s, 0.0)
         store.set_check_status(session, check=check,
                                target=CheckStatus.MATCHED if matched else CheckStatus.MISMATCHED,
-                               now=now, reason=f"{len(comparisons)} leaves compared")
+                               now=now, reason=f"{len(verdict.comparisons)} leaves compared")
         self._resolve(session, commitment=commitment, check=check, matched=matched, now=now)
         return check
 
     def _compare(self, commitment: VerificationCommitment, check: VerificationCheck,
-                 result: CheckResult, tolerance: Tolerance) -> dict[str, Comparison]:
-        """Every leaf of the window: the node's decoded pixels against the checker's."""
+                 result: CheckResult, tolerance: Tolerance) -> WindowVerdict:
+        """The checked window of the node's result against the checker's."""
         leaves = [Leaf.from_json(x) for x in commitment.leaves]
         window = [leaf for leaf in leaves if leaf.window == check.window]
-        out: dict[str, Comparison] = {}
         if any(leaf.part is LeafPart.RESULT for leaf in window):
-            same = result.result_sha256 == commitment.result_sha256
-            out["result"] = Comparison(same, 0.0 if same else 1.0, 0.0 if same else 1.0,
-                                       "same bytes" if same else "other bytes")
-            return out
+            return compare_results(commitment.result_sha256, result.result_sha256, tolerance)
+        return compare_window(self._window_pixels(commitment, check, result, window), tolerance)
+
+    def _window_pixels(self, commitment: VerificationCommitment, check: VerificationCheck,
+                       result: CheckResult, window: list[Leaf]
+                       ) -> Iterator[tuple[Leaf, LeafPixels | str]]:
+        """Each render leaf of the window with its pixels decoded from the stored blobs (the
+        node's cut to the window's rows, the checker's whole), or why one side does not
+        decode; one leaf at a time."""
         top, bottom = check.recipe["rows"]
         theirs = {(c.offset, c.length): c.sha256 for c in result.chunks}
         ours = {(int(c["offset"]), int(c["length"])): str(c["sha256"])
@@ -327,26 +332,18 @@ class Verifier:
         for leaf in window:
             try:
                 if leaf.part is LeafPart.FRAME:
-                    name = "frame"
                     claimed = self._image(commitment.result_sha256)[top:bottom]
                     checked = (self._image(result.frame_sha256) if result.frame_sha256
                                else None)
                 else:
-                    name = f"chunk {leaf.offset}+{leaf.length}"
                     claimed = exr_pixels(self.blobs.path_of(
                         ours[(leaf.offset, leaf.length)]))[top:bottom]
                     sha = theirs.get((leaf.offset, leaf.length))
                     checked = None if sha is None else exr_pixels(self.blobs.path_of(sha))
             except OutputInvalid as exc:
-                out[name] = Comparison(False, float("inf"), 1.0, str(exc))
+                yield leaf, str(exc)
                 continue
-            if pixel_digest(claimed) != leaf.digest:
-                raise RuntimeError(f"stored {name} no longer hashes to its commitment's leaf")
-            if checked is None:
-                out[name] = Comparison(False, float("inf"), 1.0, "the checker sent none")
-            else:
-                out[name] = compare(claimed, checked, tolerance)
-        return out
+            yield leaf, LeafPixels(claimed, checked)
 
     def _image(self, sha256: str) -> np.ndarray:
         return image_pixels(self.blobs.path_of(sha256))
@@ -581,10 +578,6 @@ class Verifier:
         log.warning("operator override: job %s accepted by %s (%d undecided results)",
                     job.id, operator, overridden)
         return overridden
-
-
-def _finite(value: float) -> float | None:
-    return value if np.isfinite(value) else None
 
 
 def env_of(render: Any) -> RenderEnv | None:

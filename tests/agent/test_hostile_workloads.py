@@ -1,4 +1,4 @@
-"""Hostile workloads through the agent's own command runner (`Agent.run_command`, the code a
+"""Hostile workloads through the agent's own command runner (`Worker.run_command`, the code a
 lease runs): each tries to read the provider's secrets, write outside its directory, reach the
 network, escape or exhaust the machine. Each is blocked or contained, the reason is what the
 orchestrator would be told, nothing secret reaches the result, no process of it survives, and
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 
-from agent.daemon import Agent, AgentConfig
+from agent.config import AgentConfig
+from agent.daemon import Agent
 from agent.sandbox import Limits, bubblewrap
 
 pytestmark = pytest.mark.skipif(bubblewrap() is None, reason="bubblewrap not usable here")
@@ -106,7 +107,7 @@ def run(host: Host, code: str, *, outputs: tuple[str, ...] = ("result",)
     program = PROLOGUE + textwrap.dedent(code).format(**host.values())
     payload = {"command": ["{python}", "-c", program], "outputs": list(outputs), "shard": 0,
                "shards": 1}
-    with host.agent.run_command(payload) as (archive, problem):
+    with host.agent.worker.run_command(payload) as (archive, problem):
         if archive is None:
             return "", problem
         with tarfile.open(archive) as tar:

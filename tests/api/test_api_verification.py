@@ -25,8 +25,9 @@ from orchestrator.db import pls as pls_store
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.merkle import verify
+from orchestrator.domain.pixel_comparison import RenderEnv
 from orchestrator.domain.types import TaskNeeds, Tier
-from orchestrator.domain.verification import Leaf, RenderEnv, window_rows
+from orchestrator.domain.verification import Leaf, window_rows
 from orchestrator.services.verification import CheckResult, ChunkRef
 from protocol.images import write_exr
 from tests.api.conftest import ADMIN_KEY

@@ -19,8 +19,8 @@ from orchestrator.domain.reliability import (
     ReliabilityBook,
     TaskOutcome,
     UploadSample,
-    telemetry_digest,
 )
+from orchestrator.domain.score_commitment import telemetry_digest
 from orchestrator.domain.slashing import ProgressVerdict, SlashingConfig
 from orchestrator.domain.types import NodeSpec, SlashReason, TaskNeeds, Tier
 

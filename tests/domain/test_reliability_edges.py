@@ -23,10 +23,10 @@ from orchestrator.domain.reliability import (
     RsConfig,
     TaskOutcome,
     UploadSample,
-    WindowSummary,
     fit_population_prior,
     link_jitter_ms,
 )
+from orchestrator.domain.score_commitment import WindowSummary
 from tests.domain.test_reliability_score import HOUR, PRIOR
 
 DAY = 86_400.0

@@ -1,5 +1,5 @@
-"""Reliability Score: range, monotonicity, the shape<1 uptime effect, telemetry factors,
-evidence digests and epoch commitments."""
+"""Reliability Score: range, monotonicity, the shape<1 uptime effect, telemetry factors and
+evidence digests."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.domain.calibration import PlattCalibrator
-from orchestrator.domain.merkle import verify
 from orchestrator.domain.reliability import (
-    EpochEntry,
     GpuSample,
     PopulationPrior,
     ProbeSample,
@@ -22,12 +20,9 @@ from orchestrator.domain.reliability import (
     RsConfig,
     TaskOutcome,
     UploadSample,
-    WindowSummary,
-    commit_epoch,
     fit_population_prior,
-    score_bps,
-    telemetry_digest,
 )
+from orchestrator.domain.score_commitment import WindowSummary, telemetry_digest
 from tests.conftest import examples
 
 PRIOR = PopulationPrior.from_weibull(shape=0.4, scale_s=3 * 3600.0, strength=2.0)
@@ -310,24 +305,6 @@ def test_telemetry_digest_is_deterministic_and_covers_every_field() -> None:
     assert len(telemetry_digest(summary)) == 32
 
 
-def test_epoch_commitment_proves_every_provider() -> None:
-    providers = [f"0x{i:040x}" for i in range(1, 6)]
-    entries = [EpochEntry(p, score_bps(i / 5), bytes([i]) * 32) for i, p in enumerate(providers)]
-    commitment = commit_epoch(entries)
-    for provider in providers:
-        leaf = commitment.leaf_of[provider]
-        assert verify(commitment.tree.proof(leaf), commitment.root, leaf)
-    with pytest.raises(ValueError, match="twice"):
-        commit_epoch([*entries, entries[0]])
-
-
-def test_score_bps_rounds_down_and_rejects_out_of_range() -> None:
-    assert score_bps(0.99999) == 9999
-    assert score_bps(1.0) == 10_000
-    with pytest.raises(ValueError):
-        score_bps(1.01)
-
-
 def test_node_up_longer_is_strictly_more_likely_to_stay() -> None:
     book = ReliabilityBook(PRIOR)
     book.session_started("fresh", 1e6)
@@ -568,11 +545,6 @@ def test_population_prior_refuses_bad_histories_saying_why(
         histories: list[tuple[list[float], list[bool]]], message: str) -> None:
     with pytest.raises(ValueError, match=f"^{message}$"):
         fit_population_prior(histories)
-
-
-def test_an_out_of_range_score_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match=r"^RS 1.5 outside \[0, 1\]$"):
-        score_bps(1.5)
 
 
 def test_rs_is_the_product_of_its_factors_for_a_hot_gpu() -> None:

@@ -1,12 +1,11 @@
-"""The pure verification rules: commitments and proofs, the challenge, the adaptive rate, the
-pixel comparison, k-of-n agreement, and the verification state tables."""
+"""The pure verification rules: commitments and proofs, the challenge, the adaptive rate,
+k-of-n agreement, and the verification state tables."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -22,27 +21,20 @@ from orchestrator.domain.lifecycle import (
 )
 from orchestrator.domain.merkle import verify
 from orchestrator.domain.verification import (
-    CROSS_KERNEL,
-    EXACT,
     Agreement,
     Commitment,
-    Comparison,
     Leaf,
     LeafPart,
     ProviderRecord,
     Redundancy,
-    RenderEnv,
     SamplingPolicy,
-    Tolerance,
     agreement,
     catch_probability,
     challenge_seed,
-    compare,
     draw,
     pixel_digest,
     pooled_floor,
     sampled_windows,
-    tolerance_for,
     window_rows,
     windows_for,
     windows_needed,
@@ -150,24 +142,6 @@ def test_pooled_catch_probability_and_the_windows_it_needs() -> None:
     assert catch_probability(0.04, 0.10, need) >= 0.99 > catch_probability(0.04, 0.10, need - 1)
 
 
-def test_comparison_exact_within_a_kernel_and_tolerant_across_kernels_only() -> None:
-    avx = RenderEnv("5.0.1 abc", "avx2")
-    assert tolerance_for(avx, RenderEnv("5.0.1 abc", "avx2")) is EXACT
-    assert tolerance_for(avx, RenderEnv("5.0.1 abc", "sse42")) is CROSS_KERNEL
-    assert tolerance_for(avx, RenderEnv("4.2.0 def", "avx2")) is None
-    honest = np.random.default_rng(1).random((6, 8, 4), dtype=np.float32)
-    lazy_in_the_sky = honest.copy()
-    lazy_in_the_sky[0, 0, 0] += np.float32(1e-7)
-    assert compare(honest, honest.copy(), EXACT).match
-    assert not compare(honest, lazy_in_the_sky, EXACT).match  # only an exact check sees it
-    assert compare(honest, lazy_in_the_sky, CROSS_KERNEL).match
-    noisy = honest + np.float32(0.03)
-    assert not compare(honest, noisy, CROSS_KERNEL).match
-    assert not compare(honest, honest[:3], EXACT).match
-    png = (honest * 255).astype(np.uint8)
-    assert compare(png, png.copy(), CROSS_KERNEL).match
-
-
 def test_window_rows_cut_a_frame_without_gaps_like_border_renders() -> None:
     for height in (24, 25, 120, 7):
         count = windows_for(height, 8)
@@ -187,52 +161,6 @@ def test_k_of_n_accepts_the_majority_and_names_dissenters() -> None:
     with pytest.raises(ValueError):
         Redundancy(k=1, n=2)  # no majority: two different answers would both win
 
-
-
-# ----- comparisons, field by field ---------------------------------------------------------
-def pixels(*rows: list[list[float]]) -> np.ndarray:
-    return np.array(rows, dtype=np.float32)
-
-
-def test_a_window_of_another_shape_or_an_empty_one_is_judged_before_any_pixel() -> None:
-    a = np.zeros((2, 2, 4), dtype=np.float32)
-    assert compare(a, np.zeros((2, 3, 4), dtype=np.float32), EXACT) == Comparison(
-        False, math.inf, 1.0, "shape (2, 2, 4) != (2, 3, 4)")
-    empty = np.zeros((0, 2, 4), dtype=np.float32)
-    assert compare(empty, empty.copy(), EXACT) == Comparison(True, 0.0, 0.0, "empty window")
-    # One pixel of one channel is a window, not an empty one.
-    assert compare(pixels([[0.5]]), pixels([[0.25]]), EXACT) == Comparison(
-        False, 0.25, 1.0, "not bit-identical")
-
-
-def test_an_exact_comparison_counts_each_pixel_by_its_worst_channel() -> None:
-    """2 x 3 pixels of 4 channels; one pixel differs in two channels (0.125 and 0.5)."""
-    claimed = np.zeros((2, 3, 4), dtype=np.float32)
-    checked = claimed.copy()
-    assert compare(claimed, checked, EXACT) == Comparison(True, 0.0, 0.0, "bit-identical")
-    checked[1, 2, 0], checked[1, 2, 3] = 0.125, 0.5
-    assert compare(claimed, checked, EXACT) == Comparison(False, 0.5, 1 / 6,
-                                                          "not bit-identical")
-
-
-def test_a_tolerant_comparison_allows_its_share_of_pixels_over_up_to_the_hard_limit() -> None:
-    """Four one-channel pixels differing by 0, 0.25, 0.25 and 0.5: only 0.5 is over 0.25."""
-    tolerance = Tolerance(max_abs=0.25, max_share=0.25, hard_abs=0.5)
-    claimed = pixels([[0.0], [0.25]], [[0.25], [0.5]])
-    checked = np.zeros_like(claimed)
-    assert compare(claimed, checked, tolerance) == Comparison(
-        True, 0.5, 0.25, "max 0.5, 25.000% over 0.25")
-    stricter_share = Tolerance(max_abs=0.25, max_share=0.2, hard_abs=0.5)
-    assert not compare(claimed, checked, stricter_share).match
-    stricter_hard = Tolerance(max_abs=0.25, max_share=0.25, hard_abs=0.49)
-    assert not compare(claimed, checked, stricter_hard).match
-
-
-def test_eight_bit_pixels_are_compared_on_the_zero_to_one_scale() -> None:
-    claimed = np.array([[[255, 0, 0]]], dtype=np.uint8)
-    checked = np.array([[[0, 0, 51]]], dtype=np.uint8)
-    assert compare(claimed, checked, EXACT) == Comparison(False, 1.0, 1.0, "not bit-identical")
-    assert compare(checked, np.zeros_like(checked), CROSS_KERNEL).max_abs == pytest.approx(0.2)
 
 
 # ----- the challenge, as a third party given the secret reproduces it ------------------------

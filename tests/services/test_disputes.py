@@ -35,7 +35,8 @@ from orchestrator.domain.chain_views import SlashStatus
 from orchestrator.domain.errors import Refused
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
-from orchestrator.domain.reliability import EpochEntry, TaskOutcome, commit_epoch
+from orchestrator.domain.reliability import TaskOutcome
+from orchestrator.domain.score_commitment import EpochEntry, commit_epoch
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.scheduling.periodic import LeaderRunner

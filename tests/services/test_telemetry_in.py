@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import NodeSession, TelemetrySample
-from orchestrator.domain.reliability import telemetry_digest
+from orchestrator.domain.score_commitment import telemetry_digest
 from tests.clients import LiveNode, VirtualClock
 from tests.services.pls_harness import gpu_sample
 from tests.services.test_placement_gates import pls_of

@@ -18,7 +18,8 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
-from mesh.demo import FRAMES, RESOLUTION, Check, report
+from mesh.demo.checks import Check, report
+from mesh.demo.steps import FRAMES, RESOLUTION
 from tests.browser import CHROMIUM, browse, screenshot
 
 # What the demo prints once it has checked each step against the service or the chain.
