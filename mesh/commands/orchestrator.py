@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from mesh.commands.common import UserError
-from orchestrator.db import blobs as blob_db
 
 if TYPE_CHECKING:
     from orchestrator.config import Settings
@@ -146,6 +145,7 @@ def restore(path: Annotated[Path, typer.Argument(help="A file `backup` wrote.")]
 def copy_blobs(config: Settings, *, to_backup: Path | None = None,
                from_backup: Path | None = None) -> BlobCopy:
     """The blobs the database lists, copied between the service's store and a backup's."""
+    from orchestrator.db import blobs as blob_db
     from orchestrator.db.session import make_engine, make_session_factory
     from orchestrator.storage.blobs import BlobStore
 
