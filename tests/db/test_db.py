@@ -171,10 +171,13 @@ def test_a_lease_moves_only_along_its_table(factory: sessionmaker[Session],
 
 
 def test_chain_action_is_queued_once_per_idempotency_key(factory: sessionmaker[Session]) -> None:
+    queued = []
     for _ in range(2):
         with factory.begin() as session:
-            outbox.enqueue_chain_action(session, kind="settle", idempotency_key="settle:0x1",
-                                      payload={"job": "0x1"}, now=0.0)
+            queued.append(outbox.enqueue_chain_action(
+                session, kind="settle", idempotency_key="settle:0x1", payload={"job": "0x1"},
+                now=0.0))
+    assert queued == [True, False]  # the second is told it was already queued
     with factory() as session:
         assert len(outbox.pending_actions(session, limit=10)) == 1
 
@@ -184,7 +187,7 @@ def test_recent_outbox_actions_are_newest_first_filtered_and_limited(
     with factory.begin() as session:
         for key in ("a", "b", "c", "d"):
             outbox.enqueue_chain_action(session, kind="tier", idempotency_key=key,
-                                      payload={}, now=0.0)
+                                        payload={}, now=0.0)
     with factory.begin() as session:
         (first,) = outbox.pending_actions(session, limit=1)
         outbox.record_failed(session, action_ids=[first.id], expected=outbox.OutboxStatus.PENDING,
@@ -204,7 +207,7 @@ def queue_settles(factory: sessionmaker[Session], *keys: str) -> list[int]:
     with factory.begin() as session:
         for key in keys:
             outbox.enqueue_chain_action(session, kind="settle", idempotency_key=key,
-                                      payload={}, now=0.0)
+                                        payload={}, now=0.0)
         session.flush()
         return [entry.id for entry in outbox.pending_actions(session, limit=len(keys))]
 
@@ -341,7 +344,7 @@ def sign(session: Session, ids: list[int], tx_hash: str, nonce: int, *, sender: 
 def test_an_outbox_entry_carries_every_field_of_its_row(factory: sessionmaker[Session]) -> None:
     with factory.begin() as session:
         outbox.enqueue_chain_action(session, kind="settle", idempotency_key="a",
-                                  payload={"job_id": "0x01"}, now=0.5)
+                                    payload={"job_id": "0x01"}, now=0.5)
     with factory.begin() as session:
         (a,) = (e.id for e in outbox.pending_actions(session, limit=10))
         sign(session, [a], "0xh1", 3, now=2.0)
@@ -402,7 +405,7 @@ def test_keys_of_tx_are_the_rows_of_one_kind_in_that_transaction_in_queue_order(
     with factory.begin() as session:
         for key, kind in (("s1", "settle"), ("s2", "settle"), ("c1", "commit"), ("s3", "settle")):
             outbox.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
-                                      now=0.0)
+                                        now=0.0)
     with factory.begin() as session:
         s1, s2, c1, s3 = (e.id for e in outbox.pending_actions(session, limit=10))
         outbox.defer(session, action_ids=[s1], expected=outbox.OutboxStatus.PENDING, now=0.5,
@@ -425,7 +428,7 @@ def test_unmined_rows_are_one_kinds_queued_and_sent_rows_oldest_first(
         for key, kind in (("s1", "settle"), ("s2", "settle"), ("s3", "settle"),
                           ("s4", "settle"), ("t1", "tier"), ("s5", "settle")):
             outbox.enqueue_chain_action(session, kind=kind, idempotency_key=key, payload={},
-                                      now=0.0)
+                                        now=0.0)
     with factory.begin() as session:
         s1, s2, s3, s4, t1, s5 = (e.id for e in outbox.pending_actions(session, limit=10))
         sign(session, [s1], "0xa1", 1)  # sent, older than the pending s2
