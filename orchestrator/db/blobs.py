@@ -42,6 +42,13 @@ def add_checkpoint(session: Session, *, task: Task, node_id: str, sha256: str, p
     return checkpoint
 
 
+def delivered_result(session: Session, *, task_id: int, node_id: str) -> bool:
+    """Whether the node delivered a result of the task (in any attempt)."""
+    return session.scalars(select(Checkpoint.id).where(
+        Checkpoint.task_id == task_id, Checkpoint.node_id == node_id,
+        Checkpoint.is_result.is_(True)).limit(1)).first() is not None
+
+
 def job_results(session: Session, *, job_id: str) -> list[tuple[Task, Blob]]:
     """Tasks of the job that have a result, with the result's blob, in task order."""
     return [(task, blob) for task, blob in session.execute(

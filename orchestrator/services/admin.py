@@ -3,12 +3,16 @@ check's failure acted on, the chain outbox read. Each call is one transaction; i
 
 from __future__ import annotations
 
+import logging
+
 from sqlalchemy.orm import Session
 
+from orchestrator.db import blobs as blob_db
 from orchestrator.db import jobs as job_db
+from orchestrator.db import leases as lease_db
 from orchestrator.db import outbox as outbox_store
 from orchestrator.db.models import OutboxAction, Task
-from orchestrator.domain.errors import Missing
+from orchestrator.domain.errors import DomainError, Invalid, Missing
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.lifecycle import OutboxStatus
 from orchestrator.domain.reliability import TaskOutcome
@@ -17,6 +21,8 @@ from orchestrator.services.jobs import JobView, job_named, view
 from orchestrator.services.pls import PlsService
 from orchestrator.services.verification import Verifier
 from orchestrator.telemetry.metrics import MeshMetrics
+
+audit = logging.getLogger("orchestrator.audit")
 
 
 def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
@@ -28,20 +34,37 @@ def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,
 
 
 def accept(session: Session, *, job_id: str, verifier: Verifier, now: float) -> JobView:
-    """The operator override (logged): accept the job without waiting for its verification;
-    its settlement is queued (exactly once)."""
+    """The operator override: accept the job without waiting for its verification; its
+    settlement is queued (exactly once). The audit log says what happened, after it happened:
+    the override once committed, or its refusal (which changed nothing)."""
     job = job_named(session, job_id=job_id)
-    verifier.accept_by_operator(session, job=job, operator="admin", now=now)
-    session.commit()
+    try:
+        overridden = verifier.accept_by_operator(session, job=job, operator="admin", now=now)
+        session.commit()
+    except DomainError as refusal:
+        session.rollback()
+        audit.warning("operator override refused: job %s not accepted (%s: %s)", job_id,
+                      refusal.code, refusal)
+        raise
+    audit.warning("operator override: job %s accepted by admin (%d undecided results "
+                  "overridden)", job_id, overridden)
     return view(session, job)
 
 
 def verification_failed(session: Session, *, task_id: int, node_id: str, pls: PlsService,
                         now: float) -> Task:
-    """A spot check found the task's result wrong: PLS slashes the node and demotes it."""
+    """A spot check found the task's result wrong: PLS slashes the node and demotes it. The
+    node must be one that ran the task: it delivered a result of it, or it holds the task's
+    live lease (`Invalid` otherwise: nothing is recorded against a node that never ran it)."""
     task = job_db.get_task(session, task_id=task_id)
     if task is None:
         raise Missing("task_not_found", f"no task {task_id}")
+    lease = lease_db.live_lease_for_task(session, task_id=task_id)
+    running = lease is not None and lease.node_id == node_id
+    if not running and not blob_db.delivered_result(session, task_id=task_id, node_id=node_id):
+        raise Invalid("node_not_on_task",
+                      f"node {node_id} did not run task {task_id}: name the node that "
+                      f"delivered its result or holds its lease")
     pls.ingest.task_outcome(session, node_id=node_id, task_id=task_id,
                             outcome=TaskOutcome.FAILED_VERIFICATION, now=now)
     session.commit()

@@ -557,15 +557,15 @@ class Verifier:
 
     def accept_by_operator(self, session: Session, *, job: Job, operator: str,
                            now: float) -> int:
-        """The operator override: undecided results are marked OVERRIDDEN (logged) and the
-        job is accepted through the same settlement path. Returns results overridden."""
+        """The operator override: undecided results are marked OVERRIDDEN and the job is
+        accepted through the same settlement path. Returns results overridden. The caller logs
+        the override once its transaction has committed (`services.admin.accept`)."""
         overridden = self.override(session, job=job, operator=operator, now=now)
         work.accept_job(session, job=job, pls=self.pls, now=now)
         return overridden
 
     def override(self, session: Session, *, job: Job, operator: str, now: float) -> int:
-        """Every undecided commitment of the job is marked OVERRIDDEN (and logged), its
-        checks void. Returns how many were overridden."""
+        """Every undecided commitment of the job is marked OVERRIDDEN, its checks void. Returns how many were overridden."""
         overridden = 0
         for row in store.latest_commitments(session, job_id=job.id).values():
             if row.status in (VerificationStatus.COMMITTED.value,
@@ -575,8 +575,6 @@ class Verifier:
                 store.set_status(session, commitment=row, target=VerificationStatus.OVERRIDDEN,
                                  now=now, reason=f"operator override by {operator}")
                 overridden += 1
-        log.warning("operator override: job %s accepted by %s (%d undecided results)",
-                    job.id, operator, overridden)
         return overridden
 
 

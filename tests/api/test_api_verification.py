@@ -268,10 +268,10 @@ def test_cross_kernel_check_uses_the_tolerance_and_operator_accept_is_a_logged_o
     answer = run_check(checker, nudged, tmp_path, env={**ENV, "kernel": "sse42"})
     assert answer is not None and answer["status"] == "matched"
     assert not any(c["exact"] for c in answer["comparison"].values())
-    with caplog.at_level("WARNING", logger="orchestrator.verification"):
+    with caplog.at_level("WARNING", logger="orchestrator.audit"):
         accepted = client.post(f"/v1/admin/jobs/{job_id}/accept", headers=ADMIN)
     assert accepted.json()["status"] == "settling"
-    assert "operator override" in caplog.text
+    assert f"operator override: job {job_id} accepted by admin (1 undecided" in caplog.text
     assert admin(client, "/verification")["commitments"] == {"overridden": 1}
     assert run_check(checker, truth, tmp_path) is None  # the rest of its checks were voided
 

@@ -4,6 +4,7 @@ import hashlib
 import json
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,6 +25,17 @@ def upload(node: LiveNode, data: bytes) -> str:
     response = node.client.put(f"/v1/blobs/{digest}", content=data, headers=node.auth)
     assert response.status_code == 200, response.text
     return digest
+
+
+def test_the_audit_log_says_an_override_was_refused_and_not_that_it_was_accepted(
+        make_job: JobMaker, client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    job_id = make_job(1)  # waiting for a node: nothing to accept yet
+    with caplog.at_level("WARNING", logger="orchestrator.audit"):
+        refused = client.post(f"/v1/admin/jobs/{job_id}/accept", headers=ADMIN)
+    assert refused.status_code == 409, refused.text
+    assert f"operator override refused: job {job_id} not accepted" in caplog.text
+    assert "accepted by admin" not in caplog.text
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "funded"
 
 
 def test_task_runs_end_to_end_and_the_job_queues_its_settlement_once(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -189,6 +190,28 @@ def test_failed_verification_slashes_the_task_collateral_and_demotes_at_once(
     assert (tier.payload["provider"], tier.payload["tier"]) == (cheat.wallet.address, 0)
     make_job(factory, value=TOKEN, now=clock())
     assert cheat.post("/v1/nodes/gpu-cheat/lease").status_code == 204  # demoted: no NORMAL work
+
+
+@pytest.mark.parametrize("named", ["gpu-bystander", "gpu-never-registered"])
+def test_a_failed_verification_naming_a_node_that_did_not_run_the_task_records_nothing(
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock, named: str) -> None:
+    runner = agent("gpu-runner", slots=2)
+    bystander = agent("gpu-bystander", slots=1)
+    start_tasks([runner], stake, factory, clock)
+    with factory() as session:
+        lock = session.scalars(select(CollateralLock)).first()
+    assert lock is not None
+    book = pls_of(client).state.book
+    before = book.summary(bystander.node_id, clock())
+    failed = client.post(f"/v1/admin/tasks/{lock.task_id}/verification-failed",
+                         json={"node_id": named}, headers=ADMIN)
+    assert failed.status_code == 422, failed.text
+    assert failed.json()["error"]["code"] == "node_not_on_task"
+    with factory.begin() as session:
+        pls_of(client).staking.run_decide(session, now=clock())
+    assert slash_actions(factory) == []
+    assert book.summary(bystander.node_id, clock()) == before
 
 
 def test_a_lone_node_back_within_the_grace_keeps_its_lease_and_is_not_slashed(

@@ -18,7 +18,7 @@ from orchestrator.api.schemas import (
     TaskOut,
     VerificationFailedIn,
 )
-from orchestrator.domain.errors import Missing, Refused
+from orchestrator.domain.errors import Invalid, Missing, Refused
 from orchestrator.domain.lifecycle import OutboxStatus
 from orchestrator.services import admin
 
@@ -44,7 +44,7 @@ def accept(job_id: JobIdPath, session: SessionDep, ctx: CtxDep) -> JobOut:
 
 
 @router.post("/tasks/{task_id}/verification-failed", response_model=TaskOut,
-             responses=errors(Missing, Refused),
+             responses=errors(Missing, Invalid, Refused),
              summary="A spot check found the task's result wrong: slash its collateral, demote")
 def verification_failed(task_id: RowId, body: VerificationFailedIn, session: SessionDep,
                         ctx: CtxDep) -> TaskOut:
