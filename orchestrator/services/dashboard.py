@@ -114,7 +114,13 @@ class SettlementRow:
 
 @dataclass(frozen=True, slots=True)
 class SlashRow:
-    slash_id: str
+    """A slash the service decided. `slash_id` is the chain's slash id (the integer
+    `GET /v1/slashes/{slash_id}/evidence` and `mesh dispute open --slash` take), as a decimal
+    string, once the indexer matched it (None before, and for low-score slashes proven from an
+    epoch root until they are); `decision_id` is the service's own id of the decision."""
+
+    slash_id: str | None
+    decision_id: str
     node_id: str
     provider: str
     reason: str
@@ -307,7 +313,8 @@ def _slashes(session: Session) -> list[SlashRow]:
     for record in records:
         action = actions.get(SLASH_KEY + record.slash_id)
         rows.append(SlashRow(
-            slash_id=record.slash_id, node_id=record.node_id, provider=record.provider,
+            slash_id=None if record.chain_slash_id is None else str(record.chain_slash_id),
+            decision_id=record.slash_id, node_id=record.node_id, provider=record.provider,
             reason=SlashReason(record.reason).name.lower(), amount=str(record.amount),
             decided_at=record.decided_at, detail=record.detail,
             chain_status=None if action is None else action.status,

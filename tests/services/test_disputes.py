@@ -40,7 +40,7 @@ from orchestrator.domain.score_commitment import EpochEntry, commit_epoch
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.scheduling.periodic import LeaderRunner
-from orchestrator.services import disputes, settlement, work
+from orchestrator.services import disputes, pls_chain, settlement, work
 from orchestrator.services.outbox.sender import LEASE_NAME, OutboxSender
 from orchestrator.services.pls import PlsService
 from orchestrator.telemetry.metrics import MeshMetrics
@@ -316,9 +316,12 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
     account(mesh, 4).create_job(job_id, AMOUNT, chain_now + 86_400, b"\x06" * 32)
     account(mesh, 1).lock_collateral(job_id, [PROVIDER.address], [COLLATERAL])
     bonded = mesh.provider_stake(PROVIDER.address).bonded
-    slash_id, _ = account(mesh, 2).slash_collateral(job_id, PROVIDER.address, COLLATERAL,
-                                                    int(SlashReason.FAILED_VERIFICATION),
-                                                    decided.evidence)
+    slash_id, slashed = account(mesh, 2).slash_collateral(
+        job_id, PROVIDER.address, COLLATERAL, int(SlashReason.FAILED_VERIFICATION),
+        decided.evidence)
+    (event,) = [e for e in receipt_events(mesh, slashed) if e.name == "Slashed"]
+    with factory.begin() as session:  # the indexer's handler, once the event is final
+        assert pls_chain.on_slashed(session, event, clock())
 
     dispute_id, opened = account(mesh, 5).open_slash_dispute(slash_id, keccak(text="matched"))
     assert apply(factory, mesh, app, opened, clock()) == [True]
@@ -356,6 +359,11 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
     assert [r["reversed_by"] for r in bundle["records"]] == [dispute_id]
     assert bundle["job"]["job_id"] == job.job_id
     assert [d["status"] for d in bundle["disputes"]] == ["granted"]
+    # one id, one spelling: the dashboard shows the id the evidence route takes
+    (shown,) = app.get("/v1/dashboard").json()["slashes"]
+    assert shown["slash_id"] == str(slash_id)
+    again = wallet(app, clock, 5).send("GET", f"/v1/slashes/{shown['slash_id']}/evidence")
+    assert again.status_code == 200, again.text
 
 
 def test_a_dismissed_slash_dispute_leaves_the_tier_and_record_alone(

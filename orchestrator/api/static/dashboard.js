@@ -149,7 +149,8 @@ function renderSettlements(rows) {
 }
 
 function renderSlashes(rows) {
-  fill("slashes", rows.map((s) => el("tr", {},
+  fill("slashes", rows.map((s) => el("tr", { "data-slash": s.slash_id ?? "" },
+    el("td", { class: "num", title: `decision ${s.decision_id}` }, s.slash_id === null ? "—" : s.slash_id),
     el("td", {}, el("code", {}, s.node_id)), el("td", { title: s.provider }, el("code", {}, short(s.provider))),
     el("td", {}, s.reason), el("td", { class: "num" }, tokens(s.amount)),
     el("td", {}, s.chain_status === null ? "epoch proof" : `${s.chain_status} ${short(s.tx_hash)}`),
