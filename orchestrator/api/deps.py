@@ -109,47 +109,55 @@ def accept_signed(request: Request, ctx: AppContext, verify: Callable[[], Signed
             ctx.metrics.auth_failures.labels("nonce_replayed").inc()
             raise on_replay()
 
-    if isinstance(request.scope.get("route"), NonceAfterValidation):
-        pending: list[Callable[[], None]] = getattr(request.state, _PENDING_BURNS, [])
-        setattr(request.state, _PENDING_BURNS, [*pending, burn])
-    else:
-        burn()
+    once_valid(request, burn)
     return signed
 
 
-_PENDING_BURNS = "mesh_pending_nonce_burns"
+def once_valid(request: Request, step: Callable[[], None]) -> None:
+    """Run `step` once the request is known valid: on a `NonceAfterValidation` route, after
+    FastAPI validated it and after the steps queued before it (the nonce burns of the
+    signatures it depends on), in order, a refusal stopping the rest; elsewhere at once."""
+    if isinstance(request.scope.get("route"), NonceAfterValidation):
+        pending: list[Callable[[], None]] = getattr(request.state, _PENDING_STEPS, [])
+        setattr(request.state, _PENDING_STEPS, [*pending, step])
+    else:
+        step()
+
+
+_PENDING_STEPS = "mesh_pending_steps"
 
 
 class NonceAfterValidation(APIRoute):
-    """Every route's class: its endpoint first burns the nonces its signed dependencies
-    verified, then runs. FastAPI solves dependencies before it validates parameters and the
+    """Every route's class: its endpoint first runs the steps its dependencies queued with
+    `once_valid` (the nonce burns of the signatures they verified, then what may only count a
+    valid request), then runs. FastAPI solves dependencies before it validates parameters and the
     body, so a dependency that burnt at once would let a request refused as invalid use up
     its nonce (a state change from a refused request)."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        super().__init__(path, _burning_nonces_first(endpoint), **kwargs)
+        super().__init__(path, _pending_steps_first(endpoint), **kwargs)
 
 
-def _burning_nonces_first(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+def _pending_steps_first(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     typed = get_typed_signature(endpoint)
     own = next((p.name for p in typed.parameters.values() if p.annotation is Request), None)
     name = own or "mesh_request_"
 
-    def burn_pending(kwargs: dict[str, Any]) -> None:
+    def run_pending(kwargs: dict[str, Any]) -> None:
         request: Request = kwargs[name] if own else kwargs.pop(name)
-        for burn in getattr(request.state, _PENDING_BURNS, ()):
-            burn()
+        for step in getattr(request.state, _PENDING_STEPS, ()):
+            step()
 
     if inspect.iscoroutinefunction(endpoint):
         @functools.wraps(endpoint)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            burn_pending(kwargs)
+            run_pending(kwargs)
             return await endpoint(*args, **kwargs)
         wrapper: Callable[..., Any] = run_async
     else:
         @functools.wraps(endpoint)
         def run(*args: Any, **kwargs: Any) -> Any:
-            burn_pending(kwargs)
+            run_pending(kwargs)
             return endpoint(*args, **kwargs)
         wrapper = run
     if own is None:
@@ -170,13 +178,19 @@ async def signed_request(request: Request, ctx: CtxDep) -> SignedRequest:
 SignedDep = Annotated[SignedRequest, Depends(signed_request)]
 
 
-async def registration_rate(signed: SignedDep, ctx: CtxDep) -> None:
-    """Refuse (429) a wallet's registration over `registrations_per_hour`."""
-    wait = ctx.registrations.admit(signed.address, ctx.now())
-    if wait is not None:
-        raise ApiError(429, "rate_limited", f"too many node registrations from "
-                       f"{signed.address}; retry in {math.ceil(wait)} s",
-                       headers={"Retry-After": str(math.ceil(wait))})
+async def registration_rate(request: Request, signed: SignedDep, ctx: CtxDep) -> None:
+    """Refuse (429) a wallet's registration over `registrations_per_hour`. Only a request
+    that is valid and whose nonce was just burnt is counted: a replayed, forged or malformed
+    one (refused 401/422 before) spends nothing of the wallet's allowance."""
+
+    def charge() -> None:
+        wait = ctx.registrations.admit(signed.address, ctx.now())
+        if wait is not None:
+            raise ApiError(429, "rate_limited", f"too many node registrations from "
+                           f"{signed.address}; retry in {math.ceil(wait)} s",
+                           headers={"Retry-After": str(math.ceil(wait))})
+
+    once_valid(request, charge)
 
 
 RegistrationRate = Depends(registration_rate)

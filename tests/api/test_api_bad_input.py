@@ -186,6 +186,25 @@ def test_registrations_are_rate_limited_per_wallet(rate_limited: TestClient,
     assert wallet.send("POST", "/v1/nodes", registration("n-3")).status_code == 200
 
 
+def test_replayed_or_invalid_registrations_spend_nothing_of_the_wallets_allowance(
+        rate_limited: TestClient, clock: VirtualClock) -> None:
+    wallet = make_wallet(rate_limited, clock, chain_id=31337, orchestrator_id=ORCHESTRATOR_ID)
+    body = json.dumps(registration("n-0")).encode()
+    captured = {**wallet.signed_headers("POST", "/v1/nodes", body),
+                "content-type": "application/json"}
+    assert wallet.http.post("/v1/nodes", content=body, headers=captured).status_code == 200
+    for _ in range(60):  # an eavesdropper replays the captured registration
+        replay = wallet.http.post("/v1/nodes", content=body, headers=captured)
+        assert replay.status_code == 401, replay.text
+    for index in range(5):  # and malformed ones (refused before the nonce is burnt)
+        invalid = wallet.send("POST", "/v1/nodes", {"node_id": f"bad-{index}"})
+        assert invalid.status_code == 422, invalid.text
+    # the wallet's own registrations: two more fit the allowance of 3, the fourth does not
+    for index in (1, 2):
+        assert wallet.send("POST", "/v1/nodes", registration(f"n-{index}")).status_code == 200
+    assert wallet.send("POST", "/v1/nodes", registration("n-3")).status_code == 429
+
+
 @pytest.fixture
 def staked_app(db_url: str, tmp_path: Path, clock: VirtualClock,
                chain: MeshChain) -> Iterator[TestClient]:
