@@ -49,6 +49,24 @@ class Settings(BaseSettings):
         "hour and replica; more are 429 with Retry-After.")
     max_blob_bytes: int = Field(
         256 * 1024 * 1024, description="Largest checkpoint/result upload accepted (else 413).")
+    upload_ttl_s: float = Field(
+        1800.0, gt=0, description="An upload that no job, checkpoint, result or report names "
+        "within this is forgotten, and its blob deleted once nothing names it.")
+    wallet_upload_quota_bytes: int = Field(
+        4 * 1024**3, ge=0, description="Bytes of uploads a wallet may hold that no job names "
+        "yet (else 429 upload_quota with Retry-After).")
+    upload_capacity_bytes: int = Field(
+        32 * 1024**3, ge=0, description="Bytes of unclaimed uploads of everyone together (else "
+        "429 upload_capacity).")
+    node_upload_bytes_per_hour: int = Field(
+        32 * 1024**3, ge=0, description="Bytes one node may upload per hour (else 429 "
+        "upload_rate).")
+    node_upload_grace_s: float = Field(
+        3600.0, ge=0, description="A node may upload this long after its last lease ended (the "
+        "chunks it rendered through a network cut); without a lease or re-check, 403.")
+    upload_gc_interval_s: float = Field(
+        60.0, gt=0, description="Period of the job forgetting expired unclaimed uploads and "
+        "deleting the blobs nothing names (leader only).")
     heartbeat_flush_s: float = Field(
         0.1, description="Write-behind interval for batched heartbeat writes.")
     periodic_enabled: bool = Field(

@@ -46,6 +46,7 @@ from orchestrator.domain.slashing import SlashingConfig
 from orchestrator.domain.verification import SamplingPolicy
 from orchestrator.scheduling.periodic import LeaderRunner, PeriodicJob
 from orchestrator.services import pls_chain, settlement, work
+from orchestrator.services.blobs import UploadLimits, collect_expired
 from orchestrator.services.chain_events import (
     LEASE_NAME as CHAIN_INDEX_LEASE,
 )
@@ -120,6 +121,9 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
                       mined_at=indexer.reader().mined_at)
         pls_chain.sync_commitments(session, now=now)
 
+    def upload_gc(session: Session, now: float) -> None:
+        collect_expired(session, store=ctx.blobs, now=now)
+
     def pls_decide(session: Session, now: float) -> None:
         ctx.pls.staking.run_decide(session, now=now)
 
@@ -135,6 +139,7 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     jobs = [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
             PeriodicJob("nonce-gc", ctx.settings.nonce_gc_interval_s, forget_nonces),
             PeriodicJob("escrow-sync", 5.0, escrow_sync),
+            PeriodicJob("upload-gc", ctx.settings.upload_gc_interval_s, upload_gc),
             PeriodicJob("pls-decide", ctx.settings.pls_decide_interval_s, pls_decide),
             PeriodicJob("pls-epoch", min(ctx.settings.pls_epoch_s / 4, 60.0), pls_epoch),
             PeriodicJob("pls-follow", ctx.settings.pls_follow_interval_s, pls_follow,
@@ -294,7 +299,13 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
                           policy=SamplingPolicy.parse(settings.verification_policy),
                           windows=settings.verification_windows,
                           epoch_s=settings.pls_epoch_s),
-        registrations=PerKeyRate(limit=settings.registrations_per_hour, window_s=3600.0))
+        registrations=PerKeyRate(limit=settings.registrations_per_hour, window_s=3600.0),
+        uploads=UploadLimits(max_blob_bytes=settings.max_blob_bytes,
+                             ttl_s=settings.upload_ttl_s,
+                             wallet_quota_bytes=settings.wallet_upload_quota_bytes,
+                             capacity_bytes=settings.upload_capacity_bytes,
+                             node_bytes_per_hour=settings.node_upload_bytes_per_hour,
+                             node_grace_s=settings.node_upload_grace_s))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

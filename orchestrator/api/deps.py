@@ -22,6 +22,7 @@ from orchestrator.config import Settings
 from orchestrator.db import nonces as nonce_db
 from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
+from orchestrator.services.blobs import UploadLimits
 from orchestrator.services.disputes import DisputeChain
 from orchestrator.services.pls import PlsService
 from orchestrator.services.verification import Verifier
@@ -50,6 +51,7 @@ class AppContext:
     pls: PlsService  # the one reliability book, staking policy and PoPW state
     verifier: Verifier  # commitments, re-checks and their verdicts
     registrations: PerKeyRate  # node registrations per wallet (settings.registrations_per_hour)
+    uploads: UploadLimits  # what a wallet, a node and everyone may keep stored unclaimed
 
     def now(self) -> float:
         return self.clock()

@@ -7,6 +7,7 @@ sends may surface as a 500, so validation and domain errors are mapped here.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,6 +22,7 @@ from orchestrator.domain.errors import (
     DomainError,
     Forbidden,
     NotFound,
+    OverQuota,
     TooLarge,
     Unavailable,
     Unfunded,
@@ -34,7 +36,7 @@ log = logging.getLogger("orchestrator.api")
 # a conflict) is a 409.
 DOMAIN_ERROR_STATUS: tuple[tuple[type[DomainError], int], ...] = (
     (NotFound, 404), (Forbidden, 403), (TooLarge, 413), (Unprocessable, 422), (Unfunded, 402),
-    (Unavailable, 503))
+    (OverQuota, 429), (Unavailable, 503))
 CONFLICT = 409
 
 
@@ -47,7 +49,8 @@ ERROR_DESCRIPTIONS = {
     409: "Not possible in the current state (the code says which)",
     413: "The body is over the size limit",
     422: "The request does not validate, or its content cannot be used",
-    429: "Too many requests of this kind from one wallet; retry after Retry-After seconds",
+    429: "Over a rate or storage allowance (the wallet's, the node's or the service's); retry "
+         "after Retry-After seconds",
     503: "A part the request needs (the database, the chain) does not answer; retry later",
 }
 
@@ -99,7 +102,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DomainError)
     async def _domain_error(_: Request, exc: DomainError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, str(exc)), status_code=status_of(exc))
+        headers = ({"Retry-After": str(max(math.ceil(exc.retry_after_s), 1))}
+                   if isinstance(exc, OverQuota) else None)
+        return JSONResponse(error_body(exc.code, str(exc)), status_code=status_of(exc),
+                            headers=headers)
 
     @app.exception_handler(DatabaseError)
     async def _database(request: Request, exc: DatabaseError) -> JSONResponse:

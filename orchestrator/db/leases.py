@@ -23,6 +23,14 @@ def live_leases(session: Session, *, node_id: str | None = None) -> list[Lease]:
     return list(session.scalars(query.order_by(Lease.id)))
 
 
+def leased_since(session: Session, *, node_id: str, since: float) -> bool:
+    """Whether the node holds a live lease, or held one that ended at `since` or later."""
+    return session.scalars(select(Lease.id).where(
+        Lease.node_id == node_id,
+        (Lease.released_at.is_(None)) | (Lease.released_at >= since)).limit(1)).first() \
+        is not None
+
+
 def oldest_reservation(session: Session, *, node_id: str) -> Lease | None:
     """The node's oldest live lease it has not started yet."""
     return session.scalars(select(Lease).where(

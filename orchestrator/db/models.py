@@ -163,6 +163,40 @@ class Blob(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+class BlobUpload(Base):
+    """One principal's upload of a blob: it sent the bytes, so it possesses them. `uploader`
+    is `wallet:<address>` (a customer) or `node:<node id>` (a node's session). Only what a
+    principal uploaded may it name as a job input, checkpoint, checkpoint part, result or
+    report chunk; naming it claims the upload (`expires_at` NULL, kept). An unclaimed upload
+    counts against its uploader's quota until `expires_at`, then the upload GC forgets it, and
+    deletes the blob once no upload of it is left and nothing names it."""
+
+    __tablename__ = "blob_uploads"
+    __table_args__ = (
+        UniqueConstraint("sha256", "uploader", name="uq_blob_uploads_sha256_uploader"),
+        Index("ix_blob_uploads_uploader_expires", "uploader", "expires_at"),
+        Index("ix_blob_uploads_expires", "expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64))
+    uploader: Mapped[str] = mapped_column(String(80))
+    size: Mapped[int] = mapped_column(BigInteger)  # reserved before the body, then the body's
+    uploaded_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # NULL: claimed
+
+
+class CheckpointPart(Base):
+    """A blob a checkpoint manifest names (a sample chunk), recorded when the checkpoint was:
+    the node resuming the task may read it. Each part was the recording node's own upload or a
+    part of an earlier checkpoint of the same task; a manifest read later is never trusted."""
+
+    __tablename__ = "checkpoint_parts"
+
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
 class TelemetrySample(Base):
     __tablename__ = "telemetry_samples"
     __table_args__ = (Index("ix_telemetry_node_metric_at", "node_id", "metric", "at"),)

@@ -178,6 +178,14 @@ def lease_check(session: Session, *, node_id: str, provider: str, now: float,
     return None
 
 
+def holds_check(session: Session, *, node_id: str, now: float) -> bool:
+    """Whether a re-check is leased to this node now."""
+    return session.scalars(select(VerificationCheck.id).where(
+        VerificationCheck.checker_node == node_id,
+        VerificationCheck.status == CheckStatus.LEASED.value,
+        VerificationCheck.expires_at >= now).limit(1)).first() is not None
+
+
 def leased_blobs(session: Session, *, node_id: str, now: float) -> set[str]:
     """Inputs of the checks leased to this node (the .blend it re-renders)."""
     return {str(check.recipe["payload"]["blend_sha256"]) for check in session.scalars(

@@ -49,6 +49,15 @@ class TooLarge(Invalid):
     """A body over the configured size limit."""
 
 
+class OverQuota(Refused):
+    """More than the principal's (or the service's) allowance; it frees up within
+    `retry_after_s`."""
+
+    def __init__(self, code: str, message: str, *, retry_after_s: float) -> None:
+        super().__init__(code, message)
+        self.retry_after_s = retry_after_s
+
+
 class Unfunded(Refused):
     """The job's escrow on chain is missing, not funded, or empty."""
 

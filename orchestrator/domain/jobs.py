@@ -12,6 +12,11 @@ from orchestrator.domain.matching import latest_start
 from orchestrator.domain.types import TaskNeeds
 
 
+def input_blobs(payload: Mapping[str, Any]) -> set[str]:
+    """The blobs a task's payload names as its inputs (the .blend, a command's input)."""
+    return {str(payload[key]) for key in ("blend_sha256", "input_sha256") if payload.get(key)}
+
+
 def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
     """Task payloads for a validated workload (see `api.schemas.JobSpec`)."""
     if workload["kind"] == "blender":

@@ -22,7 +22,7 @@ from orchestrator.db.models import Blob, Job, Task
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused, Unfunded
 from orchestrator.domain.ids import JobId, hex0x
-from orchestrator.domain.jobs import NewJob, split_tasks
+from orchestrator.domain.jobs import NewJob, input_blobs, split_tasks
 from orchestrator.domain.lifecycle import JOB_TRANSITIONS, JobStatus, TaskStatus
 from orchestrator.domain.types import TaskNeeds
 
@@ -87,6 +87,14 @@ def submit(session: Session, *, job: Submission,
     job_id = JobId(job.job_id)
     if job_db.get_job(session, job_id=job_id) is not None:
         raise Refused("job_exists", "a job with this id was already submitted")
+    payloads = split_tasks(job.spec["workload"])
+    inputs = set().union(*(input_blobs(payload) for payload in payloads))
+    uploader = blob_db.wallet_uploader(job.customer)
+    missing = sorted(inputs - blob_db.uploaded(session, uploader=uploader, hashes=inputs,
+                                               now=now))
+    if missing:
+        raise Invalid("input_not_uploaded", f"the job's input {missing[0]} was not uploaded by "
+                      f"{job.customer}: upload it first (mesh job submit does)")
     escrowed = read_escrow(job_id.raw)
     if escrowed is None or escrowed.status != EscrowStatus.FUNDED:
         raise Unfunded("escrow_missing", "no funded escrow for this job id on chain")
@@ -96,7 +104,7 @@ def submit(session: Session, *, job: Submission,
         raise Refused("spec_hash_mismatch", "the escrowed spec hash differs from this spec")
     if escrowed.amount <= 0:
         raise Unfunded("escrow_empty", "the escrow holds no funds")
-    payloads = split_tasks(job.spec["workload"])
+    blob_db.claim_uploads(session, uploader=uploader, hashes=inputs)
     needs = replace(job.needs, value=escrowed.amount // len(payloads))  # prices collateral
     created = job_db.create_job(session, NewJob(
         job_id=job_id, customer=job.customer, spec=job.spec, spec_hash=hex0x(job.spec_hash),

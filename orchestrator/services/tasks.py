@@ -12,6 +12,7 @@ from orchestrator.db.models import Task
 from orchestrator.services import work
 from orchestrator.services.pls import PlsService
 from orchestrator.services.verification import Verifier, report_of
+from orchestrator.storage.blobs import BlobStore
 from orchestrator.telemetry.metrics import MeshMetrics
 
 
@@ -27,10 +28,12 @@ def progress(session: Session, *, task_id: int, node_id: str, progress: float,
 
 
 def checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str, progress: float,
-               cost_s: float | None, pls: PlsService, now: float) -> Task:
-    """Record the checkpoint; its cost (when measured) tunes the node's checkpoint interval."""
+               cost_s: float | None, store: BlobStore, pls: PlsService, now: float) -> Task:
+    """Record the checkpoint (with the parts its manifest in `store` names); its cost (when
+    measured) tunes the node's checkpoint interval."""
     task = work.add_checkpoint(session, task_id=task_id, node_id=node_id, sha256=sha256,
-                               progress=progress, now=now)
+                               progress=progress, read=store.read,
+                               size_of=lambda sha: store.path_of(sha).stat().st_size, now=now)
     if cost_s is not None:
         pls.ingest.observe_checkpoint_cost(session, node_id=node_id, seconds=cost_s, now=now)
     session.commit()

@@ -128,7 +128,9 @@ class Verifier:
                       result_sha256: str, report: RenderReport | None, now: float) -> Task:
         """The node finished: the task is done and its result committed and challenged."""
         task = work.complete_task(session, task_id=task_id, node_id=node_id,
-                                  result_sha256=result_sha256, now=now)
+                                  result_sha256=result_sha256, now=now,
+                                  report_chunks=[] if report is None
+                                  else [chunk.sha256 for chunk in report.chunks])
         self.commit(session, task=task, node_id=node_id, result_sha256=result_sha256,
                     report=report, now=now)
         return task
@@ -276,9 +278,9 @@ class Verifier:
         if check.status != CheckStatus.LEASED.value or check.checker_node != node_id:
             raise VerificationError("check_not_held", f"node {node_id} holds no lease on "
                                     f"check {check_id}")
-        for sha in [c.sha256 for c in result.chunks] + [result.frame_sha256 or ""]:
-            if sha and not self.blobs.exists(sha):
-                raise VerificationNotFound("blob_missing", f"upload {sha} first")
+        work.own_blobs(session, node_id=node_id, carried=set(), now=now, named={
+            sha for sha in [c.sha256 for c in result.chunks] + [result.frame_sha256 or ""]
+            if sha})
         if commitment.status not in (VerificationStatus.CHECKING.value,
                                      VerificationStatus.DISPUTED.value):
             store.set_check_status(session, check=check, target=CheckStatus.VOID, now=now,
@@ -565,7 +567,8 @@ class Verifier:
         return overridden
 
     def override(self, session: Session, *, job: Job, operator: str, now: float) -> int:
-        """Every undecided commitment of the job is marked OVERRIDDEN, its checks void. Returns how many were overridden."""
+        """Every undecided commitment of the job is marked OVERRIDDEN, its checks void.
+        Returns how many were overridden."""
         overridden = 0
         for row in store.latest_commitments(session, job_id=job.id).values():
             if row.status in (VerificationStatus.COMMITTED.value,

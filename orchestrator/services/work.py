@@ -30,9 +30,10 @@ from orchestrator.db.placement import (
     commit_reservations,
     waiting_tasks,
 )
-from orchestrator.domain.errors import NotFound, Refused
+from orchestrator.domain.errors import Invalid, NotFound, Refused
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.ids import hex0x
+from orchestrator.domain.jobs import input_blobs
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -133,31 +134,51 @@ def _eligible_waiting(session: Session, *, spec: NodeSpec, page: int = 200,
 MAX_MANIFEST_BYTES = 1 << 20
 
 
-def readable_blobs(session: Session, *, node_id: str, read: Callable[[str], bytes],
-                   size_of: Callable[[str], int]) -> set[str]:
-    """Blobs a node may download: for each task it holds a live lease on, the task's inputs
-    (.blend, command input), its latest checkpoint, and the parts that checkpoint names when
-    it is a manifest (`{"chunks": [{"sha256": ...}, ...]}`, how the agent checkpoints sample
-    chunks inside a frame)."""
+def readable_blobs(session: Session, *, node_id: str) -> set[str]:
+    """Blobs a node may download, all of them assigned by the service: for each task it holds
+    a live lease on, the task's inputs (.blend, command input), its latest checkpoint, and the
+    parts recorded for that checkpoint when it was taken (`add_checkpoint`). What a manifest
+    says when read later is never trusted."""
     readable: set[str] = set()
     for lease in lease_db.live_leases(session, node_id=node_id):
         task = job_db.get_task(session, task_id=lease.task_id)
         if task is None:
             continue
-        readable.update(str(task.payload[key]) for key in ("blend_sha256", "input_sha256")
-                        if task.payload.get(key))
-        manifest = task.checkpoint_sha256
-        if manifest is None:
-            continue
-        readable.add(manifest)
-        try:
-            if size_of(manifest) > MAX_MANIFEST_BYTES:
-                continue
-            parts = json.loads(read(manifest)).get("chunks", [])
-            readable.update(str(part["sha256"]) for part in parts)
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            continue  # a checkpoint that is not a manifest names no parts
+        readable.update(input_blobs(task.payload))
+        if task.checkpoint_sha256 is not None:
+            readable.add(task.checkpoint_sha256)
+            readable |= blob_db.checkpoint_parts(session, task_id=task.id,
+                                                 sha256=task.checkpoint_sha256)
     return readable
+
+
+def manifest_parts(sha256: str, *, read: Callable[[str], bytes],
+                   size_of: Callable[[str], int]) -> set[str]:
+    """The parts a checkpoint names when it is a manifest (`{"chunks": [{"sha256": ...}]}`,
+    how the agent checkpoints sample chunks inside a frame); none when it is not one."""
+    try:
+        if size_of(sha256) > MAX_MANIFEST_BYTES:
+            return set()
+        chunks = json.loads(read(sha256)).get("chunks", [])
+        return {str(chunk["sha256"]) for chunk in chunks}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return set()  # a checkpoint that is not a manifest names no parts
+
+
+def own_blobs(session: Session, *, node_id: str, named: set[str], carried: set[str],
+              now: float) -> None:
+    """Refuse unless every blob in `named` is stored and was uploaded by the node, or is in
+    `carried` (what earlier checkpoints of the same task recorded); the node's uploads named
+    are claimed (kept, no longer counted as unclaimed)."""
+    uploader = blob_db.node_uploader(node_id)
+    owned = blob_db.uploaded(session, uploader=uploader, hashes=named - carried, now=now)
+    for sha256 in sorted(named):
+        if blob_db.get_blob(session, sha256=sha256) is None:
+            raise WorkNotFound("blob_missing", f"upload blob {sha256} first")
+        if sha256 not in owned and sha256 not in carried:
+            raise Invalid("blob_not_uploaded", f"blob {sha256} was not uploaded by node "
+                          f"{node_id}: a node names only blobs it uploaded")
+    blob_db.claim_uploads(session, uploader=uploader, hashes=owned)
 
 
 def held_lease(session: Session, *, task_id: int, node_id: str) -> tuple[Task, Lease]:
@@ -197,22 +218,33 @@ def report_progress(session: Session, *, task_id: int, node_id: str, progress: f
 
 
 def add_checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str,
-                   progress: float, now: float) -> Task:
+                   progress: float, read: Callable[[str], bytes],
+                   size_of: Callable[[str], int], now: float) -> Task:
+    """Record the node's checkpoint of the task it runs, with the parts its manifest names:
+    each the node's own upload or carried from an earlier checkpoint of the task (`own_blobs`);
+    the node that resumes the task may read exactly these."""
     task, _ = held_lease(session, task_id=task_id, node_id=node_id)
     if task.status != TaskStatus.RUNNING.value:
         raise WorkError("task_not_running", "checkpoints are taken while running")
     if blob_db.get_blob(session, sha256=sha256) is None:
         raise WorkNotFound("blob_missing", "upload the checkpoint blob first")
+    parts = manifest_parts(sha256, read=read, size_of=size_of)
+    own_blobs(session, node_id=node_id, named={sha256, *parts},
+              carried=blob_db.task_checkpoint_blobs(session, task_id=task.id), now=now)
     blob_db.add_checkpoint(session, task=task, node_id=node_id, sha256=sha256, progress=progress,
-                        is_result=False, now=now)
+                           is_result=False, now=now, parts=parts)
     return task
 
 
 def complete_task(session: Session, *, task_id: int, node_id: str, result_sha256: str,
-                  now: float) -> Task:
+                  now: float, report_chunks: Sequence[str] = ()) -> Task:
+    """The node delivers the task's result (its own upload), with the chunks its render
+    report names (its own uploads or carried from the task's checkpoints)."""
     task, lease = held_lease(session, task_id=task_id, node_id=node_id)
     if blob_db.get_blob(session, sha256=result_sha256) is None:
         raise WorkNotFound("blob_missing", "upload the result blob first")
+    own_blobs(session, node_id=node_id, named={result_sha256, *report_chunks},
+              carried=blob_db.task_checkpoint_blobs(session, task_id=task.id), now=now)
     status_db.set_task_status(session, task=task, target=TaskStatus.DONE, now=now,
                          reason=f"completed on {node_id}")
     blob_db.add_checkpoint(session, task=task, node_id=node_id, sha256=result_sha256, progress=1.0,

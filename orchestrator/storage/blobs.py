@@ -63,6 +63,10 @@ class BlobStore:
     def read(self, sha256: str) -> bytes:
         return self.path_of(sha256).read_bytes()
 
+    def delete(self, sha256: str) -> None:
+        """Remove the blob (nothing when it is not stored)."""
+        self.path_of(sha256).unlink(missing_ok=True)
+
     def copy_to(self, target: BlobStore, sha256s: Iterable[str]) -> BlobCopy:
         """Copy the blobs named `sha256s` that `target` lacks (each hashed on the way, so a
         damaged one is not copied): an incremental backup, or a restore of one."""

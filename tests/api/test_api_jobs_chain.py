@@ -3,6 +3,7 @@ spec hash on chain match the signed submission."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,7 @@ from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import TaskNeeds
 from orchestrator.main import create_app
 from orchestrator.services import settlement
+from orchestrator.services.blobs import collect_expired
 from protocol.client import Wallet
 from tests.clients import VirtualClock, make_wallet
 
@@ -50,8 +52,12 @@ def chain_client(settings: Settings, clock: VirtualClock, mesh_chain: MeshChain
         yield client
 
 
+SCENE = b"a scene the customer uploads before it submits"
+SCENE_SHA = hashlib.sha256(SCENE).hexdigest()
+
+
 def spec(frames: int = 3) -> dict[str, Any]:
-    return {"workload": {"kind": "blender", "blend_sha256": "b" * 64,
+    return {"workload": {"kind": "blender", "blend_sha256": SCENE_SHA,
                          "frames": {"start": 1, "end": frames}, "tiles": 1},
             "needs": {"min_vram_gb": 8, "gpu_models": None, "regions": None,
                       "max_price_per_gpu_hour": None, "priority": "normal",
@@ -68,8 +74,11 @@ def escrow(chain: MeshChain, job_spec: dict[str, Any]) -> str:
 
 def customer(client: TestClient, settings: Settings, clock: VirtualClock,
              index: int = 4) -> Wallet:
-    return make_wallet(client, clock, chain_id=settings.chain_id,
-                       orchestrator_id=settings.orchestrator_id, account=dev_account(index))
+    """The customer's wallet, which has uploaded the scene the specs name."""
+    wallet = make_wallet(client, clock, chain_id=settings.chain_id,
+                         orchestrator_id=settings.orchestrator_id, account=dev_account(index))
+    wallet.upload(SCENE_SHA, SCENE)
+    return wallet
 
 
 def test_submit_withMatchingEscrow_createsAFundedJobWithOneTaskPerFrame(
@@ -119,6 +128,27 @@ def test_submit_bySomeoneElse_thanTheEscrowCustomer_isForbidden(
         headers={"idempotency-key": "key-0004"})
     assert (response.status_code, response.json()["error"]["code"]) == (
         403, "escrow_customer_mismatch")
+
+
+def test_a_job_names_as_input_only_what_its_customer_uploaded_and_keeps_it(
+        chain_client: TestClient, mesh_chain: MeshChain, settings: Settings,
+        clock: VirtualClock) -> None:
+    customer(chain_client, settings, clock, index=7)  # another wallet stored the scene
+    job_spec = spec()
+    job_id = escrow(mesh_chain, job_spec)
+    wallet = make_wallet(chain_client, clock, chain_id=settings.chain_id,
+                         orchestrator_id=settings.orchestrator_id, account=dev_account(4))
+    body = {"job_id": job_id, "spec": job_spec}
+    refused = wallet.send("POST", "/v1/jobs", body, headers={"idempotency-key": "key-0005"})
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "input_not_uploaded")
+    wallet.upload(SCENE_SHA, SCENE)
+    accepted = wallet.send("POST", "/v1/jobs", body, headers={"idempotency-key": "key-0005"})
+    assert accepted.status_code == 200, accepted.text
+    ctx = chain_client.app.state.ctx  # type: ignore[attr-defined]
+    clock.advance(settings.upload_ttl_s + 1)
+    with ctx.factory.begin() as session:  # the other wallet's upload expires; the job's stays
+        assert collect_expired(session, store=ctx.blobs, now=ctx.now()) == []
+    assert ctx.blobs.exists(SCENE_SHA)
 
 
 def test_settlement_seen_on_chain_settles_the_job_and_is_measured(

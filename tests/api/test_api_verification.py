@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -247,7 +246,7 @@ def test_two_checks_of_one_result_decided_at_once_never_pass_a_failed_result(
                                    for c in chunks), frame, None, RenderEnv.from_json(ENV), 1.0)
         return lambda session: verifier.submit_check(
             session, check_id=check["check_id"], node_id=node.node_id, result=result,
-            now=time.time()) and None
+            now=client.app.state.ctx.now()) and None  # type: ignore[attr-defined]
 
     race(factory, submit(second, tiebreak, truth), submit(first, held, truth.darkened()))
     record = admin(client, f"/tasks/{task_id}/verification")

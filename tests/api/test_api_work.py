@@ -219,8 +219,11 @@ def test_drain_takes_no_new_leases_and_moves_running_work_after_its_checkpoint(
 
 
 def test_blob_upload_refuses_wrong_hash_and_oversize(live_node: Callable[..., LiveNode],
+                                                     make_job: JobMaker,
                                                      client: TestClient) -> None:
     node = live_node("gpu-1")
+    make_job(1)
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 200  # a node uploads for a lease
     wrong = client.put("/v1/blobs/" + "0" * 64, content=b"data", headers=node.auth)
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (422, "blob_hash_mismatch")
     huge = b"x" * (1024 * 1024 + 1)
@@ -253,9 +256,9 @@ def test_blob_downloads_onlyTheCheckpointAndItsChunks_ofATaskTheNodeHolds(
         live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
     first, second = live_node("gpu-1"), live_node("gpu-2")
     make_job(1)
+    task_id = first.post("/v1/nodes/gpu-1/lease").json()["task_id"]
     unrelated = upload(first, b"someone else's frame")
     assert second.client.get(f"/v1/blobs/{unrelated}", headers=second.auth).status_code == 403
-    task_id = first.post("/v1/nodes/gpu-1/lease").json()["task_id"]
     first.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1})
     chunk = upload(first, b"samples 0-63")
     manifest = upload(first, json.dumps({"chunks": [{"sha256": chunk}]}).encode())
@@ -271,3 +274,38 @@ def test_blob_downloads_onlyTheCheckpointAndItsChunks_ofATaskTheNodeHolds(
     assert [r.status_code for r in got] == [200, 200, 403]
     assert got[1].content == b"samples 0-63"
     assert got[2].json()["error"]["code"] == "blob_not_leased"
+    # the node resuming carries the first node's chunk into its own checkpoints and result
+    second.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.5})
+    more = upload(second, b"samples 64-127")
+    carried = upload(second, json.dumps({"chunks": [{"sha256": chunk},
+                                                    {"sha256": more}]}).encode())
+    recorded = second.post(f"/v1/tasks/{task_id}/checkpoints",
+                           {"sha256": carried, "progress": 1.0})
+    assert recorded.status_code == 200, recorded.text
+
+
+def test_a_node_cannot_make_another_blob_readable_by_naming_it_in_a_manifest(
+        live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
+    """The review's attack: a node that holds any lease names a blob it never had (another
+    customer's scene) in a checkpoint manifest, then reads it as its checkpoint's part."""
+    owner, thief = live_node("gpu-owner"), live_node("gpu-thief")
+    make_job(2)
+    owner.post("/v1/nodes/gpu-owner/lease")
+    secret = upload(owner, b"a restricted scene, 4K textures")
+    task_id = thief.post("/v1/nodes/gpu-thief/lease").json()["task_id"]
+    thief.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1})
+    assert thief.client.get(f"/v1/blobs/{secret}", headers=thief.auth).status_code == 403
+    manifest = upload(thief, json.dumps({"chunks": [{"sha256": secret}]}).encode())
+    named = thief.post(f"/v1/tasks/{task_id}/checkpoints", {"sha256": manifest, "progress": 0.5})
+    assert (named.status_code, named.json()["error"]["code"]) == (422, "blob_not_uploaded")
+    as_result = thief.post(f"/v1/tasks/{task_id}/complete", {"result_sha256": secret})
+    assert (as_result.status_code, as_result.json()["error"]["code"]) == (
+        422, "blob_not_uploaded")
+    as_report = thief.post(f"/v1/tasks/{task_id}/complete", {
+        "result_sha256": upload(thief, b"a frame"),
+        "render": {"blender": "5.0.1", "kernel": "avx2",
+                   "chunks": [{"offset": 0, "length": 64, "sha256": secret}]}})
+    assert (as_report.status_code, as_report.json()["error"]["code"]) == (
+        422, "blob_not_uploaded")
+    got = thief.client.get(f"/v1/blobs/{secret}", headers=thief.auth)
+    assert (got.status_code, got.json()["error"]["code"]) == (403, "blob_not_leased")

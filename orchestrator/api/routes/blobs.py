@@ -10,14 +10,14 @@ from fastapi.responses import FileResponse
 from orchestrator.api.deps import CtxDep, NodeDep, NonceAfterValidation, SessionDep, UploaderDep
 from orchestrator.api.errors import ApiError, errors
 from orchestrator.api.schemas import BlobOut, Sha256Path
-from orchestrator.domain.errors import Forbidden, Invalid, Missing, TooLarge
+from orchestrator.domain.errors import Forbidden, Invalid, Missing, OverQuota, TooLarge
 from orchestrator.services import blobs
 
 router = APIRouter(tags=["blobs"], route_class=NonceAfterValidation)
 
 
 @router.put("/blobs/{sha256}", response_model=BlobOut,
-            responses=errors(TooLarge, Invalid),
+            responses=errors(TooLarge, Invalid, Forbidden, OverQuota),
             summary="Upload a blob under its sha256 (streamed; checked on arrival)",
             openapi_extra={"requestBody": {"required": True, "content": {
                 "application/octet-stream": {"schema": {"type": "string",
@@ -28,8 +28,9 @@ async def upload(sha256: Sha256Path, request: Request, uploader: UploaderDep,
     size = await blobs.receive(
         sha256=sha256, chunks=request.stream(),
         declared_bytes=int(declared) if declared is not None and declared.isdigit() else None,
-        store=ctx.blobs, max_bytes=ctx.settings.max_blob_bytes, factory=ctx.factory,
-        pls=ctx.pls, metrics=ctx.metrics, node_id=uploader.node_id, clock=ctx.now)
+        sender=blobs.Sender(uploader.address, uploader.node_id), store=ctx.blobs,
+        limits=ctx.uploads, factory=ctx.factory, pls=ctx.pls, metrics=ctx.metrics,
+        clock=ctx.now)
     return BlobOut(sha256=sha256, size=size)
 
 
@@ -45,6 +46,6 @@ def blob_file(ctx: CtxDep, sha256: str) -> FileResponse:
             responses=errors(Missing, Forbidden),
             summary="Download an input or checkpoint of a task this node holds a lease on")
 def download(sha256: Sha256Path, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> FileResponse:
-    blobs.check_readable(session, sha256=sha256, node_id=claims.node_id, store=ctx.blobs,
+    blobs.check_readable(session, sha256=sha256, node_id=claims.node_id,
                          verifier=ctx.verifier, now=ctx.now())
     return blob_file(ctx, sha256)

@@ -35,7 +35,8 @@ def checkpoint(task_id: RowId, body: CheckpointIn, claims: NodeDep, session: Ses
                ctx: CtxDep) -> TaskOut:
     return task_out(tasks.checkpoint(session, task_id=task_id, node_id=claims.node_id,
                                      sha256=body.sha256, progress=body.progress,
-                                     cost_s=body.cost_s, pls=ctx.pls, now=ctx.now()))
+                                     cost_s=body.cost_s, store=ctx.blobs, pls=ctx.pls,
+                                     now=ctx.now()))
 
 
 @router.post("/tasks/{task_id}/complete", response_model=TaskOut,
