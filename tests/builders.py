@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import jobs as job_db
 from orchestrator.db import nodes as node_db
+from orchestrator.db.placement import Reservation, commit_reservations
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
@@ -53,3 +54,14 @@ def make_job(factory: sessionmaker[Session], tasks: int = 1, *, value: int | Non
             amount=per_task * tasks or TOKEN, deadline=deadline, needs=needs,
             payloads=tuple({"frame": i} for i in range(tasks))), now=now, status=JobStatus.FUNDED)
     return job_id
+
+
+def lease_to(factory: sessionmaker[Session], node_id: str, *, now: float = 0.0) -> int:
+    """A one-task job reserved for `node_id` in its slot 0 (a lease the node holds, as a
+    placement leaves it); the task's id. For tests about what a leaseholder may do."""
+    job_id = make_job(factory, now=now)
+    with factory.begin() as session:
+        (task,) = job_db.job_tasks(session, job_id=job_id)
+        commit_reservations(session, reservations=[
+            Reservation(task.id, job_id, node_id, 0, task.status)], now=now, ttl_s=3600.0)
+        return task.id

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.domain.jobs import NewJob, split_tasks
+from orchestrator.domain.jobs import NewJob, input_blobs, split_tasks
 from orchestrator.domain.types import TaskNeeds
 
 BLEND = "b" * 64
@@ -57,3 +57,13 @@ def test_a_jobs_tasks_queue_by_the_latest_time_they_can_start() -> None:
                  amount=1, deadline=10_000.0, needs=TaskNeeds(expected_duration_s=600.0),
                  payloads=({"frame": 1},))
     assert job.latest_start == 9_400.0
+
+
+def test_a_tasks_inputs_are_the_scene_or_the_commands_input_and_nothing_else() -> None:
+    (render,) = split_tasks({"kind": "blender", "blend_sha256": BLEND,
+                             "frames": {"start": 1, "end": 1}})
+    assert input_blobs(render) == {BLEND}
+    assert input_blobs({"kind": "command", "argv": ["true"], "input_sha256": "c" * 64}) == {
+        "c" * 64}
+    assert input_blobs({"kind": "command", "argv": ["true"], "input_sha256": None}) == set()
+    assert input_blobs({"kind": "command", "argv": ["true"], "result_sha256": "d" * 64}) == set()

@@ -16,6 +16,7 @@ from orchestrator.config import Settings
 from orchestrator.main import create_app
 from protocol.client import ApiCallError, Wallet, expect, sha256_file
 from protocol.session import NodeSession
+from tests.builders import lease_to
 from tests.clients import VirtualClock, registration
 
 
@@ -81,6 +82,7 @@ def test_uploads_are_named_by_their_content(service: TestClient, clock: VirtualC
     expect(provider.send("POST", "/v1/nodes", registration("gpu-1")))
     node = NodeSession(provider, "gpu-1")
     node.login()
+    lease_to(service.app.state.ctx.factory, "gpu-1", now=clock())  # type: ignore[attr-defined]
     path = tmp_path / "chunk"
     path.write_bytes(b"rendered pixels")
     sha = sha256_file(path)

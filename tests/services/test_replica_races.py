@@ -67,6 +67,9 @@ def running_job(factory: sessionmaker[Session]) -> list[int]:
             spec_hash="0x" + "02" * 32, amount=2, deadline=now + 3600, needs=TaskNeeds(),
             payloads=({"shard": 0}, {"shard": 1},)), now=now, status=JobStatus.RUNNING)
         blob_db.add_blob(session, sha256=RESULT, size=10, now=now)
+        for node in ("n0", "n1"):  # each node uploaded the result it delivers
+            blob_db.reserve_upload(session, sha256=RESULT, uploader=blob_db.node_uploader(node),
+                                   size=10, now=now, expires_at=now + 3600)
         session.flush()
         tasks = [task.id for task in job_db.job_tasks(session, job_id="0x" + "01" * 32)]
         commit_reservations(session, reservations=[

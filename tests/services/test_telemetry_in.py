@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import NodeSession, TelemetrySample
 from orchestrator.domain.score_commitment import telemetry_digest
+from tests.builders import lease_to
 from tests.clients import LiveNode, VirtualClock
 from tests.services.pls_harness import gpu_sample
 from tests.services.test_placement_gates import pls_of
@@ -124,6 +125,7 @@ def test_a_large_blob_upload_is_timed_as_the_nodes_upload_throughput(
         agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
         factory: sessionmaker[Session], make_app: Callable[..., TestClient]) -> None:
     node = agent("gpu-up")
+    lease_to(factory, "gpu-up", now=clock())  # a node uploads for a lease it holds
     body = bytes(range(256)) * (5 * 4096)  # 5 MiB
     headers = {"authorization": f"Bearer {node.token}"}
     small = b"tiny checkpoint"

@@ -4,6 +4,7 @@ a job restricted to named providers and a region carries that constraint to its 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -167,10 +168,13 @@ def test_aSubmissionRefusedAfterTheEscrow_saysHowToGetTheEscrowBack(
 
     client = service_of(service.base_url, ORCHESTRATOR_ID, chain.deployment.chain_id).wallet(
         dev_account(4))
+    scene = b"a scene this customer uploaded"
+    scene_sha = hashlib.sha256(scene).hexdigest()
     spec = JobSpec.model_validate({"workload": {
-        "kind": "blender", "blend_sha256": "c" * 64, "frames": {"start": 1, "end": 1}},
+        "kind": "blender", "blend_sha256": scene_sha, "frames": {"start": 1, "end": 1}},
         "deadline": 2_000_000_000}).model_dump(mode="json")
     try:
+        client.upload(scene_sha, scene)
         _submit_once(client, {"job_id": "0x" + "77" * 32, "spec": spec}, recovery="RECOVER")
     except UserError as refused:
         message = str(refused)
