@@ -215,7 +215,10 @@ def test_lying_checker_is_overturned_by_the_tiebreak_and_the_honest_node_passes(
     assert counts["by_node"]["honest"] == {"passed": 1}  # no false rejection
     assert admin(client, f"/tasks/{task_id}/verification")[0]["status"] == "passed"
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "settling"
-    assert liar.post("/v1/nodes/liar/checks/lease").status_code == 204  # demoted
+    render_job()  # another result to check: the demoted liar gets none of it, third does
+    deliver(honest, Scene(10), tmp_path)
+    assert liar.post("/v1/nodes/liar/checks/lease").status_code == 204
+    assert lease_check(third) is not None
 
 
 def test_two_checks_of_one_result_decided_at_once_never_pass_a_failed_result(
