@@ -9,6 +9,7 @@ key, and a slash goes there with the slasher's."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -46,6 +47,46 @@ T = TypeVar("T")
 
 class GridError(RuntimeError):
     """Something the grid waited for did not happen."""
+
+
+class FolderInUse(GridError):
+    """Another grid holds the folder: starting here would wipe its database and wallets."""
+
+
+WALLET_FILES = frozenset({"key.json", "password"})  # an agent's keystore and its password
+LOCK_FILE = "grid.lock"
+
+
+@contextlib.contextmanager
+def grid_folder(out: Path) -> Iterator[Path]:
+    """Hold `out` for one grid's life (an exclusive lock the OS drops when this process ends,
+    killed or not). While another grid holds it, raise `FolderInUse` and touch nothing.
+    Otherwise the previous run's state there (its chain's database, logs, frames) is cleared,
+    and its agents' wallets are kept, for the next grid's agents to use again."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = (out / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise FolderInUse(f"a grid is already running in {out} (pid {holder}); stop it first "
+                          "(Ctrl-C where it runs) or give this one another --out") from None
+    try:
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        for path in sorted(out.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                with contextlib.suppress(OSError):  # a folder still holding a wallet stays
+                    path.rmdir()
+            elif path.name not in WALLET_FILES and path != out / LOCK_FILE:
+                path.unlink()
+        yield out
+    finally:
+        lock.close()
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0) -> T:

@@ -5,7 +5,6 @@ gone when it returns."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from mesh.demo.board import Board, Node
 from mesh.demo.checks import Check, report
 from mesh.demo.outputs import contact_sheet, rs_plot, write_summary
 from mesh.demo.steps import Demo, DemoError
-from mesh.localgrid import GridError, local_grid
+from mesh.localgrid import GridError, grid_folder, local_grid
 from mesh.processes import ServiceError, adopt_orphans, reap_descendants
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.errors import ChainError
@@ -41,9 +40,8 @@ def serve(*, providers: int, out: Path) -> None:
     """`mesh up`: the grid with `providers` steady agents, the live board until Ctrl-C."""
     adopt_orphans()
     console = Console(soft_wrap=True)
-    shutil.rmtree(out, ignore_errors=True)
     try:
-        with local_grid(out) as grid:
+        with grid_folder(out), local_grid(out) as grid:
             board = Board(grid, grid.chain, console)
             try:
                 for i in range(1, providers + 1):
@@ -78,11 +76,9 @@ def run(*, providers: int = 4, out: Path = OUT, stay: bool = False) -> None:
     began = time.monotonic()
     adopt_orphans()
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     demo: Demo | None = None
     try:
-        with local_grid(out / "grid", **SERVICE_ENV) as grid:
+        with grid_folder(out), local_grid(out / "grid", **SERVICE_ENV) as grid:
             chain = grid.chain
             console.print(f"[bold]anvil[/] {grid.rpc_url}; token {chain.deployment.token}, "
                           f"StakeManager {chain.deployment.stake_manager}, JobEscrow "

@@ -174,7 +174,8 @@ def test_upDemo_onCtrlC_stopsEveryProcessItStarted(tmp_path: Path) -> None:
 
 @pytest.mark.anvil
 @pytest.mark.slow
-def test_up_leavesAGridServingUntilCtrlC_thenStopsItAll(tmp_path: Path) -> None:
+def test_up_leavesAGridServingUntilCtrlC_refusesASecondGridThere_thenStopsItAll(
+        tmp_path: Path) -> None:
     up = subprocess.Popen([sys.executable, "-m", "mesh.cli", "up", "--providers", "1",
                            "--out", str(tmp_path / "up")], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -188,6 +189,16 @@ def test_up_leavesAGridServingUntilCtrlC_thenStopsItAll(tmp_path: Path) -> None:
                 tmp_path / "up" / "node-1" / "agent.log").read_text():
             time.sleep(0.5)
         assert "logged in" in (tmp_path / "up" / "node-1" / "agent.log").read_text()
+        wallet = (tmp_path / "up" / "node-1" / "key.json").read_bytes()
+        second = subprocess.run([sys.executable, "-m", "mesh.cli", "up", "--providers", "1",
+                                 "--out", str(tmp_path / "up")], capture_output=True,
+                                text=True, timeout=60)  # started again by mistake
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr.strip() == (
+            f"mesh up: a grid is already running in {tmp_path / 'up'} (pid {up.pid}); stop it "
+            "first (Ctrl-C where it runs) or give this one another --out")
+        assert (tmp_path / "up" / "node-1" / "key.json").read_bytes() == wallet
+        assert httpx.get(f"{url.group(1)}/healthz", timeout=10).status_code == 200
         up.send_signal(signal.SIGINT)
         rest, _ = up.communicate(timeout=60)
     finally:
