@@ -71,6 +71,12 @@ class Submission:
     request_hash: str  # of the whole request: a reused key must name the same request
 
 
+def customer_jobs(session: Session, *, customer: str, limit: int) -> list[JobView]:
+    """The customer's newest jobs (at most `limit`), newest first."""
+    return [view(session, job) for job in job_db.customer_jobs(session, customer=customer,
+                                                                  limit=limit)]
+
+
 def submit(session: Session, *, job: Submission,
            read_escrow: Callable[[bytes], EscrowedJob | None], now: float) -> JobView:
     """Create the job and its tasks once its funded escrow matches (customer, spec hash, a

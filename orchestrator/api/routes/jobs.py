@@ -26,6 +26,7 @@ from orchestrator.services import jobs
 from orchestrator.services.jobs import JobView, Submission
 
 router = APIRouter(tags=["jobs"], route_class=NonceAfterValidation)
+CUSTOMER_JOBS_LISTED = 200
 IdempotencyKey = Annotated[str, Header(min_length=8, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
@@ -54,6 +55,14 @@ def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: Ctx
         idempotency_key=idempotency_key,
         request_hash=hex0x(keccak(body.model_dump_json().encode()))),
         read_escrow=lambda job_id: escrow().escrowed_job(job_id), now=ctx.now()))
+
+
+@router.get("/jobs", response_model=list[JobOut],
+            summary=f"The signing customer's newest {CUSTOMER_JOBS_LISTED} jobs, newest first "
+                    "(signed)")
+def customer_jobs(signed: SignedDep, session: SessionDep) -> list[JobOut]:
+    return [job_out(job) for job in jobs.customer_jobs(
+        session, customer=signed.address, limit=CUSTOMER_JOBS_LISTED)]
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=errors(Missing),

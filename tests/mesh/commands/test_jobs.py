@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from eth_utils import keccak
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from mesh.cutproxy import CutProxy
 from mesh.processes import OrchestratorProcess
 from orchestrator.api.schemas import JobSpec
 from orchestrator.chain.anvil import dev_account, increase_time
@@ -175,10 +180,64 @@ def test_aSubmissionRefusedAfterTheEscrow_saysHowToGetTheEscrowBack(
         "deadline": 2_000_000_000}).model_dump(mode="json")
     try:
         client.upload(scene_sha, scene)
-        _submit_once(client, {"job_id": "0x" + "77" * 32, "spec": spec}, recovery="RECOVER")
+        _submit_once(client, {"job_id": "0x" + "77" * 32, "spec": spec}, "key-0077",
+                     recovery="RECOVER")
     except UserError as refused:
         message = str(refused)
     finally:
         client.close()
     assert message == ("the orchestrator refused the job: no funded escrow for this job id on "
                        "chain (escrow_missing); RECOVER")
+
+
+def test_ctrlC_afterTheEscrow_thenTheSameCommandAgain_paysOnce_andSubmitsThatJob(
+        served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
+    """A real `mesh job submit` process gets SIGINT (what Ctrl-C sends) the moment it hands
+    the escrowed job over; the same command run again finishes that job, escrowing nothing
+    more, and `mesh job list` shows it with full ids."""
+    address = customer(served)
+    blend = scene(served)
+    command = ["job", "submit", str(blend), "--frames", "1-2", "--budget", "3", "--wallet",
+               "customer", "--json"]
+    proxy = CutProxy(service.port).restore()
+    submit: subprocess.Popen[str] | None = None
+
+    def ctrl_c_at_the_handover(request: bytes, response: bytes | None) -> bool:
+        if response is None and request.startswith(b"POST /v1/jobs ") and submit is not None:
+            submit.send_signal(signal.SIGINT)
+            return False
+        return True
+
+    proxy.tap = ctrl_c_at_the_handover
+    try:
+        submit = subprocess.Popen(
+            [sys.executable, "-m", "mesh.cli", *command, "--password-file",
+             str(served.password_file)], env={**os.environ, **served.env,
+                                              "MESH_ORCHESTRATOR_URL": proxy.url},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _, interrupted = submit.communicate(timeout=120)
+    finally:
+        proxy.cut()
+        if submit is not None and submit.poll() is None:
+            submit.kill()
+    assert submit.returncode != 0, interrupted
+    assert chain.token_balance(address) == 97 * TOKEN  # escrowed, never handed over
+
+    again = served.signed(*command)
+
+    assert again.exit_code == 0, again.output
+    job = json.loads(again.stdout)
+    assert f"resuming job {job['job_id']}" in again.stderr
+    assert (job["status"], job["tasks"]) == ("funded", {"pending": 2})
+    assert chain.token_balance(address) == 97 * TOKEN  # paid once
+    escrow = chain.escrowed_job(bytes.fromhex(job["job_id"][2:]))
+    assert escrow is not None and (escrow.customer, escrow.amount) == (address, 3 * TOKEN)
+    listed = served.signed("job", "list", "--wallet", "customer", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [(j["job_id"], j["status"], j["escrow"]) for j in json.loads(listed.stdout)] == [
+        (job["job_id"], "funded", "funded")]
+    table = served.signed("job", "list", "--wallet", "customer")
+    assert job["job_id"] in table.stdout  # the whole id, not a prefix
+    third = served.signed(*command)  # taken once: the same command again is a new job
+    assert third.exit_code == 0 and json.loads(third.stdout)["job_id"] != job["job_id"]
+    assert chain.token_balance(address) == 94 * TOKEN
