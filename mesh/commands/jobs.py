@@ -39,6 +39,7 @@ from mesh.commands.common import (
     wallet_dir,
     when,
 )
+from mesh.scene_check import SceneInfo, SceneUnreadable, read_scene
 from mesh.submissions import Step, Submission, Submissions, request_key
 from orchestrator.domain.ids import JobId
 
@@ -82,6 +83,17 @@ def _job_id(value: str) -> bytes:
         return bytes.fromhex(raw)
     except ValueError:
         raise UserError(f"{value!r} is not a job id (0x + 64 hex digits)") from None
+
+
+def _read_scene(blend: Path, quiet: bool) -> SceneInfo:
+    """The scene as the pinned Blender opens it; one line, before anything is sent or paid,
+    when it cannot."""
+    with progress(f"opening {blend.name} in Blender", quiet=quiet):
+        try:
+            return read_scene(blend)
+        except SceneUnreadable as unreadable:
+            raise UserError(f"{blend} is not a scene Blender can open ({unreadable}); nothing "
+                            "was uploaded or escrowed") from None
 
 
 def _upload(wallet: Wallet, blend: Path, quiet: bool) -> str:
@@ -156,6 +168,11 @@ def submit(
             raise UserError(f"{blend} is not a file: give the .blend to render")
         first, last = _frames(frames)
         amount = tokens(budget)
+        scene = _read_scene(blend, quiet=as_json)
+        if first < scene.frame_start or last > scene.frame_end:
+            typer.secho(f"warning: frames {first}-{last} reach outside the scene's range "
+                        f"{scene.frame_start}-{scene.frame_end}", err=True,
+                        fg=typer.colors.YELLOW)
         needs: dict[str, Any] = {"min_vram_gb": min_vram_gb, "priority": priority}
         if providers:
             needs["providers"] = checksums(providers.split(","))
@@ -209,7 +226,7 @@ def submit(
         journal.save(record.after(Step.SUBMITTED))
         result = {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
                   "budget": amount, "deadline": deadline, "escrow_tx": record.escrow_tx,
-                  "blend_sha256": workload["blend_sha256"]}
+                  "blend_sha256": workload["blend_sha256"], "scene": scene.as_json()}
         if wait:
             result["status"] = _follow(lambda: _job(client, job_hex), job_hex,
                                        quiet=as_json)["status"]

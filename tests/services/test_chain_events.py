@@ -334,10 +334,13 @@ def test_without_a_deployment_the_index_job_waits_with_one_warning(
 
 def test_the_indexer_runs_as_a_leader_job_of_the_orchestrator(
         world: ReorgWorld, db_url: str, factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """With the settings' defaults on a local dev chain (chain id 31337): the events of the
+    newest block are final at once, with no block mined after them (an idle anvil mines
+    none, and its `finalized` block lags 64 behind)."""
     world.chain.deployment.save(tmp_path)
     settings = Settings(data_dir=tmp_path, database_url=db_url, periodic_enabled=False,
-                        json_logs=False, rpc_url=world.rpc_url,
-                        chain_reorg_margin=0, chain_finality_tag="none")
+                        json_logs=False, rpc_url=world.rpc_url)
+    assert settings.chain_id == world.chain.deployment.chain_id == 31337
     app = create_app(settings, stake_reader=FixedStake())
     jobs = {job.name: job for job in _periodic_jobs(app.state.ctx)}
     assert jobs["chain-index"].leader_only and "escrow-sync" in jobs

@@ -32,12 +32,6 @@ TOKEN = 10**18
 TRUSTED = dev_account(6).address
 
 
-def scene(mesh: Mesh) -> Path:
-    path = mesh.root / "scene.blend"
-    path.write_bytes(b"BLENDER-v300 " + bytes(range(256)) * 64)  # the service stores, not parses
-    return path
-
-
 def customer(mesh: Mesh) -> str:
     address = mesh.new_wallet("customer")
     assert mesh("tokens", "mint", "customer", "100").exit_code == 0
@@ -45,14 +39,16 @@ def customer(mesh: Mesh) -> str:
 
 
 def test_submit_escrowsAndSubmitsInOneStep_withTheProviderAndRegionConstraint(
-        served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
+        scene: Path, served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
     address = customer(served)
-    done = served.signed("job", "submit", str(scene(served)), "--frames", "1-3", "--budget",
+    done = served.signed("job", "submit", str(scene), "--frames", "1-3", "--budget",
                          "7.5", "--wallet", "customer", "--providers", TRUSTED.lower(),
                          "--region", "eu", "--samples", "16", "--json")
     assert done.exit_code == 0, done.output
     job = json.loads(done.stdout)
     assert (job["status"], job["tasks"]) == ("funded", {"pending": 3})
+    assert job["scene"] == {"blender": "5.0.1", "frames": [1, 72], "resolution": [160, 120],
+                            "engine": "CYCLES"}  # as the pinned Blender read the file
     escrow = chain.escrowed_job(bytes.fromhex(job["job_id"][2:]))
     assert escrow is not None and escrow.status == EscrowStatus.FUNDED
     assert (escrow.customer, escrow.amount) == (address, 7.5 * TOKEN)
@@ -83,9 +79,9 @@ def service_db(service: OrchestratorProcess) -> Path:
 
 
 def test_cancel_withdrawsTheJob_andReclaimsTheEscrowOnceTheChainAllows(
-        served: Mesh, chain: MeshChain) -> None:
+        scene: Path, served: Mesh, chain: MeshChain) -> None:
     address = customer(served)
-    done = served.signed("job", "submit", str(scene(served)), "--frames", "1", "--budget", "4",
+    done = served.signed("job", "submit", str(scene), "--frames", "1", "--budget", "4",
                          "--wallet", "customer", "--deadline-h", "1", "--json")
     job = json.loads(done.stdout)
     cancelled = served.signed("job", "cancel", job["job_id"], "--wallet", "customer", "--json")
@@ -105,9 +101,9 @@ def test_cancel_withdrawsTheJob_andReclaimsTheEscrowOnceTheChainAllows(
     assert escrow is not None and escrow.status == EscrowStatus.RECLAIMED
 
 
-def test_cancel_byAnotherWallet_isOneLine(served: Mesh) -> None:
+def test_cancel_byAnotherWallet_isOneLine(scene: Path, served: Mesh) -> None:
     customer(served)
-    job = json.loads(served.signed("job", "submit", str(scene(served)), "--frames", "1",
+    job = json.loads(served.signed("job", "submit", str(scene), "--frames", "1",
                                    "--budget", "1", "--wallet", "customer", "--json").stdout)
     served.new_wallet("stranger")
     error = one_line_error(served.signed("job", "cancel", job["job_id"], "--wallet",
@@ -115,10 +111,10 @@ def test_cancel_byAnotherWallet_isOneLine(served: Mesh) -> None:
     assert "use that wallet" in error
 
 
-def test_submit_mistakes_areOneLine_andEscrowNothing(served: Mesh, mesh: Mesh,
+def test_submit_mistakes_areOneLine_andEscrowNothing(scene: Path, served: Mesh, mesh: Mesh,
                                                      chain: MeshChain) -> None:
     address = customer(served)
-    blend = scene(served)
+    blend = scene
     cases = {
         ("--frames", "9-2"): "the range ends before it starts",
         ("--frames", "x"): "give one frame (7) or a range (1-24)",
@@ -135,6 +131,15 @@ def test_submit_mistakes_areOneLine_andEscrowNothing(served: Mesh, mesh: Mesh,
     assert "is not a file" in one_line_error(served.signed(
         "job", "submit", str(served.root / "missing.blend"), "--frames", "1", "--budget", "1",
         "--wallet", "customer"), command="job submit")
+    notes, cut = served.root / "notes.txt", served.root / "cut.blend"
+    notes.write_text("not a scene\n")
+    cut.write_bytes(blend.read_bytes()[:5000])  # a .blend cut short in transfer
+    for bad, reason in ((notes, "File format is not supported"), (cut, "Missing DNA block")):
+        assert one_line_error(served.signed(
+            "job", "submit", str(bad), "--frames", "1", "--budget", "1", "--wallet",
+            "customer"), command="job submit") == (
+            f"mesh job submit: {bad} is not a scene Blender can open ({reason}); nothing was "
+            "uploaded or escrowed")
     unreachable = served.signed("job", "submit", str(blend), "--frames", "1", "--budget", "1",
                                 "--wallet", "customer", "--orchestrator", "http://127.0.0.1:9")
     assert "no orchestrator answers" in one_line_error(unreachable, command="job submit")
@@ -191,12 +196,12 @@ def test_aSubmissionRefusedAfterTheEscrow_saysHowToGetTheEscrowBack(
 
 
 def test_ctrlC_afterTheEscrow_thenTheSameCommandAgain_paysOnce_andSubmitsThatJob(
-        served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
+        scene: Path, served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
     """A real `mesh job submit` process gets SIGINT (what Ctrl-C sends) the moment it hands
     the escrowed job over; the same command run again finishes that job, escrowing nothing
     more, and `mesh job list` shows it with full ids."""
     address = customer(served)
-    blend = scene(served)
+    blend = scene
     command = ["job", "submit", str(blend), "--frames", "1-2", "--budget", "3", "--wallet",
                "customer", "--json"]
     proxy = CutProxy(service.port).restore()
