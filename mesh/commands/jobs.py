@@ -339,6 +339,8 @@ def _show_job(job: dict[str, Any]) -> None:
             "amount": show_tokens(job["amount"]),
             "tasks": ", ".join(f"{n} {s}" for s, n in sorted(job["tasks"].items())),
             "result root": job.get("merkle_root")}
+    if job.get("reason"):
+        rows["reason"] = job["reason"]
     if escrow is not None:
         rows["escrow"] = (f"{escrow['status']}, {show_tokens(escrow['amount'])} tokens, due "
                           f"{when(escrow['deadline'])}")

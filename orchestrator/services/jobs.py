@@ -35,11 +35,20 @@ class JobView:
     amount: int
     tasks: dict[str, int]  # task status -> how many
     merkle_root: str | None
+    reason: str | None = None  # why a job stopped (failed, cancelled, expired)
+
+
+STOPPED = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.EXPIRED.value})
 
 
 def view(session: Session, job: Job) -> JobView:
+    reason = None
+    if job.status in STOPPED:
+        history = status_db.status_history(session, entity="job", entity_id=job.id)
+        reason = history[-1].reason if history else None
     return JobView(job_id=job.id, status=job.status, customer=job.customer, amount=job.amount,
-                   tasks=job_db.task_counts(session, job_id=job.id), merkle_root=job.merkle_root)
+                   tasks=job_db.task_counts(session, job_id=job.id), merkle_root=job.merkle_root,
+                   reason=reason)
 
 
 def job_named(session: Session, *, job_id: str) -> Job:

@@ -322,11 +322,16 @@ def test_a_task_at_its_retry_budget_fails_for_good_on_its_next_error_and_not_bef
         assert lease.status_code == 200, (attempt, lease.text)
         task_id = lease.json()["task_id"]
         assert node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1}).status_code == 200
-        failed = node.post(f"/v1/tasks/{task_id}/fail", {"reason": "error"}).json()["status"]
-        job = client.get(f"/v1/jobs/{job_id}").json()["status"]
+        failed = node.post(f"/v1/tasks/{task_id}/fail", {
+            "reason": "error", "message": "Blender: File format is not supported\n\x1b[31m"
+        }).json()["status"]
+        job = client.get(f"/v1/jobs/{job_id}").json()
         if attempt < MAX_ATTEMPTS:  # the attempt before the budget is spent is retried
-            assert (failed, job) == ("retry", "running"), attempt
+            assert (failed, job["status"], job["reason"]) == ("retry", "running", None), attempt
         else:
-            assert (failed, job) == ("failed", "failed")
+            assert (failed, job["status"]) == ("failed", "failed")
         clock.advance(60)
     assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    # the customer sees why, in the node's words (one printable line, named as the node's)
+    assert job["reason"] == (f"frame task 0 failed {MAX_ATTEMPTS} times; node gpu-1 reported: "
+                             "Blender: File format is not supported [31m")
