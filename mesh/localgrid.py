@@ -149,6 +149,13 @@ class Grid:
         assert self.service is not None
         return self.service.base_url
 
+    def own_pids(self) -> set[int]:
+        """The processes the grid started itself (the service, the agents)."""
+        pids = {agent.process.pid for agent in self.agents if agent.process is not None}
+        if self.service is not None and self.service.pid is not None:
+            pids.add(self.service.pid)
+        return pids
+
     def close(self) -> None:
         for agent in self.agents:
             agent.kill()

@@ -5,6 +5,7 @@ gone when it returns."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from mesh.demo.checks import Check, report
 from mesh.demo.outputs import contact_sheet, rs_plot, write_summary
 from mesh.demo.steps import Demo, DemoError
 from mesh.localgrid import GridError, grid_folder, local_grid
-from mesh.processes import ServiceError, adopt_orphans, reap_descendants
+from mesh.processes import ServiceError, adopt_orphans, reap_descendants, reap_orphans
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.errors import ChainError
 from protocol.client import ApiCallError
@@ -39,6 +40,7 @@ OUT = Path(".mesh/demo")
 def serve(*, providers: int, out: Path) -> None:
     """`mesh up`: the grid with `providers` steady agents, the live board until Ctrl-C."""
     adopt_orphans()
+    interrupt_on_sigterm()
     console = Console(soft_wrap=True)
     try:
         with grid_folder(out), local_grid(out) as grid:
@@ -75,6 +77,7 @@ def run(*, providers: int = 4, out: Path = OUT, stay: bool = False) -> None:
                         "other, one churns, one cheats")
     began = time.monotonic()
     adopt_orphans()
+    interrupt_on_sigterm()
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     demo: Demo | None = None
     try:
@@ -142,9 +145,20 @@ def results(console: Console, out: Path, summary: dict[str, Any], checks: list[C
 
 
 def stay_until_interrupted(board: Board) -> None:
-    """The live board of a grid left serving, until Ctrl-C (KeyboardInterrupt)."""
+    """The live board of a grid left serving, until Ctrl-C or SIGTERM (KeyboardInterrupt,
+    `interrupt_on_sigterm`); the orphans its agents leave are reaped as they end."""
     board.wait("Ctrl-C")
     with Live(board, console=board.console, refresh_per_second=1):
         while True:
             board.poll()
+            reap_orphans(board.grid.own_pids())
             time.sleep(2.0)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (what `timeout`, systemd and container runtimes send) stops the grid as Ctrl-C
+    does: every process it started is stopped and reaped."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
