@@ -149,6 +149,28 @@ class Grid:
         assert self.service is not None
         return self.service.base_url
 
+    def client_env(self) -> Path:
+        """What the `mesh` commands need to reach this grid, where they look: `mesh.env`
+        (MESH_* settings, for `set -a; . mesh.env`) and a wallet dir holding the customer's
+        (dev account 4) and the arbiter's (dev account 3) keystores, both locked with the
+        password in `wallets/password`. Returns the env file's path."""
+        wallets = self.root / "wallets"
+        wallets.mkdir(exist_ok=True)
+        password = wallets / "password"
+        password.write_text(secrets.token_hex(8))
+        for name, index in (("customer", 4), ("arbiter", 3)):
+            (wallets / f"{name}.json").unlink(missing_ok=True)
+            keystore.create(wallets / f"{name}.json", password.read_text(),
+                            bytes(dev_account(index).key), scrypt_n=LOCAL_SCRYPT_N)
+        settings = {"MESH_RPC_URL": self.rpc_url,
+                    "MESH_CHAIN_ID": str(self.chain.deployment.chain_id),
+                    "MESH_DATA_DIR": str(self.data_dir.resolve()),
+                    "MESH_ORCHESTRATOR_URL": self.url, "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID,
+                    "MESH_WALLET_DIR": str(wallets.resolve())}
+        path = self.root / "mesh.env"
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return path
+
     def own_pids(self) -> set[int]:
         """The processes the grid started itself (the service, the agents)."""
         pids = {agent.process.pid for agent in self.agents if agent.process is not None}

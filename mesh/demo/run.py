@@ -50,8 +50,11 @@ def serve(*, providers: int, out: Path) -> None:
                     board.nodes.append(Node(grid.agent(f"node-{i}").start(), "steady",
                                             "steady"))
                 deployment = grid.chain.deployment
+                env_file = grid.client_env()
                 console.print(
                     f"[bold]local grid up[/] (Ctrl-C stops everything)\n"
+                    f"  mesh commands: `set -a; . {env_file}; set +a` (wallets customer and "
+                    f"arbiter, password in {env_file.parent / 'wallets' / 'password'})\n"
                     f"  chain        {grid.rpc_url} (chain id {deployment.chain_id}); token "
                     f"{deployment.token}, StakeManager {deployment.stake_manager}, JobEscrow "
                     f"{deployment.job_escrow}\n"
@@ -100,10 +103,12 @@ def run(*, providers: int = 4, out: Path = OUT, stay: bool = False) -> None:
                 write_summary(summary, out / "summary.json")
                 if stay:
                     results(console, out, summary, checks, demo.total_gas)
+                    env_file = grid.client_env()
                     console.print(f"[bold]the grid stays up[/]: dashboard at {grid.url}/dashboard "
-                                  f"(admin key {grid.env['MESH_ADMIN_KEY']}), `mesh` commands "
-                                  f"with --orchestrator {grid.url} --rpc-url {grid.rpc_url} "
-                                  f"--data-dir {grid.data_dir}; Ctrl-C stops everything")
+                                  f"(admin key {grid.env['MESH_ADMIN_KEY']}); `mesh` commands "
+                                  f"after `set -a; . {env_file}; set +a` (wallets customer and "
+                                  f"arbiter, password in {env_file.parent / 'wallets'}"
+                                  "/password); Ctrl-C stops everything")
                     stay_until_interrupted(demo.board)
             except (ChainError, DemoError, GridError, ApiCallError, httpx.HTTPError) as exc:
                 console.print(demo.board.table())
