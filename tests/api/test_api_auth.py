@@ -305,7 +305,9 @@ def test_every_refusal_is_a_401_with_a_message_that_says_what_is_wrong() -> None
     assert refused(signed(**{"x-mesh-signature": "0x" + "00" * 65})) == (
         401, "signature_invalid", "the signature does not verify")
     assert refused(signed(), body=b"[]") == (
-        401, "signature_mismatch", "the signature is not from x-mesh-address")
+        401, "signature_mismatch", f"the signature is not from x-mesh-address (this "
+        f"orchestrator's id is {ORCH!r}: a client signing for another, MESH_ORCHESTRATOR_ID, "
+        "fails here; a changed path or body fails too)")
     other = "0x" + "43" * 32
     foreign = sign_request(other, method="post", path="/v1/nodes", body=b"{}", nonce=7,
                            expiry=int(NOW) + 60, chain_id=CHAIN, orchestrator_id=ORCH)

@@ -144,6 +144,10 @@ def test_submit_mistakes_areOneLine_andEscrowNothing(scene: Path, served: Mesh, 
                                 "--wallet", "customer", "--orchestrator", "http://127.0.0.1:9")
     assert "no orchestrator answers" in one_line_error(unreachable, command="job submit")
     assert chain.token_balance(address) == 100 * TOKEN  # nothing escrowed by any of them
+    wrong_id = served.signed("job", "list", "--wallet", "customer", "--orchestrator-id",
+                             "someone-else")  # docs that never named the grid's id
+    assert f"this orchestrator's id is '{ORCHESTRATOR_ID}'" in one_line_error(
+        wrong_id, command="job list")
     assert "no job" in one_line_error(served("job", "status", "0x" + "ab" * 32),
                                       command="job status")
 
