@@ -243,8 +243,13 @@ class ChunkIn(Strict):
     sha256: Sha256Hex
 
 
+MAX_RENDER_CHUNKS = 4096  # sample chunks of one render (a result or a re-check)
+# A body of MAX_RENDER_CHUNKS chunks fits, so the schema's own limit answers (422), not 413.
+MAX_RENDER_BYTES = MAX_RENDER_CHUNKS * 256 + 4096
+
+
 class RenderIn(RenderEnvIn):
-    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=MAX_RENDER_CHUNKS)
 
 
 MAX_SHOWN_CHUNKS = 1024
@@ -451,7 +456,7 @@ class CheckLeaseOut(BaseModel):
 
 
 class CheckResultIn(Strict):
-    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=MAX_RENDER_CHUNKS)
     frame_sha256: Sha256Hex | None = None
     result_sha256: Sha256Hex | None = None  # a non-render result
     render: RenderEnvIn | None = None

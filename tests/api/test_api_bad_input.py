@@ -16,7 +16,7 @@ from pydantic import SecretStr, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.api.schemas import MAX_TASKS_PER_JOB, JobSpec
+from orchestrator.api.schemas import MAX_RENDER_CHUNKS, MAX_TASKS_PER_JOB, JobSpec
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.config import Settings
@@ -231,3 +231,25 @@ def test_a_node_counts_only_once_its_provider_has_staked_for_it(
     second = wallet.send("POST", "/v1/nodes", registration("gpu-2"))
     assert second.status_code == 402
     assert count(factory, Node) == 1
+
+
+@pytest.mark.parametrize("route", ["/v1/tasks/1/complete", "/v1/checks/1/result"])
+def test_a_render_of_the_most_chunks_the_schema_allows_is_judged_not_refused_as_too_large(
+        live_node: Callable[..., LiveNode], route: str) -> None:
+    """The signed fuzz found a schema-valid body of 4,096 chunks (RenderIn's maximum) refused
+    413 by the 64 kB JSON limit: these routes take a body that size, and one chunk more is
+    the schema's own 422."""
+    node = live_node("gpu-1")
+    chunk = {"offset": 65_535, "length": 65_536, "sha256": "ab" * 32}
+    render = {"blender": "b" * 128, "kernel": "k" * 32}
+
+    def send(chunks: int) -> tuple[int, str]:
+        body = ({"result_sha256": "ab" * 32, "render": {**render, "chunks": [chunk] * chunks}}
+                if "tasks" in route else
+                {"chunks": [chunk] * chunks, "frame_sha256": "ab" * 32, "render": render})
+        response = node.post(route, body)
+        return response.status_code, response.json()["error"]["code"]
+
+    assert send(MAX_RENDER_CHUNKS) == (404, "task_not_found" if "tasks" in route
+                                       else "check_not_found")
+    assert send(MAX_RENDER_CHUNKS + 1) == (422, "invalid_request")
