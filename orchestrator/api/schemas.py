@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchestrator.domain.types import Priority
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")]
+Region = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._:-]+$")]
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Bytes32Hex = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$")]
 Address = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{40}$")]
@@ -37,7 +38,10 @@ MAX_TASKS_PER_JOB = 10_000
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: no field the schema does not name, and each value of the JSON type the
+    schema states (no "24" for an integer, no true for a number)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class NodeRegistration(Strict):
@@ -45,7 +49,7 @@ class NodeRegistration(Strict):
     gpu_model: Name
     vram_gb: int = Field(ge=0, le=4096)  # 0: a CPU-only node (no GPU memory to claim)
     compute_capability: float = Field(ge=0, le=100)
-    region: Name
+    region: Region  # as long as the column that keeps it
     price_per_gpu_hour: TokenUnits
     slots: int = Field(ge=1, le=64)
 
@@ -110,8 +114,11 @@ class BlenderWorkload(Strict):
     samples: int | None = Field(None, ge=1, le=1 << 16)  # None: the file's own
     chunk_samples: int | None = Field(None, ge=1, le=1 << 16)  # checkpoint unit inside a frame
     format: Literal["png", "exr"] = "png"
-    resolution: tuple[Annotated[int, Field(ge=4, le=16384)],
-                      Annotated[int, Field(ge=4, le=16384)]] | None = None  # None: the file's
+    # None: the file's. A JSON array arrives as a list: the pair is taken from one, its sides
+    # stay strict integers.
+    resolution: tuple[Annotated[int, Field(ge=4, le=16384, strict=True)],
+                      Annotated[int, Field(ge=4, le=16384, strict=True)]] | None = Field(
+        None, strict=False)
 
     @property
     def task_count(self) -> int:
@@ -172,11 +179,11 @@ class CommandWorkload(Strict):
 class JobNeeds(Strict):
     min_vram_gb: int = Field(0, ge=0, le=4096)
     gpu_models: list[Name] | None = Field(None, max_length=32)
-    regions: list[Name] | None = Field(None, max_length=32)
+    regions: list[Region] | None = Field(None, max_length=32)
     # Only these providers' nodes may run (or re-check) the job's tasks: sensitive scenes.
     providers: list[Address] | None = Field(None, min_length=1, max_length=64)
     max_price_per_gpu_hour: TokenUnits | None = None
-    priority: Priority = Priority.NORMAL
+    priority: Priority = Field(Priority.NORMAL, strict=False)  # its name, as JSON has it
     expected_duration_s: float = Field(60.0, gt=0, le=7 * 86400)
 
 

@@ -253,3 +253,28 @@ def test_a_render_of_the_most_chunks_the_schema_allows_is_judged_not_refused_as_
     assert send(MAX_RENDER_CHUNKS) == (404, "task_not_found" if "tasks" in route
                                        else "check_not_found")
     assert send(MAX_RENDER_CHUNKS + 1) == (422, "invalid_request")
+
+
+def test_a_region_longer_than_its_column_is_a_422_and_registers_nothing(
+        new_wallet: Callable[[], Wallet], factory: sessionmaker[Session]) -> None:
+    """The column holds 32 characters: on PostgreSQL a longer region the schema let through
+    failed in the database (a 500)."""
+    wallet = new_wallet()
+    refused = wallet.send("POST", "/v1/nodes", registration("gpu-1", region="r" * 33))
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_request")
+    assert count(factory, Node) == 0
+    assert wallet.send("POST", "/v1/nodes", registration("gpu-1", region="r" * 32)
+                       ).status_code == 200
+
+
+@pytest.mark.parametrize("field,value", [("vram_gb", "24"), ("slots", "1"), ("slots", True),
+                                         ("price_per_gpu_hour", "100"),
+                                         ("compute_capability", "8.9")])
+def test_a_json_body_takes_numbers_of_its_own_type_only(
+        new_wallet: Callable[[], Wallet], factory: sessionmaker[Session], field: str,
+        value: object) -> None:
+    """A number the schema types as an integer (or a number) is refused as a string or a
+    boolean, as the schema says: "24" for an integer was accepted."""
+    refused = new_wallet().send("POST", "/v1/nodes", registration("gpu-1", **{field: value}))
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_request")
+    assert count(factory, Node) == 0
