@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from eth_utils import keccak
 from fastapi import Path
@@ -39,9 +40,43 @@ MAX_TASKS_PER_JOB = 10_000
 
 class Strict(BaseModel):
     """A request body: no field the schema does not name, and each value of the JSON type the
-    schema states (no "24" for an integer, no true for a number)."""
+    schema states. An integer may come as 24 or 24.0 (JSON Schema's integer: a number without
+    a fraction), never as "24" or true; a number never as a string; a boolean only as true or
+    false."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_types(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                key = field.alias or name
+                if key in data and _wrong_json_type(field.annotation, data[key]):
+                    raise ValueError(f"{key}: {json.dumps(data[key])[:40]} is not of the type "
+                                     "the schema states")
+        return data
+
+
+def _wrong_json_type(annotation: Any, value: Any) -> bool:
+    """Whether `value` (as parsed from JSON) is not of the JSON type `annotation` states: a
+    string or boolean for a number, anything but a boolean for a boolean, in lists too."""
+    if value is None:
+        return False
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _wrong_json_type(args[0], value)
+    if origin in (Union, UnionType):
+        return all(_wrong_json_type(arg, value) for arg in args if arg is not NoneType)
+    if annotation is bool:
+        return not isinstance(value, bool)
+    if annotation in (int, float):
+        return isinstance(value, str | bool)
+    if origin in (list, tuple) and isinstance(value, list):
+        kinds = args[:1] * len(value) if origin is list or args[-1:] == (...,) else args
+        return any(_wrong_json_type(kind, item) for kind, item in zip(kinds, value,
+                                                                        strict=False))
+    return False
 
 
 class NodeRegistration(Strict):
@@ -114,11 +149,8 @@ class BlenderWorkload(Strict):
     samples: int | None = Field(None, ge=1, le=1 << 16)  # None: the file's own
     chunk_samples: int | None = Field(None, ge=1, le=1 << 16)  # checkpoint unit inside a frame
     format: Literal["png", "exr"] = "png"
-    # None: the file's. A JSON array arrives as a list: the pair is taken from one, its sides
-    # stay strict integers.
-    resolution: tuple[Annotated[int, Field(ge=4, le=16384, strict=True)],
-                      Annotated[int, Field(ge=4, le=16384, strict=True)]] | None = Field(
-        None, strict=False)
+    resolution: tuple[Annotated[int, Field(ge=4, le=16384)],
+                      Annotated[int, Field(ge=4, le=16384)]] | None = None  # None: the file's
 
     @property
     def task_count(self) -> int:
@@ -183,7 +215,7 @@ class JobNeeds(Strict):
     # Only these providers' nodes may run (or re-check) the job's tasks: sensitive scenes.
     providers: list[Address] | None = Field(None, min_length=1, max_length=64)
     max_price_per_gpu_hour: TokenUnits | None = None
-    priority: Priority = Field(Priority.NORMAL, strict=False)  # its name, as JSON has it
+    priority: Priority = Priority.NORMAL
     expected_duration_s: float = Field(60.0, gt=0, le=7 * 86400)
 
 

@@ -75,10 +75,12 @@ SCENE = b"the scene every fuzz job renders"
 SCENE_SHA = hashlib.sha256(SCENE).hexdigest()
 FRAME = png(np.full((4, 4, 3), 128, dtype=np.uint8))  # a rendered frame
 PROVIDER_ROUTES = ("/v1/nodes", "/v1/auth", "/v1/slashes")  # signed by a provider's wallet
-# Parameters (path, query or body fields) that name a thing, and the pool of things that exist.
+# Parameters (path, query or body fields) that name a thing, and the pool of things that exist
+# (the present time among them).
 NAMED = {"node_id": "node_id", "job_id": "job_id", "task_id": "task_id", "check_id": "check_id",
          "sha256": "sha256", "result_sha256": "sha256", "frame_sha256": "sha256",
-         "blend_sha256": "sha256", "address": "address", "provider": "address"}
+         "blend_sha256": "sha256", "address": "address", "provider": "address", "at": "now",
+         "rendered_at": "now", "resumed_at": "now"}
 STEER_SHARE = 0.85  # of the cases whose component is valid: name a thing that exists
 WRONG_SHARE = 0.1  # of the cases: sent as someone else, to exercise the refusals
 _ids = itertools.count(1)
@@ -88,7 +90,7 @@ _ids = itertools.count(1)
 class Grid:
     """Identities on a running app: a provider's registered, logged-in node holding leases,
     another provider's node, a funded customer whose escrowed jobs were submitted and whose
-    scene is uploaded, a stranger's fresh key, and the admin key."""
+    scene is uploaded, a stranger's fresh key, and the admin key; the app's clock."""
 
     client: TestClient
     factory: sessionmaker[Session]
@@ -97,6 +99,7 @@ class Grid:
     node: LiveNode
     other_node: LiveNode
     stranger: Wallet
+    clock: VirtualClock
 
     def pools(self) -> dict[str, list[Any]]:
         """What exists now, by kind: the values a steered case names."""
@@ -108,6 +111,7 @@ class Grid:
                 "check_id": list(session.scalars(select(models.VerificationCheck.id))) or [1],
                 "sha256": list(session.scalars(select(models.Blob.sha256))) or [SCENE_SHA],
                 "address": [self.provider.address],
+                "now": [self.clock()],
             }
 
 
@@ -144,7 +148,8 @@ def build_grid(client: TestClient, settings: Settings, clock: VirtualClock, chai
     expect(node.post(f"/v1/tasks/{done}/complete", {"result_sha256": node.upload(FRAME)}))
     other_node.post("/v1/nodes/gpu-2/checks/lease")  # a live re-check, when one is due
     return Grid(client=client, factory=factory, customer=customer, provider=provider,
-                node=node, other_node=other_node, stranger=wallet(Account.create()))
+                node=node, other_node=other_node, stranger=wallet(Account.create()),
+                clock=clock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,14 +186,25 @@ def valid(case: Any, location: ParameterLocation) -> bool:
 
 def steer(case: Any, pools: dict[str, list[Any]], rng: random.Random) -> None:
     """Make the case name things that exist: in each valid component (a negative case keeps
-    what it broke), most parameters that name a thing get one from `pools`."""
+    what it broke), most parameters and body fields (nested ones too) that name a thing get
+    one from `pools`."""
     for location, values in ((ParameterLocation.PATH, case.path_parameters),
                              (ParameterLocation.QUERY, case.query),
                              (ParameterLocation.BODY, case.body)):
-        if isinstance(values, dict) and valid(case, location):
-            for name in list(values):
-                if name in NAMED and rng.random() < STEER_SHARE:
-                    values[name] = rng.choice(pools[NAMED[name]])
+        if valid(case, location):
+            _steer_fields(values, pools, rng)
+
+
+def _steer_fields(values: Any, pools: dict[str, list[Any]], rng: random.Random) -> None:
+    if isinstance(values, list):
+        for item in values:
+            _steer_fields(item, pools, rng)
+    elif isinstance(values, dict):
+        for name, value in values.items():
+            if name in NAMED and rng.random() < STEER_SHARE:
+                values[name] = rng.choice(pools[NAMED[name]])
+            else:
+                _steer_fields(value, pools, rng)
 
 
 def credentials(grid: Grid, sent: Sent, method: str, path: str, body: bytes
@@ -296,6 +312,8 @@ class Report:
                  f"wrong one {wrong} ({sum(t.wrong_refused for t in self.operations.values())} "
                  f"refused 401/403); the right identity's 401/403 codes: "
                  + ", ".join(f"{code} {n}" for code, n in self.refusals.most_common()),
+                 "  not reached: " + (", ".join(sorted(
+                     set(self.operations) - set(self.reached()))) or "none"),
                  f"  {'operation':<52} {'reqs':>5} {'logic':>5} {'401/3':>5} {'5xx':>3} "
                  f"{'wrong':>5}  statuses"]
         for label, t in sorted(self.operations.items()):
