@@ -86,7 +86,9 @@ def fuzz_operation(operation: Any, mode: GenerationMode, grid: Grid, report: Rep
 
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
               phases=NO_SHRINK)
-    @given(operation.as_strategy(generation_mode=mode), st.randoms(use_true_random=False))
+    # a Random seeded by Hypothesis (repeatable), not one whose draws it shapes: those lean to
+    # 0.0, which would send most cases as the wrong identity
+    @given(operation.as_strategy(generation_mode=mode), st.randoms(use_true_random=True))
     def probe(case: Any, rng: random.Random) -> None:
         fire(grid, case, pools, rng, report)
 
