@@ -62,11 +62,12 @@ demo: setup compile
 	mesh up --demo
 
 # Long runs, kept out of `make test`: the contracts' invariant suite at 100 runs x 1,000 steps
-# (100,000), then every Python property (the API fuzz test included) on Hypothesis's random
-# "fuzz" profile with 20 times CI's examples (tests/conftest.py).
+# (100,000), then every Python property (the API fuzz tests included: the signed, stateful
+# one prints its report) on Hypothesis's random "fuzz" profile with 20 times CI's examples
+# (tests/conftest.py).
 fuzz: setup compile
 	FOUNDRY_PROFILE=fuzz forge test $(FORGE_FLAGS) --match-contract Invariants
-	MESH_HYPOTHESIS_PROFILE=fuzz pytest tests/domain tests/api/test_api_fuzz.py tests/api/test_api_schemathesis.py -m "not postgres" -p no:cacheprovider -p no:ape_test
+	MESH_HYPOTHESIS_PROFILE=fuzz pytest tests/domain tests/api/test_api_fuzz.py tests/api/test_api_schemathesis.py tests/api/test_api_signed_fuzz.py -m "not postgres" -p no:cacheprovider -p no:ape_test
 
 # The long fault run (the short one is tests/mesh/bench/test_chaos_bench.py): 200 orchestrator
 # SIGKILLs with agent kills, RPC outages and slowdowns, agent partitions and chain reorgs,

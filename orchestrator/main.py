@@ -32,7 +32,7 @@ from orchestrator.api.routes import (
     tasks,
     verification,
 )
-from orchestrator.api.schemas import MAX_SHOWN_PROGRESS_BYTES
+from orchestrator.api.schemas import MAX_RENDER_BYTES, MAX_SHOWN_PROGRESS_BYTES
 from orchestrator.config import Settings, get_settings
 from orchestrator.db import backup as restored
 from orchestrator.db import nonces as nonce_db
@@ -342,7 +342,9 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
                        route_limits=[(f"{API_PREFIX}/nodes/[^/]+/popw/answer",
                                       settings.max_popw_answer_bytes),
                                      (f"{API_PREFIX}/nodes/[^/]+/progress",
-                                      MAX_SHOWN_PROGRESS_BYTES)])
+                                      MAX_SHOWN_PROGRESS_BYTES),
+                                     (f"{API_PREFIX}/tasks/[^/]+/complete", MAX_RENDER_BYTES),
+                                     (f"{API_PREFIX}/checks/[^/]+/result", MAX_RENDER_BYTES)])
     install_openapi(app)
     return app
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from eth_utils import keccak
 from fastapi import Path
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from orchestrator.domain.types import Priority
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")]
+Region = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._:-]+$")]
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Bytes32Hex = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$")]
 Address = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{40}$")]
@@ -37,7 +39,44 @@ MAX_TASKS_PER_JOB = 10_000
 
 
 class Strict(BaseModel):
+    """A request body: no field the schema does not name, and each value of the JSON type the
+    schema states. An integer may come as 24 or 24.0 (JSON Schema's integer: a number without
+    a fraction), never as "24" or true; a number never as a string; a boolean only as true or
+    false."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_types(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                key = field.alias or name
+                if key in data and _wrong_json_type(field.annotation, data[key]):
+                    raise ValueError(f"{key}: {json.dumps(data[key])[:40]} is not of the type "
+                                     "the schema states")
+        return data
+
+
+def _wrong_json_type(annotation: Any, value: Any) -> bool:
+    """Whether `value` (as parsed from JSON) is not of the JSON type `annotation` states: a
+    string or boolean for a number, anything but a boolean for a boolean, in lists too."""
+    if value is None:
+        return False
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _wrong_json_type(args[0], value)
+    if origin in (Union, UnionType):
+        return all(_wrong_json_type(arg, value) for arg in args if arg is not NoneType)
+    if annotation is bool:
+        return not isinstance(value, bool)
+    if annotation in (int, float):
+        return isinstance(value, str | bool)
+    if origin in (list, tuple) and isinstance(value, list):
+        kinds = args[:1] * len(value) if origin is list or args[-1:] == (...,) else args
+        return any(_wrong_json_type(kind, item) for kind, item in zip(kinds, value,
+                                                                        strict=False))
+    return False
 
 
 class NodeRegistration(Strict):
@@ -45,7 +84,7 @@ class NodeRegistration(Strict):
     gpu_model: Name
     vram_gb: int = Field(ge=0, le=4096)  # 0: a CPU-only node (no GPU memory to claim)
     compute_capability: float = Field(ge=0, le=100)
-    region: Name
+    region: Region  # as long as the column that keeps it
     price_per_gpu_hour: TokenUnits
     slots: int = Field(ge=1, le=64)
 
@@ -172,7 +211,7 @@ class CommandWorkload(Strict):
 class JobNeeds(Strict):
     min_vram_gb: int = Field(0, ge=0, le=4096)
     gpu_models: list[Name] | None = Field(None, max_length=32)
-    regions: list[Name] | None = Field(None, max_length=32)
+    regions: list[Region] | None = Field(None, max_length=32)
     # Only these providers' nodes may run (or re-check) the job's tasks: sensitive scenes.
     providers: list[Address] | None = Field(None, min_length=1, max_length=64)
     max_price_per_gpu_hour: TokenUnits | None = None
@@ -244,8 +283,13 @@ class ChunkIn(Strict):
     sha256: Sha256Hex
 
 
+MAX_RENDER_CHUNKS = 4096  # sample chunks of one render (a result or a re-check)
+# A body of MAX_RENDER_CHUNKS chunks fits, so the schema's own limit answers (422), not 413.
+MAX_RENDER_BYTES = MAX_RENDER_CHUNKS * 256 + 4096
+
+
 class RenderIn(RenderEnvIn):
-    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=MAX_RENDER_CHUNKS)
 
 
 MAX_SHOWN_CHUNKS = 1024
@@ -452,7 +496,7 @@ class CheckLeaseOut(BaseModel):
 
 
 class CheckResultIn(Strict):
-    chunks: list[ChunkIn] = Field(default_factory=list, max_length=4096)
+    chunks: list[ChunkIn] = Field(default_factory=list, max_length=MAX_RENDER_CHUNKS)
     frame_sha256: Sha256Hex | None = None
     result_sha256: Sha256Hex | None = None  # a non-render result
     render: RenderEnvIn | None = None

@@ -16,7 +16,7 @@ from pydantic import SecretStr, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.api.schemas import MAX_TASKS_PER_JOB, JobSpec
+from orchestrator.api.schemas import MAX_RENDER_CHUNKS, MAX_TASKS_PER_JOB, JobSpec
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.config import Settings
@@ -231,3 +231,55 @@ def test_a_node_counts_only_once_its_provider_has_staked_for_it(
     second = wallet.send("POST", "/v1/nodes", registration("gpu-2"))
     assert second.status_code == 402
     assert count(factory, Node) == 1
+
+
+@pytest.mark.parametrize("route", ["/v1/tasks/1/complete", "/v1/checks/1/result"])
+def test_a_render_of_the_most_chunks_the_schema_allows_is_judged_not_refused_as_too_large(
+        live_node: Callable[..., LiveNode], route: str) -> None:
+    """The signed fuzz found a schema-valid body of 4,096 chunks (RenderIn's maximum) refused
+    413 by the 64 kB JSON limit: these routes take a body that size, and one chunk more is
+    the schema's own 422."""
+    node = live_node("gpu-1")
+    chunk = {"offset": 65_535, "length": 65_536, "sha256": "ab" * 32}
+    render = {"blender": "b" * 128, "kernel": "k" * 32}
+
+    def send(chunks: int) -> tuple[int, str]:
+        body = ({"result_sha256": "ab" * 32, "render": {**render, "chunks": [chunk] * chunks}}
+                if "tasks" in route else
+                {"chunks": [chunk] * chunks, "frame_sha256": "ab" * 32, "render": render})
+        response = node.post(route, body)
+        return response.status_code, response.json()["error"]["code"]
+
+    assert send(MAX_RENDER_CHUNKS) == (404, "task_not_found" if "tasks" in route
+                                       else "check_not_found")
+    assert send(MAX_RENDER_CHUNKS + 1) == (422, "invalid_request")
+
+
+def test_a_region_longer_than_its_column_is_a_422_and_registers_nothing(
+        new_wallet: Callable[[], Wallet], factory: sessionmaker[Session]) -> None:
+    """The column holds 32 characters: on PostgreSQL a longer region the schema let through
+    failed in the database (a 500)."""
+    wallet = new_wallet()
+    refused = wallet.send("POST", "/v1/nodes", registration("gpu-1", region="r" * 33))
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_request")
+    assert count(factory, Node) == 0
+    assert wallet.send("POST", "/v1/nodes", registration("gpu-1", region="r" * 32)
+                       ).status_code == 200
+
+
+@pytest.mark.parametrize("field,value", [("vram_gb", "24"), ("slots", "1"), ("slots", True),
+                                         ("price_per_gpu_hour", "100"),
+                                         ("compute_capability", "8.9"),
+                                         ("compute_capability", False)])
+def test_a_json_body_takes_numbers_of_its_own_type_only(
+        new_wallet: Callable[[], Wallet], factory: sessionmaker[Session], field: str,
+        value: object) -> None:
+    """A number the schema types as an integer (or a number) is refused as a string or a
+    boolean, as the schema says: "24" for an integer was accepted. An integer written 24.0 is
+    one to JSON Schema (the fuzz sends such) and stays accepted."""
+    wallet = new_wallet()
+    refused = wallet.send("POST", "/v1/nodes", registration("gpu-1", **{field: value}))
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_request")
+    assert count(factory, Node) == 0
+    accepted = wallet.send("POST", "/v1/nodes", registration("gpu-1", vram_gb=24.0, slots=2.0))
+    assert accepted.status_code == 200, accepted.text

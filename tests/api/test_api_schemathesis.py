@@ -8,10 +8,8 @@ more, on random seeds."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import schemathesis
@@ -31,6 +29,7 @@ from orchestrator.db.models import Base
 from orchestrator.main import create_app
 from protocol.client import Wallet
 from tests.api.conftest import ADMIN_KEY
+from tests.api.signed_fuzz import send_case
 from tests.clients import LiveNode, VirtualClock
 from tests.conftest import JobMaker, examples
 
@@ -71,28 +70,18 @@ def client(settings: Settings, clock: VirtualClock, chain: MeshChain) -> Iterato
         yield test_client
 
 
-def send(client: TestClient, kwargs: dict[str, Any], auth: str, wallet: Wallet,
-         node: LiveNode) -> Any:
-    """The case as a request with the given credentials; a signature covers the exact body."""
-    url = urlsplit(kwargs["url"])
-    headers = {k: v for k, v in kwargs.get("headers", {}).items()
-               if k.lower() not in ("content-length",)}
-    body: bytes | None = None
-    if "json" in kwargs:
-        body = json.dumps(kwargs["json"]).encode()
-    elif kwargs.get("content") is not None:
-        body = kwargs["content"] if isinstance(kwargs["content"], bytes) \
-            else str(kwargs["content"]).encode()
-    elif kwargs.get("data") is not None:
-        body = kwargs["data"] if isinstance(kwargs["data"], bytes) else str(kwargs["data"]).encode()
-    if auth == "signed":
-        headers.update(wallet.signed_headers(kwargs["method"], url.path, body or b""))
-    elif auth == "token":
-        headers.update(node.auth)
-    elif auth == "admin":
-        headers["x-admin-key"] = ADMIN_KEY
-    return client.request(kwargs["method"], url.path, params=kwargs.get("params"),
-                          content=body, headers=headers)
+def credentials(auth: str, wallet: Wallet, node: LiveNode
+                ) -> Callable[[str, str, bytes], dict[str, str]]:
+    """The headers of one of AUTH_MODES, for `send_case`."""
+
+    def headers(method: str, path: str, body: bytes) -> dict[str, str]:
+        if auth == "signed":
+            return wallet.signed_headers(method, path, body)
+        if auth == "token":
+            return node.auth
+        return {"x-admin-key": ADMIN_KEY} if auth == "admin" else {}
+
+    return headers
 
 
 def test_every_operation_passes_every_check_and_refusals_change_nothing(
@@ -125,8 +114,8 @@ def run_operation(operation: Any, mode: GenerationMode, client: TestClient, wall
     @given(operation.as_strategy(generation_mode=mode), st.sampled_from(AUTH_MODES))
     def probe(case: Any, auth: str) -> None:
         before = database_digest(factory)
-        response = send(client, case.as_transport_kwargs(base_url="http://testserver"), auth,
-                        wallet, node)
+        response = send_case(client, case.as_transport_kwargs(base_url="http://testserver"),
+                             credentials(auth, wallet, node))
         where = f"{case.method} {case.formatted_path} [{auth}, {mode.value}]"
         assert response.status_code < 500, f"{where}: {response.text[:300]}"
         if 400 <= response.status_code < 500:
