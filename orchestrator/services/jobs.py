@@ -41,14 +41,19 @@ class JobView:
 STOPPED = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.EXPIRED.value})
 
 
+def stop_reason(session: Session, job: Job) -> str | None:
+    """Why a failed, cancelled or expired job stopped (its last move's reason); None for a
+    job that did not stop."""
+    if job.status not in STOPPED:
+        return None
+    history = status_db.status_history(session, entity="job", entity_id=job.id)
+    return history[-1].reason if history else None
+
+
 def view(session: Session, job: Job) -> JobView:
-    reason = None
-    if job.status in STOPPED:
-        history = status_db.status_history(session, entity="job", entity_id=job.id)
-        reason = history[-1].reason if history else None
     return JobView(job_id=job.id, status=job.status, customer=job.customer, amount=job.amount,
                    tasks=job_db.task_counts(session, job_id=job.id), merkle_root=job.merkle_root,
-                   reason=reason)
+                   reason=stop_reason(session, job))
 
 
 def job_named(session: Session, *, job_id: str) -> Job:
