@@ -31,14 +31,18 @@ class ApiCallError(RuntimeError):
 
 
 def expect(response: httpx.Response, status: int = 200) -> Any:
-    """The JSON answer of a request that must succeed with `status`."""
+    """The JSON answer of a request that must succeed with `status`. Otherwise ApiCallError:
+    the service's own words and code when it answered with its error body ("the escrow is
+    not funded (escrow_missing)"), else the request, the status and the start of the body."""
     if response.status_code != status:
-        code = ""
+        code = message = ""
         with contextlib.suppress(ValueError, KeyError, TypeError):
-            code = str(response.json()["error"]["code"])
-        raise ApiCallError(f"{response.request.method} {response.request.url.path} -> "
-                           f"{response.status_code}: {response.text[:500]}",
-                           status=response.status_code, code=code)
+            error = response.json()["error"]
+            code, message = str(error["code"]), str(error["message"])
+        said = (f"{message} ({code})" if message else
+                f"{response.request.method} {response.request.url.path} -> "
+                f"{response.status_code}: {response.text[:500]}")
+        raise ApiCallError(said, status=response.status_code, code=code)
     return response.json() if response.content else None
 
 

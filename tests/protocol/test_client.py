@@ -66,7 +66,12 @@ def test_a_refusal_is_one_error_with_the_service_code(service: TestClient,
     with pytest.raises(ApiCallError) as missing:
         expect(wallet(service, clock).send("GET", "/v1/jobs/0x" + "0" * 64))
     assert (missing.value.status, missing.value.code) == (404, "job_not_found")
-    assert str(missing.value).startswith("GET /v1/jobs/0x")
+    assert str(missing.value) == f"no job 0x{'0' * 64} (job_not_found)"  # its words, no JSON
+    proxy = httpx.Response(502, text="<html>Bad Gateway</html>",  # not the service's body
+                           request=httpx.Request("GET", "http://mesh/v1/jobs/0x12"))
+    with pytest.raises(ApiCallError) as bare:
+        expect(proxy)
+    assert str(bare.value) == "GET /v1/jobs/0x12 -> 502: <html>Bad Gateway</html>"
 
 
 def test_the_key_never_shows(clock: VirtualClock) -> None:
