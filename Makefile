@@ -21,6 +21,8 @@ compile: setup
 # in, a fresh clone's first build sends ~200 files to solc-js at once, which runs out of memory.
 FORGE_FLAGS := --offline --use $(SOLCX_BINARY_PATH)/solc-v0.8.28 --skip 'contracts/.cache/**'
 
+# `make test` set-up also brings chromium, for the dashboard's browser test (tools/setup.sh).
+test: export SETUP_TEST := 1
 test: setup compile lint test-contracts test-invariants slither test-python mutate-sample
 
 test-contracts:

@@ -24,13 +24,13 @@ SUBMIT_ATTEMPTS = 5
 SUBMIT_BACKOFF_S = 1.0  # doubled after each attempt: 1 + 2 + 4 + 8 s at most between them
 
 
-def submit_job(wallet: Wallet, body: dict[str, Any], *, attempts: int = SUBMIT_ATTEMPTS
-               ) -> dict[str, Any]:
-    """POST an escrowed job, retried under one idempotency key while no orchestrator answers or
-    it answers 503 (its chain or database briefly away): a retry gets back the job an earlier
-    attempt created, never a second one. The last error is raised when every attempt failed;
-    any other refusal at once."""
-    key = secrets.token_hex(16)
+def submit_job(wallet: Wallet, body: dict[str, Any], *, key: str | None = None,
+               attempts: int = SUBMIT_ATTEMPTS) -> dict[str, Any]:
+    """POST an escrowed job, retried under one idempotency key (`key`, or a new one) while no
+    orchestrator answers or it answers 503 (its chain or database briefly away): a retry gets
+    back the job an earlier attempt created, never a second one. The last error is raised
+    when every attempt failed; any other refusal at once."""
+    key = key or secrets.token_hex(16)
     for attempt in range(attempts):
         try:
             return dict(expect(wallet.send("POST", "/v1/jobs", body,
@@ -60,7 +60,7 @@ def download(wallet: Wallet, job_id: str, out: Path, *, show_progress: bool = Tr
     files = []
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), disable=not show_progress) as progress:
-        bar = progress.add_task(f"job {job_id[:10]}…", total=sum(r["size"] for r in results))
+        bar = progress.add_task(f"job {job_id}", total=sum(r["size"] for r in results))
         for result in results:
             target = out / result["name"]
             if target.is_file() and sha256_file(target) == result["sha256"]:

@@ -9,6 +9,7 @@ key, and a slash goes there with the slasher's."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -46,6 +47,46 @@ T = TypeVar("T")
 
 class GridError(RuntimeError):
     """Something the grid waited for did not happen."""
+
+
+class FolderInUse(GridError):
+    """Another grid holds the folder: starting here would wipe its database and wallets."""
+
+
+WALLET_FILES = frozenset({"key.json", "password"})  # an agent's keystore and its password
+LOCK_FILE = "grid.lock"
+
+
+@contextlib.contextmanager
+def grid_folder(out: Path) -> Iterator[Path]:
+    """Hold `out` for one grid's life (an exclusive lock the OS drops when this process ends,
+    killed or not). While another grid holds it, raise `FolderInUse` and touch nothing.
+    Otherwise the previous run's state there (its chain's database, logs, frames) is cleared,
+    and its agents' wallets are kept, for the next grid's agents to use again."""
+    out.mkdir(parents=True, exist_ok=True)
+    lock = (out / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise FolderInUse(f"a grid is already running in {out} (pid {holder}); stop it first "
+                          "(Ctrl-C where it runs) or give this one another --out") from None
+    try:
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        for path in sorted(out.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                with contextlib.suppress(OSError):  # a folder still holding a wallet stays
+                    path.rmdir()
+            elif path.name not in WALLET_FILES and path != out / LOCK_FILE:
+                path.unlink()
+        yield out
+    finally:
+        lock.close()
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 120.0) -> T:
@@ -107,6 +148,35 @@ class Grid:
     def url(self) -> str:
         assert self.service is not None
         return self.service.base_url
+
+    def client_env(self) -> Path:
+        """What the `mesh` commands need to reach this grid, where they look: `mesh.env`
+        (MESH_* settings, for `set -a; . mesh.env`) and a wallet dir holding the customer's
+        (dev account 4) and the arbiter's (dev account 3) keystores, both locked with the
+        password in `wallets/password`. Returns the env file's path."""
+        wallets = self.root / "wallets"
+        wallets.mkdir(exist_ok=True)
+        password = wallets / "password"
+        password.write_text(secrets.token_hex(8))
+        for name, index in (("customer", 4), ("arbiter", 3)):
+            (wallets / f"{name}.json").unlink(missing_ok=True)
+            keystore.create(wallets / f"{name}.json", password.read_text(),
+                            bytes(dev_account(index).key), scrypt_n=LOCAL_SCRYPT_N)
+        settings = {"MESH_RPC_URL": self.rpc_url,
+                    "MESH_CHAIN_ID": str(self.chain.deployment.chain_id),
+                    "MESH_DATA_DIR": str(self.data_dir.resolve()),
+                    "MESH_ORCHESTRATOR_URL": self.url, "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID,
+                    "MESH_WALLET_DIR": str(wallets.resolve())}
+        path = self.root / "mesh.env"
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return path
+
+    def own_pids(self) -> set[int]:
+        """The processes the grid started itself (the service, the agents)."""
+        pids = {agent.process.pid for agent in self.agents if agent.process is not None}
+        if self.service is not None and self.service.pid is not None:
+            pids.add(self.service.pid)
+        return pids
 
     def close(self) -> None:
         for agent in self.agents:

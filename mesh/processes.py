@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -24,10 +24,8 @@ from orchestrator.processes import free_port, stop_process
 ACCESS_LOG_LINE = re.compile(r'^INFO: +[0-9.]+:[0-9]+ - "')
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid` (children first), from /proc: a sandboxed task runs in a
-    session of its own, so killing its agent's process group would miss it."""
-    children: dict[int, list[int]] = {}
+def _processes() -> Iterator[tuple[int, int, str]]:
+    """(pid, parent pid, state letter) of every process, from /proc."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -35,8 +33,16 @@ def descendants(pid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:  # gone meanwhile
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
+        state, parent = stat.rsplit(")", 1)[1].split()[:2]
+        yield int(entry.name), int(parent), state
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (children first), from /proc: a sandboxed task runs in a
+    session of its own, so killing its agent's process group would miss it."""
+    children: dict[int, list[int]] = {}
+    for child, parent, _ in _processes():
+        children.setdefault(parent, []).append(child)
     found, todo = [], list(children.get(pid, []))
     while todo:
         child = todo.pop(0)
@@ -58,6 +64,21 @@ def adopt_orphans() -> None:
     still finds it instead of it rendering on under init."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def reap_orphans(own: Collection[int]) -> int:
+    """Reap the zombies of the processes this one adopted as the child subreaper
+    (`adopt_orphans`): each sandboxed task an agent left behind ends as one, and a grid left
+    serving would pile them up. `own`: the children it started itself, whose exit status their
+    `Popen` reads, left alone. Returns how many were reaped."""
+    reaped = 0
+    me = os.getpid()
+    for pid, parent, state in list(_processes()):
+        if parent == me and state == "Z" and pid not in own:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+                reaped += 1
+    return reaped
 
 
 def reap_descendants() -> None:
@@ -130,6 +151,10 @@ class OrchestratorProcess:
             return ""
         kept = [line for line in text.splitlines() if not ACCESS_LOG_LINE.match(line)]
         return "\n".join(kept[-lines:])
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -5,10 +5,12 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from orchestrator.domain.verification import SamplingPolicy
+
+DEV_CHAIN_IDS = frozenset({31337, 1337})  # anvil and hardhat, ganache
 
 
 class Settings(BaseSettings):
@@ -124,11 +126,25 @@ class Settings(BaseSettings):
         12, ge=0, description="Blocks below the head before an indexed contract event counts "
         "as final (handlers run on it once); newer events are provisional and are rolled back "
         "and re-read if their block is replaced. Where the chain offers the finality tag "
-        "below and it is stricter, it decides.")
+        "below and it is stricter, it decides. Unset on a local dev chain (chain id 31337 or "
+        "1337: one node, no reorgs, no blocks while idle): 0.")
     chain_finality_tag: str = Field(
         "finalized", pattern="^(finalized|safe|none)$", description="Block tag the indexer "
         "takes as final where the chain offers it and it lies below head - margin: "
-        "`finalized`, `safe`, or `none` (the margin alone).")
+        "`finalized`, `safe`, or `none` (the margin alone). Unset on a local dev chain: "
+        "`none`.")
+
+    @model_validator(mode="after")
+    def _dev_chain_final_at_once(self) -> Settings:
+        """A local dev chain's events are final as soon as they are mined: a single node
+        never reorgs, and an idle one mines no block that would bury them (anvil's
+        `finalized` lags 64 blocks). A margin or tag that was set stays."""
+        if self.chain_id in DEV_CHAIN_IDS:
+            if "chain_reorg_margin" not in self.model_fields_set:
+                self.chain_reorg_margin = 0
+            if "chain_finality_tag" not in self.model_fields_set:
+                self.chain_finality_tag = "none"
+        return self
     chain_index_interval_s: float = Field(
         2.0, gt=0, description="Period of the chain event indexer (leader only).")
     chain_index_max_chunk: int = Field(

@@ -60,8 +60,22 @@ else
   mv "$solc_target.tmp" "$solc_target"
 fi
 
-# The provider agent sandboxes tasks with bubblewrap where it can; say so plainly when not.
-if ! command -v bwrap >/dev/null; then
-  echo "setup: bubblewrap is not installed: the provider agent will run tasks under rlimits" \
-       "only, with no filesystem or network isolation (Debian: apt-get install bubblewrap)" >&2
+# Debian packages: bubblewrap, the provider agent's sandbox (without it a root agent runs
+# tasks as nobody under rlimits only, and nobody cannot run a Python under /root); with
+# SETUP_TEST=1 (`make test`) also chromium, for the dashboard's browser test. Installed when
+# this runs as root with apt-get; otherwise it says what to install.
+need=()
+command -v bwrap >/dev/null || need+=(bubblewrap)
+if [ "${SETUP_TEST:-}" = 1 ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${need[*]} from Debian's packages"
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; } ||
+      echo "setup: could not install ${need[*]} (apt-get failed): install them by hand" >&2
+  else
+    echo "setup: ${need[*]} not installed: without bubblewrap the provider agent runs tasks" \
+         "under rlimits only, with no filesystem or network isolation (Debian: sudo apt-get" \
+         "install ${need[*]})" >&2
+  fi
 fi

@@ -36,11 +36,15 @@ from mesh.commands.common import (
     show_tokens,
     tokens,
     user_errors,
+    wallet_dir,
     when,
 )
+from mesh.scene_check import SceneInfo, SceneUnreadable, read_scene
+from mesh.submissions import Step, Submission, Submissions, request_key
 from orchestrator.domain.ids import JobId
 
 if TYPE_CHECKING:
+    from orchestrator.chain.sdk import MeshChain
     from protocol.client import Wallet
 
 app = typer.Typer(help="A customer's render jobs (signed with the customer's wallet).",
@@ -79,6 +83,17 @@ def _job_id(value: str) -> bytes:
         return bytes.fromhex(raw)
     except ValueError:
         raise UserError(f"{value!r} is not a job id (0x + 64 hex digits)") from None
+
+
+def _read_scene(blend: Path, quiet: bool) -> SceneInfo:
+    """The scene as the pinned Blender opens it; one line, before anything is sent or paid,
+    when it cannot."""
+    with progress(f"opening {blend.name} in Blender", quiet=quiet):
+        try:
+            return read_scene(blend)
+        except SceneUnreadable as unreadable:
+            raise UserError(f"{blend} is not a scene Blender can open ({unreadable}); nothing "
+                            "was uploaded or escrowed") from None
 
 
 def _upload(wallet: Wallet, blend: Path, quiet: bool) -> str:
@@ -145,7 +160,6 @@ def submit(
     as_json: JsonFlag = False,
 ) -> None:
     """Upload the .blend, escrow the budget on chain and submit the signed job spec."""
-    from eth_utils import keccak
 
     from orchestrator.api.schemas import JobSpec
 
@@ -154,6 +168,11 @@ def submit(
             raise UserError(f"{blend} is not a file: give the .blend to render")
         first, last = _frames(frames)
         amount = tokens(budget)
+        scene = _read_scene(blend, quiet=as_json)
+        if first < scene.frame_start or last > scene.frame_end:
+            typer.secho(f"warning: frames {first}-{last} reach outside the scene's range "
+                        f"{scene.frame_start}-{scene.frame_end}", err=True,
+                        fg=typer.colors.YELLOW)
         needs: dict[str, Any] = {"min_vram_gb": min_vram_gb, "priority": priority}
         if providers:
             needs["providers"] = checksums(providers.split(","))
@@ -167,31 +186,47 @@ def submit(
             needs["max_price_per_gpu_hour"] = tokens(max_price)
         chain = connect_chain(rpc_url, data_dir)
         account = open_wallet(wallet, password_file, directory)
-        ensure_tokens(chain, account.address, amount, "this budget")
-        deadline = int(chain.w3.eth.get_block("latest")["timestamp"] + deadline_h * 3600)
         workload: dict[str, Any] = {"kind": "blender", "blend_sha256": "0" * 64,
                                     "frames": {"start": first, "end": last}, "tiles": tiles,
                                     "samples": samples, "chunk_samples": chunk_samples,
                                     "format": image_format,
                                     "resolution": _resolution(resolution)}
-        JobSpec.model_validate({"workload": workload, "needs": needs, "deadline": deadline})
+        JobSpec.model_validate({"workload": workload, "needs": needs,  # before any upload
+                                "deadline": int(time.time() + deadline_h * 3600)})
         base = service(orchestrator, orchestrator_id, chain.deployment.chain_id)
         client = base.wallet(account)
         workload["blend_sha256"] = _upload(client, blend, as_json)
-        spec = JobSpec.model_validate({"workload": workload, "needs": needs,
-                                       "deadline": deadline})
-        job_id = keccak(bytes.fromhex(account.address[2:]) + secrets.token_bytes(16))
-        job_hex = JobId.of(job_id)
-        with progress(f"escrowing {budget} tokens for job {job_hex[:10]}…", quiet=as_json):
-            receipt = chain.account(account).create_job(job_id, amount, deadline,
-                                                        spec.canonical_hash())
-        body = {"job_id": job_hex, "spec": spec.model_dump(mode="json")}
-        job = _submit_once(client, body, recovery=(
-            f"job {job_hex} stays escrowed: get it back with `mesh job cancel {job_hex}` "
-            f"after {when(deadline + chain.grace_period())}"))
+        journal = Submissions(wallet_dir(directory) / "jobs", account.address)
+        request = request_key(workload=workload, needs=needs, amount=amount,
+                              deadline_h=deadline_h, orchestrator=base.orchestrator_id,
+                              chain_id=chain.deployment.chain_id)
+        record = journal.unfinished(request)
+        if record is None:
+            record = _new_submission(journal, chain, account.address, request, workload, needs,
+                                     amount, deadline_h)
+        else:  # on stderr, under --json too
+            typer.echo(f"resuming job {record.job_id}: an earlier submit of this command "
+                       "stopped before the orchestrator took it", err=True)
+        spec = JobSpec.model_validate(record.spec)
+        job_hex, deadline = record.job_id, spec.deadline
+        if chain.escrowed_job(bytes.fromhex(job_hex[2:])) is None:
+            ensure_tokens(chain, account.address, amount, "this budget")
+            with progress(f"escrowing {budget} tokens for job {job_hex}", quiet=as_json):
+                receipt = chain.account(account).create_job(
+                    bytes.fromhex(job_hex[2:]), amount, deadline, spec.canonical_hash())
+            record = record.after(Step.ESCROWED, escrow_tx=receipt.tx_hash)
+        else:  # an earlier run's escrow: never a second one
+            record = record.after(Step.ESCROWED)
+        journal.save(record)
+        job = _submit_once(client, {"job_id": job_hex, "spec": record.spec},
+                           record.idempotency_key, recovery=(
+            f"job {job_hex} stays escrowed: run the same command again to submit it, or get "
+            f"the escrow back with `mesh job cancel {job_hex}` after "
+            f"{when(deadline + chain.grace_period())}"))
+        journal.save(record.after(Step.SUBMITTED))
         result = {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
-                  "budget": amount, "deadline": deadline, "escrow_tx": receipt.tx_hash,
-                  "blend_sha256": workload["blend_sha256"]}
+                  "budget": amount, "deadline": deadline, "escrow_tx": record.escrow_tx,
+                  "blend_sha256": workload["blend_sha256"], "scene": scene.as_json()}
         if wait:
             result["status"] = _follow(lambda: _job(client, job_hex), job_hex,
                                        quiet=as_json)["status"]
@@ -200,20 +235,43 @@ def submit(
         client.close()
     emit(result, as_json, lambda r: typer.echo(
         f"job {r['job_id']}: {r['status']}, {sum(r['tasks'].values())} tasks, "
-        f"{show_tokens(amount)} tokens escrowed in {r['escrow_tx']}; follow it with "
+        f"{show_tokens(amount)} tokens escrowed "
+        f"{'in ' + r['escrow_tx'] if r['escrow_tx'] else 'by the earlier run'}; follow it with "
         f"`mesh job status {r['job_id']} --watch`"))
 
 
-def _submit_once(client: Wallet, body: dict[str, Any], recovery: str) -> dict[str, Any]:
-    """POST the escrowed job (retried under one idempotency key: `mesh.customer.submit_job`);
-    what still fails is one line that says how to get the escrow back or submit again."""
+def _new_submission(journal: Submissions, chain: MeshChain, customer: str, request: str,
+                    workload: dict[str, Any], needs: dict[str, Any], amount: int,
+                    deadline_h: float) -> Submission:
+    """A new job id and its spec (the deadline from the chain's clock), recorded before
+    anything is paid."""
+    from eth_utils import keccak
+
+    from orchestrator.api.schemas import JobSpec
+
+    deadline = int(chain.w3.eth.get_block("latest")["timestamp"] + deadline_h * 3600)
+    spec = JobSpec.model_validate({"workload": workload, "needs": needs, "deadline": deadline})
+    record = Submission(
+        job_id=JobId.of(keccak(bytes.fromhex(customer[2:]) + secrets.token_bytes(16))),
+        request=request,
+        spec=spec.model_dump(mode="json"), amount=amount,
+        idempotency_key=secrets.token_hex(16), created_at=time.time())
+    journal.save(record)
+    return record
+
+
+def _submit_once(client: Wallet, body: dict[str, Any], key: str, recovery: str
+                 ) -> dict[str, Any]:
+    """POST the escrowed job under the submission's idempotency key (retried:
+    `mesh.customer.submit_job`); what still fails is one line that says how to submit again
+    or get the escrow back."""
     import httpx
 
     from mesh.customer import submit_job
     from protocol.client import ApiCallError
 
     try:
-        return submit_job(client, body)
+        return submit_job(client, body, key=key)
     except httpx.TransportError as error:
         raise UserError(f"no orchestrator answers ({error}); {recovery}") from None
     except ApiCallError as error:
@@ -238,7 +296,7 @@ def _follow(read: Callable[[], dict[str, Any]], job_id: str, *, quiet: bool,
     with Progress(TextColumn("job {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
                   console=Console(stderr=True), disable=quiet, transient=True) as bar:
-        task = bar.add_task(job_id[:10] + "…", total=sum(job["tasks"].values()),
+        task = bar.add_task(job_id, total=sum(job["tasks"].values()),
                             status=job["status"])
         while True:
             done = sum(n for s, n in job["tasks"].items() if s in ("done", "verified"))
@@ -281,6 +339,8 @@ def _show_job(job: dict[str, Any]) -> None:
             "amount": show_tokens(job["amount"]),
             "tasks": ", ".join(f"{n} {s}" for s, n in sorted(job["tasks"].items())),
             "result root": job.get("merkle_root")}
+    if job.get("reason"):
+        rows["reason"] = job["reason"]
     if escrow is not None:
         rows["escrow"] = (f"{escrow['status']}, {show_tokens(escrow['amount'])} tokens, due "
                           f"{when(escrow['deadline'])}")
@@ -318,6 +378,50 @@ def download(job: JobIdArg,
              f"{len(done.files)} files checked and written to {out}"
              + (f", {len(done.frames)} frames assembled from tiles" if done.frames else "")
              + ("" if done.complete else "; the job is not finished yet")))
+
+
+@app.command("list")
+def list_jobs(wallet: WalletOption, password_file: PasswordFile = None,
+              directory: WalletDir = None, orchestrator: OrchestratorUrl = None,
+              orchestrator_id: OrchestratorId = None, rpc_url: RpcUrl = None,
+              data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
+    """Your jobs, newest first: those the orchestrator holds (signed) and those a submit on
+    this machine escrowed but never handed over, each with its escrow on chain."""
+    from protocol.client import expect
+
+    with user_errors("job list"):
+        chain = connect_chain(rpc_url, data_dir)
+        account = open_wallet(wallet, password_file, directory)
+        client = service(orchestrator, orchestrator_id, chain.deployment.chain_id).wallet(
+            account)
+        try:
+            held = call_service("list your jobs", lambda: expect(client.send("GET",
+                                                                               "/v1/jobs")))
+        finally:
+            client.close()
+        rows: list[dict[str, Any]] = [
+                {"job_id": record.job_id, "status": f"not submitted ({record.step})",
+                 "tasks": {}, "budget": record.amount}
+                for record in Submissions(wallet_dir(directory) / "jobs", account.address).all()
+                if record.job_id not in {job["job_id"] for job in held}]
+        rows += [{"job_id": job["job_id"], "status": job["status"], "tasks": job["tasks"],
+                  "budget": job["amount"]} for job in held]
+        for row in rows:
+            escrow = chain.escrowed_job(bytes.fromhex(str(row["job_id"])[2:]))
+            row["escrow"] = "none" if escrow is None else escrow.status.name.lower()
+    emit(rows, as_json, _show_jobs)
+
+
+def _show_jobs(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        typer.echo("no jobs yet (`mesh job submit` sends one)")
+        return
+    print_table([{"job": r["job_id"], "status": r["status"],
+                  "tasks": ", ".join(f"{n} {s}" for s, n in sorted(r["tasks"].items())) or "-",
+                  "budget": show_tokens(r["budget"]), "escrow": r["escrow"]} for r in rows])
+    if any(r["status"].startswith("not submitted") for r in rows):
+        typer.echo("a job not submitted: run the `mesh job submit` that made it again to "
+                   "finish it, or `mesh job cancel JOB` to take its escrow back")
 
 
 @app.command("cancel")

@@ -43,7 +43,7 @@ def _show(found: list[dict[str, Any]]) -> None:
         typer.echo("no nodes registered yet (a provider starts one with `mesh agent run`)")
         return
     now = time.time()
-    print_table([{"node": n["node_id"], "provider": n["provider"][:10] + "…",
+    print_table([{"node": n["node_id"], "provider": n["provider"],
                   "region": n["region"], "gpu": f"{n['gpu_model']} {n['vram_gb']} GB",
                   "slots": n["slots"], "tier": n["tier"],
                   "RS": "-" if n["rs"] is None else f"{n['rs']:.3f}",

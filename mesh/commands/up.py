@@ -29,6 +29,7 @@ def up(
     """A local grid: anvil, contracts, orchestrator (SQLite), N agents; Ctrl-C stops it all."""
     from mesh.demo.run import OUT, run, serve
     from mesh.demo.steps import DemoError
+    from mesh.localgrid import FolderInUse
 
     if stay and not demo:
         typer.echo("mesh up: --stay goes with --demo (plain `mesh up` stays up until Ctrl-C "
@@ -39,6 +40,6 @@ def up(
             run(providers=providers, out=out or OUT, stay=stay)
         else:
             serve(providers=providers, out=out or Path(".mesh/up"))
-    except DemoError as error:
+    except (DemoError, FolderInUse) as error:
         typer.echo(f"mesh up: {error}", err=True)
         raise typer.Exit(2) from None

@@ -5,7 +5,7 @@ gone when it returns."""
 
 from __future__ import annotations
 
-import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -19,8 +19,8 @@ from mesh.demo.board import Board, Node
 from mesh.demo.checks import Check, report
 from mesh.demo.outputs import contact_sheet, rs_plot, write_summary
 from mesh.demo.steps import Demo, DemoError
-from mesh.localgrid import GridError, local_grid
-from mesh.processes import ServiceError, adopt_orphans, reap_descendants
+from mesh.localgrid import GridError, grid_folder, local_grid
+from mesh.processes import ServiceError, adopt_orphans, reap_descendants, reap_orphans
 from orchestrator.chain.anvil import dev_account
 from orchestrator.chain.errors import ChainError
 from protocol.client import ApiCallError
@@ -40,18 +40,21 @@ OUT = Path(".mesh/demo")
 def serve(*, providers: int, out: Path) -> None:
     """`mesh up`: the grid with `providers` steady agents, the live board until Ctrl-C."""
     adopt_orphans()
+    interrupt_on_sigterm()
     console = Console(soft_wrap=True)
-    shutil.rmtree(out, ignore_errors=True)
     try:
-        with local_grid(out) as grid:
+        with grid_folder(out), local_grid(out) as grid:
             board = Board(grid, grid.chain, console)
             try:
                 for i in range(1, providers + 1):
                     board.nodes.append(Node(grid.agent(f"node-{i}").start(), "steady",
                                             "steady"))
                 deployment = grid.chain.deployment
+                env_file = grid.client_env()
                 console.print(
                     f"[bold]local grid up[/] (Ctrl-C stops everything)\n"
+                    f"  mesh commands: `set -a; . {env_file}; set +a` (wallets customer and "
+                    f"arbiter, password in {env_file.parent / 'wallets' / 'password'})\n"
                     f"  chain        {grid.rpc_url} (chain id {deployment.chain_id}); token "
                     f"{deployment.token}, StakeManager {deployment.stake_manager}, JobEscrow "
                     f"{deployment.job_escrow}\n"
@@ -77,12 +80,11 @@ def run(*, providers: int = 4, out: Path = OUT, stay: bool = False) -> None:
                         "other, one churns, one cheats")
     began = time.monotonic()
     adopt_orphans()
+    interrupt_on_sigterm()
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     demo: Demo | None = None
     try:
-        with local_grid(out / "grid", **SERVICE_ENV) as grid:
+        with grid_folder(out), local_grid(out / "grid", **SERVICE_ENV) as grid:
             chain = grid.chain
             console.print(f"[bold]anvil[/] {grid.rpc_url}; token {chain.deployment.token}, "
                           f"StakeManager {chain.deployment.stake_manager}, JobEscrow "
@@ -101,10 +103,12 @@ def run(*, providers: int = 4, out: Path = OUT, stay: bool = False) -> None:
                 write_summary(summary, out / "summary.json")
                 if stay:
                     results(console, out, summary, checks, demo.total_gas)
+                    env_file = grid.client_env()
                     console.print(f"[bold]the grid stays up[/]: dashboard at {grid.url}/dashboard "
-                                  f"(admin key {grid.env['MESH_ADMIN_KEY']}), `mesh` commands "
-                                  f"with --orchestrator {grid.url} --rpc-url {grid.rpc_url} "
-                                  f"--data-dir {grid.data_dir}; Ctrl-C stops everything")
+                                  f"(admin key {grid.env['MESH_ADMIN_KEY']}); `mesh` commands "
+                                  f"after `set -a; . {env_file}; set +a` (wallets customer and "
+                                  f"arbiter, password in {env_file.parent / 'wallets'}"
+                                  "/password); Ctrl-C stops everything")
                     stay_until_interrupted(demo.board)
             except (ChainError, DemoError, GridError, ApiCallError, httpx.HTTPError) as exc:
                 console.print(demo.board.table())
@@ -146,9 +150,20 @@ def results(console: Console, out: Path, summary: dict[str, Any], checks: list[C
 
 
 def stay_until_interrupted(board: Board) -> None:
-    """The live board of a grid left serving, until Ctrl-C (KeyboardInterrupt)."""
+    """The live board of a grid left serving, until Ctrl-C or SIGTERM (KeyboardInterrupt,
+    `interrupt_on_sigterm`); the orphans its agents leave are reaped as they end."""
     board.wait("Ctrl-C")
     with Live(board, console=board.console, refresh_per_second=1):
         while True:
             board.poll()
+            reap_orphans(board.grid.own_pids())
             time.sleep(2.0)
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (what `timeout`, systemd and container runtimes send) stops the grid as Ctrl-C
+    does: every process it started is stopped and reaped."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)

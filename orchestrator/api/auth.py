@@ -79,7 +79,10 @@ def verify_request(headers: Mapping[str, str], *, method: str, path: str, body: 
     except Exception:  # any malformed signature (bad v, s out of range) is simply invalid
         raise _unauthorized("signature_invalid", "the signature does not verify") from None
     if signer != to_checksum_address(address):
-        raise _unauthorized("signature_mismatch", "the signature is not from x-mesh-address")
+        raise _unauthorized("signature_mismatch", "the signature is not from x-mesh-address "
+                            f"(this orchestrator's id is {orchestrator_id!r}: a client "
+                            "signing for another, MESH_ORCHESTRATOR_ID, fails here; a changed "
+                            "path or body fails too)")
     return SignedRequest(address=signer, nonce=nonce, expiry=expiry)
 
 

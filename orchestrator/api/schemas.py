@@ -245,6 +245,7 @@ class JobOut(BaseModel):
     amount: int
     tasks: dict[str, int]
     merkle_root: str | None
+    reason: str | None = None  # why it stopped, when it failed, was cancelled or expired
 
 
 class LeaseOut(BaseModel):

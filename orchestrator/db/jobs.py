@@ -84,6 +84,12 @@ def jobs_in_status(session: Session, *, statuses: Sequence[JobStatus],
     return list(session.scalars(query))
 
 
+def customer_jobs(session: Session, *, customer: str, limit: int) -> list[Job]:
+    """The customer's newest `limit` jobs, newest first."""
+    return list(session.scalars(select(Job).where(Job.customer == customer)
+                                .order_by(Job.created_at.desc(), Job.id).limit(limit)))
+
+
 def get_task(session: Session, *, task_id: int) -> Task | None:
     return session.get(Task, task_id)
 

@@ -29,6 +29,7 @@ from orchestrator.domain.chain_actions import PayloadError, SettleJob, decode
 from orchestrator.domain.errors import Invalid, Missing
 from orchestrator.domain.lifecycle import JobStatus, OutboxStatus, TaskStatus, VerificationStatus
 from orchestrator.domain.types import SlashReason, Tier
+from orchestrator.services import jobs
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_staking import SLASH_KEY
 from orchestrator.services.pls_state import StakeUnavailable
@@ -99,6 +100,7 @@ class JobRow:
     progress: float
     eta_s: float | None  # None: not running, or nothing to extrapolate from yet
     frames: list[FrameRow]
+    reason: str | None  # why it stopped (failed, cancelled, expired)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +188,8 @@ def snapshot(session: Session, *, pls: PlsService, metrics: MeshMetrics, now: fl
     return Dashboard(
         generated_at=now, refresh_s=REFRESH_S, admin=admin, service=metrics.figures(),
         nodes=_nodes(session, pls, now),
-        jobs=[_job(job, tasks, now, thumbnail_url if admin else None)
+        jobs=[_job(job, tasks, now, thumbnail_url if admin else None,
+                   jobs.stop_reason(session, job))
               for job, tasks in store.recent_jobs(session, limit=LIMIT)],
         settlements=[_settlement(row) for row in store.settle_actions(session, limit=LIMIT)],
         slashes=_slashes(session), disputes=_disputes(session), contested=_contested(session))
@@ -267,7 +270,8 @@ def _earnings(rows: Sequence[OutboxAction]) -> tuple[dict[str, int], dict[str, i
     return earned, pending
 
 
-def _job(job: Job, tasks: Sequence[Task], now: float, thumbnail_url: str | None) -> JobRow:
+def _job(job: Job, tasks: Sequence[Task], now: float, thumbnail_url: str | None,
+         reason: str | None) -> JobRow:
     frames: dict[int, list[TileRow]] = defaultdict(list)
     for task in tasks:
         payload: dict[str, Any] = task.payload
@@ -286,7 +290,8 @@ def _job(job: Job, tasks: Sequence[Task], now: float, thumbnail_url: str | None)
     return JobRow(job_id=job.id, status=job.status, customer=job.customer, amount=str(job.amount),
                   created_at=job.created_at, tasks=len(tasks),
                   tasks_done=sum(1 for t in tasks if t.status in FINISHED_TASKS),
-                  progress=round(progress, 4), eta_s=_eta(job, progress, now), frames=rows)
+                  progress=round(progress, 4), eta_s=_eta(job, progress, now), frames=rows,
+                  reason=reason)
 
 
 def _eta(job: Job, progress: float, now: float) -> float | None:

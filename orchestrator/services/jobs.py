@@ -35,11 +35,25 @@ class JobView:
     amount: int
     tasks: dict[str, int]  # task status -> how many
     merkle_root: str | None
+    reason: str | None = None  # why a job stopped (failed, cancelled, expired)
+
+
+STOPPED = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.EXPIRED.value})
+
+
+def stop_reason(session: Session, job: Job) -> str | None:
+    """Why a failed, cancelled or expired job stopped (its last move's reason); None for a
+    job that did not stop."""
+    if job.status not in STOPPED:
+        return None
+    history = status_db.status_history(session, entity="job", entity_id=job.id)
+    return history[-1].reason if history else None
 
 
 def view(session: Session, job: Job) -> JobView:
     return JobView(job_id=job.id, status=job.status, customer=job.customer, amount=job.amount,
-                   tasks=job_db.task_counts(session, job_id=job.id), merkle_root=job.merkle_root)
+                   tasks=job_db.task_counts(session, job_id=job.id), merkle_root=job.merkle_root,
+                   reason=stop_reason(session, job))
 
 
 def job_named(session: Session, *, job_id: str) -> Job:
@@ -69,6 +83,12 @@ class Submission:
     needs: TaskNeeds  # per task; `value` is set here from the escrowed amount
     idempotency_key: str
     request_hash: str  # of the whole request: a reused key must name the same request
+
+
+def customer_jobs(session: Session, *, customer: str, limit: int) -> list[JobView]:
+    """The customer's newest jobs (at most `limit`), newest first."""
+    return [view(session, job) for job in job_db.customer_jobs(session, customer=customer,
+                                                                  limit=limit)]
 
 
 def submit(session: Session, *, job: Submission,

@@ -51,9 +51,10 @@ def complete(session: Session, *, task_id: int, node_id: str, result_sha256: str
     return task
 
 
-def fail(session: Session, *, task_id: int, node_id: str, reason: str, metrics: MeshMetrics,
-         now: float) -> Task:
-    task = work.fail_task(session, task_id=task_id, node_id=node_id, reason=reason, now=now)
+def fail(session: Session, *, task_id: int, node_id: str, reason: str, message: str,
+         metrics: MeshMetrics, now: float) -> Task:
+    task = work.fail_task(session, task_id=task_id, node_id=node_id, reason=reason, now=now,
+                          message=message)
     session.commit()
     metrics.retries.labels(reason).inc()
     return task

@@ -271,23 +271,36 @@ def job_merkle_root(session: Session, *, job_id: str) -> str | None:
     return hex0x(MerkleTree.build([bytes.fromhex(h) for h in hashes]).root)
 
 
-def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now: float) -> Task:
+def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now: float,
+              message: str = "") -> Task:
     """start_failed: the slot is freed at once; drain: the task moves (after its checkpoint);
-    error: retried elsewhere until the attempt budget is spent."""
+    error: retried elsewhere until the attempt budget is spent. The node's `message` (what
+    went wrong, in its words) goes into the task's history and, when the task fails for
+    good, into its job's: the reason a customer is shown."""
     task, lease = held_lease(session, task_id=task_id, node_id=node_id)
+    said = reported(node_id, message)
     if reason == "error" and task.attempts >= MAX_ATTEMPTS:
         lease_db.release_lease(session, lease=lease, now=now, reason="failed")
         status_db.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
-                             reason=f"failed {task.attempts} times")
+                             reason=f"failed {task.attempts} times{said}")
         job = job_db.get_job(session, job_id=task.job_id)
         assert job is not None
         if JobStatus.FAILED in JOB_TRANSITIONS[JobStatus(job.status)]:
             status_db.set_job_status(session, job=job, target=JobStatus.FAILED, now=now,
-                                reason=f"task {task.id} failed for good")
+                                reason=f"frame task {task.index} failed {task.attempts} "
+                                       f"times{said}")
         return task
     cause = "drain" if reason == "drain" else None
-    requeue_task(session, task=task, lease=lease, now=now, reason=reason, cause=cause)
+    requeue_task(session, task=task, lease=lease, now=now, reason=reason, cause=cause,
+                 detail=said)
     return task
+
+
+def reported(node_id: str, message: str) -> str:
+    """A node's own words about a failure, as a suffix for a status reason: one line of
+    printable text (a node is not trusted to format what a customer reads), named as its."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in message).split())[:300]
+    return f"; node {node_id} reported: {text}" if text else ""
 
 
 def drain_node(session: Session, *, node: Node, now: float) -> int:
@@ -306,12 +319,14 @@ def drain_node(session: Session, *, node: Node, now: float) -> int:
 
 
 def requeue_task(session: Session, *, task: Task, lease: Lease, now: float, reason: str,
-                 cause: str | None) -> None:
+                 cause: str | None, detail: str = "") -> None:
     """Free the slot and put the task back in line, resuming from its last checkpoint.
-    `cause` (dead, drain, lapsed, restart) records a recovery event with the work lost."""
+    `cause` (dead, drain, lapsed, restart) records a recovery event with the work lost;
+    `detail` goes after `reason` in the task's history (the lease keeps the short reason)."""
     lease_db.release_lease(session, lease=lease, now=now, reason=reason)
     was_running = task.status == TaskStatus.RUNNING.value
-    status_db.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now, reason=reason)
+    status_db.set_task_status(session, task=task, target=TaskStatus.RETRY, now=now,
+                              reason=reason + detail)
     if cause is not None and was_running:
         lease_db.add_recovery_event(session, task_id=task.id, from_node=lease.node_id, cause=cause,
                                 lost_at=now,

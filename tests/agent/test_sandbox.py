@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from agent import sandbox
 from agent.sandbox import Limits, Outcome, Sandbox, bubblewrap, task_python
 
 PY = task_python()
@@ -23,13 +26,38 @@ def sandboxed(code: str, tmp: Path, limits: Limits | None = None) -> tuple[Outco
     return run.outcome, "\n".join(lines), run.reason
 
 
-def test_task_seesNoneOfTheAgentsEnvironment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                             ) -> None:
-    monkeypatch.setenv("MESH_AGENT_PASSWORD", "hunter2")
-    outcome, out, _ = sandboxed("import os; print(sorted(os.environ))", tmp_path)
+@pytest.fixture(params=["bubblewrap", "rlimits_only"])
+def isolation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a task runs: under bubblewrap (which clears the environment by itself) and
+    without it, where the agent's own environment handling is all there is."""
+    if request.param == "bubblewrap" and bubblewrap() is None:
+        pytest.skip("bubblewrap cannot make namespaces here")
+    if request.param == "rlimits_only":
+        monkeypatch.setattr(sandbox, "bubblewrap", lambda: None)
+    return str(request.param)
 
-    assert outcome is Outcome.OK
-    assert "MESH_AGENT_PASSWORD" not in out and "PATH" in out
+
+def test_task_seesNoneOfTheAgentsEnvironment(isolation: str, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    secrets = {"MESH_AGENT_PASSWORD": "hunter2", "AWS_SECRET_ACCESS_KEY": "k3y",
+               "MESH_ADMIN_KEY": "admin"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    parent = Path(tempfile.mkdtemp(prefix="mesh-env-test-"))  # a task run as nobody reaches it
+    parent.chmod(0o755)
+    lines: list[str] = []
+    try:
+        with Sandbox(limits=Limits(wall_s=30), parent_dir=parent) as box:
+            run = box.run(["/usr/bin/env"], on_line=lines.append)  # what the task was given
+            home = str(box.home)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+    assert run.outcome is Outcome.OK, run.reason
+    seen = dict(line.split("=", 1) for line in lines if "=" in line)
+    assert not set(secrets) & set(seen)
+    assert not set(secrets.values()) & set(seen.values())
+    assert seen["HOME"] == home and "PATH" in seen
 
 
 def test_task_runs_niced_below_the_agent(tmp_path: Path) -> None:

@@ -28,3 +28,34 @@ def test_offline_chunks_survive_a_restart_oldest_first_until_shown(tmp_path: Pat
 
 def test_no_offline_chunks_when_nothing_was_cut(tmp_path: Path) -> None:
     assert Spool(tmp_path / "spool").offline() == []
+
+
+def test_acknowledging_a_result_keeps_every_file_another_pending_result_names(
+        tmp_path: Path) -> None:
+    """Two frames whose chunks came out byte-identical share one part file: acknowledging the
+    first removes its own result but not the shared part, and a restarted agent still finds
+    the second with its result and all its parts."""
+    root = tmp_path / "spool"
+    files = {}
+    for name, data in {"shared": b"black chunk", "first": b"frame 1", "second": b"frame 2",
+                       "own": b"chunk of 1"}.items():
+        files[name] = tmp_path / f"{name}.exr"
+        files[name].write_bytes(data)
+    shared = ("c" * 64, files["shared"])
+    first = Spool(root).keep(task_id=1, lease_id=10, sha256="1" * 64, source=files["first"],
+                             parts=[shared, ("d" * 64, files["own"])])
+    second = Spool(root).keep(task_id=2, lease_id=20, sha256="2" * 64, source=files["second"],
+                              parts=[shared])
+    for path in files.values():
+        path.unlink()  # the sandboxes that rendered them are wiped
+
+    Spool(root).acknowledged(first)
+
+    after_restart = Spool(root)
+    assert after_restart.pending() == [second]
+    assert after_restart.path(second).read_bytes() == b"frame 2"
+    assert [(root / name).read_bytes() for name in second.parts] == [b"black chunk"]
+    assert not (root / first.name).exists()
+    assert not (root / f"{'d' * 64}.exr").exists()  # first's own part is gone with it
+    after_restart.acknowledged(second)
+    assert sorted(p.name for p in root.iterdir()) == []

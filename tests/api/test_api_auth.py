@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
+import httpx
 import pytest
 from eth_account import Account
 from eth_utils import keccak
@@ -21,6 +23,7 @@ from orchestrator.api.auth import (
     verify_request,
 )
 from orchestrator.api.errors import ApiError
+from orchestrator.config import Settings
 from orchestrator.db import nonces as nonce_db
 from protocol.client import Wallet
 from protocol.signing import sign_request
@@ -302,7 +305,9 @@ def test_every_refusal_is_a_401_with_a_message_that_says_what_is_wrong() -> None
     assert refused(signed(**{"x-mesh-signature": "0x" + "00" * 65})) == (
         401, "signature_invalid", "the signature does not verify")
     assert refused(signed(), body=b"[]") == (
-        401, "signature_mismatch", "the signature is not from x-mesh-address")
+        401, "signature_mismatch", f"the signature is not from x-mesh-address (this "
+        f"orchestrator's id is {ORCH!r}: a client signing for another, MESH_ORCHESTRATOR_ID, "
+        "fails here; a changed path or body fails too)")
     other = "0x" + "43" * 32
     foreign = sign_request(other, method="post", path="/v1/nodes", body=b"{}", nonce=7,
                            expiry=int(NOW) + 60, chain_id=CHAIN, orchestrator_id=ORCH)
@@ -400,3 +405,28 @@ def test_a_token_is_its_payload_up_to_the_first_dot_and_its_mac_after_it() -> No
         check_token(secret, token + ".x", now=NOW)
     assert (caught.value.status, caught.value.code, caught.value.message) == (
         401, "token_invalid", "the session token does not verify")
+
+
+def test_a_chunked_body_over_the_limit_is_refused_before_more_than_the_limit_is_read(
+        client: TestClient, settings: Settings) -> None:
+    """No Content-Length (Transfer-Encoding: chunked): the limit is applied while reading,
+    so the sender's stream is abandoned one chunk past the limit, not read to its end."""
+    chunk, sent = 4096, 0
+
+    async def endless_json() -> AsyncIterator[bytes]:
+        nonlocal sent
+        yield b'{"node_id": "'
+        for _ in range(256):  # 1 MiB in all
+            sent += chunk
+            yield b"x" * chunk
+
+    async def post() -> httpx.Response:
+        transport = httpx.ASGITransport(app=client.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://mesh") as http:
+            return await http.post("/v1/nodes", content=endless_json(),
+                                   headers={"content-type": "application/json"})
+
+    response = asyncio.run(post())
+    assert (response.status_code, response.json()["error"]["code"]) == (413, "body_too_large")
+    assert "content-length" not in response.request.headers
+    assert sent <= settings.max_body_bytes + chunk

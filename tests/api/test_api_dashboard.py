@@ -10,11 +10,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
+from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.config import Settings
+from orchestrator.db import jobs as job_db
+from orchestrator.db import statuses as status_db
+from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.main import create_app
 from tests.api.dashboard_grid import ADMIN, NODES, STAKE, Seeded, seed
 from tests.clients import VirtualClock
+from tests.conftest import JobMaker
 from tests.services.pls_harness import FixedStake
 
 
@@ -36,7 +41,8 @@ def seeded(dash: TestClient, stake: FixedStake, clock: VirtualClock, tmp_path: P
 
 
 def test_public_read_shows_nodes_jobs_and_settlements_but_no_thumbnails(
-        dash: TestClient, seeded: Seeded, clock: VirtualClock) -> None:
+        dash: TestClient, seeded: Seeded, clock: VirtualClock, make_job: JobMaker,
+        factory: sessionmaker[Session]) -> None:
     clock.advance(600)
     body = dash.get("/v1/dashboard").json()
     assert body["admin"] is False
@@ -59,6 +65,19 @@ def test_public_read_shows_nodes_jobs_and_settlements_but_no_thumbnails(
     assert running["status"] == "running" and running["progress"] == pytest.approx(0.25 / 4)
     # 600 s for 1/16 of the work: 15/16 left at that pace
     assert running["eta_s"] == pytest.approx(600 * 15, rel=1e-3)
+    assert finished["reason"] is None and running["reason"] is None
+    stopped = make_job(1)
+    with factory.begin() as session:  # as a task that failed for good fails its job
+        job = job_db.get_job(session, job_id=stopped)
+        assert job is not None
+        for step in (JobStatus.SCHEDULED, JobStatus.RUNNING):
+            status_db.set_job_status(session, job=job, target=step, now=clock(), reason="")
+        status_db.set_job_status(session, job=job, target=JobStatus.FAILED, now=clock(),
+                                 reason="frame task 0 failed 5 times; node gpu-amber "
+                                        "reported: Missing DNA block")
+    failed = {j["job_id"]: j for j in dash.get("/v1/dashboard").json()["jobs"]}[stopped]
+    assert (failed["status"], failed["reason"]) == (
+        "failed", "frame task 0 failed 5 times; node gpu-amber reported: Missing DNA block")
     [settlement] = body["settlements"]
     assert (settlement["job_id"], settlement["status"], settlement["paid"]) == (
         seeded.finished_job, "pending", str(3 * 10**18))

@@ -99,6 +99,30 @@ def test_submit_withMatchingEscrow_createsAFundedJobWithOneTaskPerFrame(
     assert reused.json()["error"]["code"] == "idempotency_key_reused"
 
 
+def test_a_customer_lists_its_own_jobs_newest_first_and_no_one_elses(
+        chain_client: TestClient, mesh_chain: MeshChain, settings: Settings,
+        clock: VirtualClock) -> None:
+    wallet = customer(chain_client, settings, clock)
+    submitted = []
+    for n in range(3):
+        job_spec = spec(frames=n + 1)
+        job_id = escrow(mesh_chain, job_spec)
+        assert wallet.send("POST", "/v1/jobs", {"job_id": job_id, "spec": job_spec},
+                           headers={"idempotency-key": f"list-{job_id[2:18]}"}
+                           ).status_code == 200
+        submitted.append(job_id)
+        clock.advance(1)
+    mine = wallet.send("GET", "/v1/jobs")
+    assert mine.status_code == 200, mine.text
+    listed = [job["job_id"] for job in mine.json()]
+    assert listed[:3] == submitted[::-1]
+    assert {job["customer"] for job in mine.json()} == {wallet.address}
+    other = make_wallet(chain_client, clock, chain_id=settings.chain_id,
+                        orchestrator_id=settings.orchestrator_id, account=dev_account(7))
+    assert not {j["job_id"] for j in other.send("GET", "/v1/jobs").json()} & set(submitted)
+    assert chain_client.get("/v1/jobs").status_code == 401  # signed only
+
+
 def test_submit_withoutEscrow_isRefused(chain_client: TestClient, settings: Settings,
                                         clock: VirtualClock) -> None:
     response = customer(chain_client, settings, clock).send(

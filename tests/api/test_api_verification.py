@@ -31,7 +31,7 @@ from orchestrator.services.verification import CheckResult, ChunkRef
 from protocol.images import write_exr
 from tests.api.conftest import ADMIN_KEY
 from tests.builders import CUSTOMER
-from tests.clients import LiveNode
+from tests.clients import LiveNode, VirtualClock
 from tests.races import race
 
 ADMIN = {"x-admin-key": ADMIN_KEY}
@@ -215,7 +215,10 @@ def test_lying_checker_is_overturned_by_the_tiebreak_and_the_honest_node_passes(
     assert counts["by_node"]["honest"] == {"passed": 1}  # no false rejection
     assert admin(client, f"/tasks/{task_id}/verification")[0]["status"] == "passed"
     assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "settling"
-    assert liar.post("/v1/nodes/liar/checks/lease").status_code == 204  # demoted
+    render_job()  # another result to check: the demoted liar gets none of it, third does
+    deliver(honest, Scene(10), tmp_path)
+    assert liar.post("/v1/nodes/liar/checks/lease").status_code == 204
+    assert lease_check(third) is not None
 
 
 def test_two_checks_of_one_result_decided_at_once_never_pass_a_failed_result(
@@ -354,3 +357,76 @@ def test_nondeterministic_command_fails_the_dissenter_when_the_others_agree(
     record = admin(client, f"/tasks/{task_id}/verification")
     assert record[0]["status"] == "failed" and record[0]["evidence"]
     assert client.get(f"/v1/jobs/{job_id}").json()["tasks"] == {"retry": 1}
+
+
+def answer_check(node: LiveNode, check: dict[str, Any], scene: Scene, tmp: Path) -> str:
+    """Answer a held check with `scene`'s pixels of its window; returns the check's status."""
+    chunks, frame = window_of(check, scene).send(node, tmp)
+    answer = node.post(f"/v1/checks/{check['check_id']}/result",
+                       {"chunks": chunks, "frame_sha256": frame, "render": ENV})
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["status"])
+
+
+def test_a_result_waits_for_every_leased_check_and_a_late_mismatch_still_opens_a_tiebreak(
+        live_node: Node, render_job: Callable[[], str], client: TestClient,
+        tmp_path: Path) -> None:
+    """Every other window matched, one still leased: nothing passes or settles until it
+    answers, and when it answers with a mismatch the result goes to a tie-break."""
+    worker, checker, third = live_node("worker"), live_node("checker"), live_node("third")
+    job_id = render_job()
+    truth = Scene(7)
+    task_id = deliver(worker, truth, tmp_path)
+    held = lease_check(checker)
+    assert held is not None
+    others = 0
+    while (check := lease_check(checker)) is not None:
+        assert answer_check(checker, check, truth, tmp_path) == "matched"
+        others += 1
+    assert others >= 1  # two or more windows were drawn
+    assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "verifying"
+    assert [r["status"] for r in admin(client, f"/tasks/{task_id}/verification")] == [
+        "checking"]
+    assert all(a["kind"] != "settle" for a in admin(client, "/outbox"))
+    assert answer_check(checker, held, truth.darkened(), tmp_path) == "mismatched"
+    tiebreak = lease_check(third)
+    assert tiebreak is not None and tiebreak["role"] == "tiebreak"
+    assert [r["status"] for r in admin(client, f"/tasks/{task_id}/verification")] == [
+        "disputed"]
+
+
+def test_a_node_below_standard_gets_no_recheck_that_a_standard_node_of_a_third_provider_gets(
+        live_node: Node, render_job: Callable[[], str], factory: sessionmaker[Session],
+        tmp_path: Path) -> None:
+    worker, low, third = live_node("worker"), live_node("low"), live_node("third")
+    render_job()
+    truth = Scene(8)
+    deliver(worker, truth, tmp_path)
+    with factory.begin() as session:
+        pls_store.set_node_tier(session, node_id="low", tier=int(Tier.BACKGROUND))
+    assert lease_check(low) is None
+    taken = lease_check(third)
+    assert taken is not None  # the same check the demoted node was refused
+    with factory.begin() as session:  # otherwise eligible: back at STANDARD it gets one
+        pls_store.set_node_tier(session, node_id="low", tier=int(Tier.STANDARD))
+    assert lease_check(low) is not None
+
+
+def test_a_checker_reads_a_checks_inputs_only_while_its_lease_on_the_check_is_live(
+        live_node: Node, render_job: Callable[[], str], client: TestClient,
+        clock: VirtualClock, tmp_path: Path) -> None:
+    worker, checker, idle = live_node("worker"), live_node("checker"), live_node("idle")
+    render_job()
+    deliver(worker, Scene(9), tmp_path)
+    scene = hashlib.sha256(b"scene").hexdigest()
+    store = client.app.state.ctx.blobs  # type: ignore[attr-defined]
+    store.path_of(scene).parent.mkdir(parents=True, exist_ok=True)
+    store.path_of(scene).write_bytes(b"scene")
+    assert checker.client.get(f"/v1/blobs/{scene}", headers=checker.auth).status_code == 403
+    check = lease_check(checker)
+    assert check is not None
+    read = checker.client.get(f"/v1/blobs/{scene}", headers=checker.auth)
+    assert read.status_code == 200 and read.content == b"scene"
+    assert idle.client.get(f"/v1/blobs/{scene}", headers=idle.auth).status_code == 403
+    clock.advance(client.app.state.ctx.verifier.check_ttl_s + 1)  # type: ignore[attr-defined]
+    assert checker.client.get(f"/v1/blobs/{scene}", headers=checker.auth).status_code == 403

@@ -13,6 +13,7 @@ from orchestrator.db import leases as lease_db
 from orchestrator.db import statuses as status_db
 from orchestrator.domain.merkle import MerkleTree
 from orchestrator.domain.types import TaskNeeds
+from orchestrator.services.work import MAX_ATTEMPTS
 from tests.api.conftest import ADMIN_KEY
 from tests.clients import LiveNode, VirtualClock
 from tests.conftest import JobMaker
@@ -309,3 +310,28 @@ def test_a_node_cannot_make_another_blob_readable_by_naming_it_in_a_manifest(
         422, "blob_not_uploaded")
     got = thief.client.get(f"/v1/blobs/{secret}", headers=thief.auth)
     assert (got.status_code, got.json()["error"]["code"]) == (403, "blob_not_leased")
+
+
+def test_a_task_at_its_retry_budget_fails_for_good_on_its_next_error_and_not_before(
+        live_node: Callable[..., LiveNode], make_job: JobMaker, client: TestClient,
+        clock: VirtualClock) -> None:
+    node = live_node("gpu-1")
+    job_id = make_job(1)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        lease = node.post("/v1/nodes/gpu-1/lease")
+        assert lease.status_code == 200, (attempt, lease.text)
+        task_id = lease.json()["task_id"]
+        assert node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.1}).status_code == 200
+        failed = node.post(f"/v1/tasks/{task_id}/fail", {
+            "reason": "error", "message": "Blender: File format is not supported\n\x1b[31m"
+        }).json()["status"]
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if attempt < MAX_ATTEMPTS:  # the attempt before the budget is spent is retried
+            assert (failed, job["status"], job["reason"]) == ("retry", "running", None), attempt
+        else:
+            assert (failed, job["status"]) == ("failed", "failed")
+        clock.advance(60)
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    # the customer sees why, in the node's words (one printable line, named as the node's)
+    assert job["reason"] == (f"frame task 0 failed {MAX_ATTEMPTS} times; node gpu-1 reported: "
+                             "Blender: File format is not supported [31m")

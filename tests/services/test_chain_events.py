@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,7 @@ from orchestrator.db import jobs as job_db
 from orchestrator.db import outbox as outbox_store
 from orchestrator.db import statuses as status_db
 from orchestrator.db.models import OutboxAction
+from orchestrator.domain.chain_events import LogChunk
 from orchestrator.domain.chain_views import EscrowStatus
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import ChainEventStatus, JobStatus
@@ -44,6 +45,7 @@ from orchestrator.main import _periodic_jobs, create_app, event_dispatch
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.services.chain_events import (
     ChainIndexer,
+    ChainMoved,
     EventDispatch,
     IndexedChainView,
     PassReport,
@@ -332,10 +334,13 @@ def test_without_a_deployment_the_index_job_waits_with_one_warning(
 
 def test_the_indexer_runs_as_a_leader_job_of_the_orchestrator(
         world: ReorgWorld, db_url: str, factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """With the settings' defaults on a local dev chain (chain id 31337): the events of the
+    newest block are final at once, with no block mined after them (an idle anvil mines
+    none, and its `finalized` block lags 64 behind)."""
     world.chain.deployment.save(tmp_path)
     settings = Settings(data_dir=tmp_path, database_url=db_url, periodic_enabled=False,
-                        json_logs=False, rpc_url=world.rpc_url,
-                        chain_reorg_margin=0, chain_finality_tag="none")
+                        json_logs=False, rpc_url=world.rpc_url)
+    assert settings.chain_id == world.chain.deployment.chain_id == 31337
     app = create_app(settings, stake_reader=FixedStake())
     jobs = {job.name: job for job in _periodic_jobs(app.state.ctx)}
     assert jobs["chain-index"].leader_only and "escrow-sync" in jobs
@@ -509,3 +514,56 @@ def test_a_settlement_reorged_out_before_the_index_read_its_block_is_sent_again(
         world.chain.resync_nonces()
     assert world.chain.escrow_balance(world.provider.address).pending == \
         pending_before + PAYMENT // 2
+
+
+class MovingReader(ChainIndexReader):
+    """The real reader, with the chain moved by `move` (once) right after a log read: the
+    logs it returns then name a block the canonical chain no longer has."""
+
+    move: Callable[[], None] | None = None
+
+    def read_logs(self, from_block: int, to_block: int, chunk: int) -> LogChunk:
+        got = super().read_logs(from_block, to_block, chunk)
+        if self.move is not None:
+            move, self.move = self.move, None
+            move()
+        return got
+
+
+def index_state(factory: sessionmaker[Session]) -> tuple[object, ...]:
+    with factory() as session:
+        return (index.get_cursor(session, name="mesh"),
+                sorted((content_key(s.event), s.event.block_hash, s.status)
+                       for s in index.events(session, cursor="mesh")),
+                index.block_hashes(session, cursor="mesh", from_block=0))
+
+
+@pytest.mark.parametrize("move", ["replaced", "shorter"])
+def test_a_pass_the_chain_moves_under_stores_nothing_and_the_next_reads_the_canonical_chain(
+        move: str, world: ReorgWorld, reader: ChainIndexReader, dispatch: CountingDispatch,
+        factory: sessionmaker[Session]) -> None:
+    moving = MovingReader(world.chain, finality_tag="none", max_chunk=64)
+    indexer = ChainIndexer(lambda: moving, dispatch, margin=MARGIN, first_chunk=8)
+    catch_up(indexer, factory)
+    mine(world.w3, MARGIN + 1)
+    catch_up(indexer, factory)
+    applied = sum(dispatch.applied.values())
+    world.settle_jobs(1)  # three transactions, a block each
+    gone = world.sent[-1:]
+
+    def replace_head() -> None:
+        if move == "replaced":
+            reorg(world.w3, 1)  # the same height, another block
+        else:
+            rollback(world.w3, 1)  # the chain is shorter than the range just read
+        world.chain.resync_nonces()
+
+    moving.move = replace_head
+    before = index_state(factory)
+    with pytest.raises(ChainMoved):
+        index_pass(indexer, factory)
+    assert index_state(factory) == before  # nothing stored, no cursor moved
+    assert sum(dispatch.applied.values()) == applied  # nothing applied
+    world.resend(gone)
+    catch_up(indexer, factory)
+    assert_matches_chain(world, reader, indexer, dispatch, factory)

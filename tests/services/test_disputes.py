@@ -442,10 +442,19 @@ def test_the_evidence_bundle_proves_every_artifact_and_score_against_the_chain(
     # a tampered artifact does not verify
     assert not merkle.verify([bytes.fromhex(p[2:]) for p in bundle["artifacts"][0]["proof"]],
                              root, bytes(32))
-    # the files the bundle names are served to its readers, nothing else is
+    # the files the bundle names are served to its readers, nothing else is: not even a
+    # stored blob (another customer's frame) that this job's bundle does not name
     named = wallet(app, clock, 3).send("GET", f"{path}/{job.hashes[0]}")
     assert named.status_code == 404 and named.json()["error"]["code"] == "blob_not_found"
-    other = wallet(app, clock, 3).send("GET", f"{path}/{'e' * 64}")
+    store = app.app.state.ctx.blobs  # type: ignore[attr-defined]
+    foreign = b"another customer's frame"
+    for data, sha in ((foreign, hashlib.sha256(foreign).hexdigest()),
+                      (b"unused", job.hashes[0])):
+        store.path_of(sha).parent.mkdir(parents=True, exist_ok=True)
+        store.path_of(sha).write_bytes(data)
+    named = wallet(app, clock, 3).send("GET", f"{path}/{job.hashes[0]}")
+    assert named.status_code == 200 and named.content == b"unused"
+    other = wallet(app, clock, 3).send("GET", f"{path}/{hashlib.sha256(foreign).hexdigest()}")
     assert other.status_code == 404 and other.json()["error"]["code"] == "blob_not_in_evidence"
     assert wallet(app, clock, 7).send("GET", f"{path}/{job.hashes[0]}").status_code == 403
 

@@ -11,8 +11,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.db import jobs as job_db
 from orchestrator.db.models import CollateralLock, Lease, OutboxAction
-from orchestrator.domain.types import Priority, TaskNeeds
+from orchestrator.domain.types import Priority, TaskNeeds, Tier
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services.pls import PlsService
 from tests.builders import TOKEN, make_job
@@ -169,3 +170,31 @@ def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batc
         locks = list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "assign")))
         assert [lease.node_id for lease in leases] == ["gpu-staked"]
         assert [a.payload["task_id"] for a in locks] == [leases[0].task_id]
+
+
+def test_a_staking_demotion_outranks_a_passing_high_handshake(
+        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
+        factory: sessionmaker[Session], clock: VirtualClock, pls_config: object) -> None:
+    """A BACKGROUND node that passes a HIGH handshake still gets no NORMAL or HIGH work; it
+    keeps the background work its tier allows."""
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    pls = pls_of(client)
+    with factory.begin() as session:
+        pls.staking.adopt_chain_tier(session, provider=node.wallet.address,
+                                     tier=Tier.BACKGROUND, now=clock())
+    challenge = challenge_for(node)
+    ping(node, clock, challenge["ping_rounds"])
+    clock.advance(2.0)
+    answer = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))
+    assert answer.status_code == 200 and answer.json()["tier"] == int(Tier.HIGH), answer.text
+    make_job(factory, needs=TaskNeeds(priority=Priority.HIGH, value=TOKEN), now=clock())
+    make_job(factory, needs=TaskNeeds(priority=Priority.NORMAL, value=TOKEN), now=clock())
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    background = make_job(factory, needs=TaskNeeds(priority=Priority.LOW, value=TOKEN),
+                          now=clock())
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    with factory() as session:
+        task = job_db.get_task(session, task_id=lease.json()["task_id"])
+        assert task is not None and task.job_id == background

@@ -156,6 +156,20 @@ def test_answer_without_timed_probe_rounds_fails_for_probe_loss(
     assert lost.json()["error"]["code"] == "popw_probe_loss"
 
 
+
+def test_probe_rounds_answered_before_the_challenge_do_not_count_for_it(
+        agent: Callable[..., LiveNode], clock: VirtualClock) -> None:
+    """RTT evidence comes only from rounds timed after the challenge was issued: a node that
+    answered plenty of probes just before it, and none during it, fails for probe loss."""
+    node = agent("gpu-1")
+    first = challenge_for(node)
+    ping(node, clock, 3 * first["ping_rounds"])
+    clock.advance(1.0)
+    challenge = challenge_for(node)  # a fresh challenge after all those rounds
+    clock.advance(2.0)
+    lost = send_answer(node.wallet, "gpu-1", answer_body(challenge, solve(challenge), clock))
+    assert lost.json()["error"]["code"] == "popw_probe_loss"
+
 def test_answer_after_a_restart_is_judged_against_the_stored_challenge(
         agent: Callable[..., LiveNode], make_app: Callable[..., TestClient],
         clock: VirtualClock) -> None:

@@ -5,6 +5,7 @@ once, across a restart); a new process's key, or nothing new, leaves the slash s
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -159,15 +160,23 @@ def test_a_new_process_cannot_show_the_old_ones_progress(
 def test_an_idle_node_has_nothing_new_to_show_and_is_slashed(
         agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    """Each proof carries one chunk that must not count, so each refusal pins one rule."""
     node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
                                                               clock)
     outside_plan = node.upload(b"samples 5..9: no chunk of this frame")
-
-    # the chunk it had before the cut, claimed as rendered after it; a chunk off the plan
-    status, body = show(node, key, task_id, [(known, departed + 3, 0),
-                                             (outside_plan, departed + 4, 5)], clock())
-
-    assert status == 409 and body["error"]["code"] == "progress_none"  # type: ignore[index]
+    fresh = node.upload(b"chunk 4+4 of frame 1, rendered offline")
+    uploaded_at = clock()
+    never_sent = hashlib.sha256(b"chunk 8+4 of frame 1, claimed, never uploaded").hexdigest()
+    clock.advance(30)
+    now = clock()
+    for claim in [(known, departed + 3, 0),  # the chunk it had before the cut, dated after it
+                  (outside_plan, departed + 4, 5),  # a chunk off the frame's plan
+                  (fresh, departed - 1, 4),  # rendered before the verdict: not through the cut
+                  (fresh, now + 60, 4),  # dated after the proof was made
+                  (fresh, uploaded_at + 5, 4),  # dated after its own upload
+                  (never_sent, departed + 3, 8)]:  # a claim without content
+        status, body = show(node, key, task_id, [claim], now)
+        assert status == 409 and body["error"]["code"] == "progress_none", claim  # type: ignore[index]
     decide_after_delay(client, factory, clock)
     assert len(slash_actions(factory)) == 1
 

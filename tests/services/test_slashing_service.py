@@ -264,3 +264,22 @@ def test_a_drained_node_that_goes_silent_is_never_slashed(
 def _slash_records(factory: sessionmaker[Session]) -> list[SlashRecord]:
     with factory() as session:
         return list(session.scalars(select(SlashRecord)))
+
+
+def test_one_abandonment_is_slashed_once_whichever_replica_or_restarted_leader_decides(
+        agent: Callable[..., LiveNode], client: TestClient, make_app: Callable[..., TestClient],
+        stake: FixedStake, factory: sessionmaker[Session], clock: VirtualClock) -> None:
+    """The leader decides an abandonment; then a replica that followed the same log (its
+    policy holds the same abandonment, and decides at its own time, so under another slash
+    id) takes over, and then a leader restarted over the database: one slash record and one
+    slash action in all, however often each decides."""
+    replica = make_app()  # follows the log from before the departure
+    lone_node_goes_silent(agent, client, stake, factory, clock)
+    decide_after_delay(client, factory, clock)  # the lone hold lapses: an abandonment
+    decide_after_delay(client, factory, clock)  # decided after the delay
+    assert len(slash_actions(factory)) == 1
+    for deciding in (replica, replica, make_app(), client):
+        decide_after_delay(deciding, factory, clock)
+    assert len(slash_actions(factory)) == 1
+    with factory() as session:
+        assert len(list(session.scalars(select(SlashRecord)))) == 1

@@ -26,12 +26,14 @@ from orchestrator.services import jobs
 from orchestrator.services.jobs import JobView, Submission
 
 router = APIRouter(tags=["jobs"], route_class=NonceAfterValidation)
+CUSTOMER_JOBS_LISTED = 200
 IdempotencyKey = Annotated[str, Header(min_length=8, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
 def job_out(job: JobView) -> JobOut:
     return JobOut(job_id=job.job_id, status=job.status, customer=job.customer,
-                  amount=job.amount, tasks=job.tasks, merkle_root=job.merkle_root)
+                  amount=job.amount, tasks=job.tasks, merkle_root=job.merkle_root,
+                  reason=job.reason)
 
 
 @router.post("/jobs", response_model=JobOut,
@@ -54,6 +56,14 @@ def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: Ctx
         idempotency_key=idempotency_key,
         request_hash=hex0x(keccak(body.model_dump_json().encode()))),
         read_escrow=lambda job_id: escrow().escrowed_job(job_id), now=ctx.now()))
+
+
+@router.get("/jobs", response_model=list[JobOut],
+            summary=f"The signing customer's newest {CUSTOMER_JOBS_LISTED} jobs, newest first "
+                    "(signed)")
+def customer_jobs(signed: SignedDep, session: SessionDep) -> list[JobOut]:
+    return [job_out(job) for job in jobs.customer_jobs(
+        session, customer=signed.address, limit=CUSTOMER_JOBS_LISTED)]
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses=errors(Missing),

@@ -55,4 +55,5 @@ def complete(task_id: RowId, body: CompleteIn, claims: NodeDep, session: Session
 def fail(task_id: RowId, body: FailIn, claims: NodeDep, session: SessionDep,
          ctx: CtxDep) -> TaskOut:
     return task_out(tasks.fail(session, task_id=task_id, node_id=claims.node_id,
-                               reason=body.reason, metrics=ctx.metrics, now=ctx.now()))
+                               reason=body.reason, message=body.message, metrics=ctx.metrics,
+                               now=ctx.now()))

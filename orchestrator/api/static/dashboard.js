@@ -137,6 +137,7 @@ function renderJobs(jobs) {
   box.replaceChildren(...jobs.map((j) => el("div", { class: "job", "data-job": j.job_id, "data-status": j.status },
     el("h3", {}, el("code", { title: j.job_id }, short(j.job_id)), ` · ${j.status} · `, bar(j.progress),
       ` ${j.tasks_done}/${j.tasks} tasks · ETA ${j.eta_s === null ? "—" : seconds(j.eta_s)}`),
+    j.reason ? el("p", { class: "reason" }, `stopped: ${j.reason}`) : null,
     el("div", { class: "frames" }, ...j.frames.map(renderFrame)))));
 }
 

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from eth_utils import keccak
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from mesh.cutproxy import CutProxy
 from mesh.processes import OrchestratorProcess
 from orchestrator.api.schemas import JobSpec
 from orchestrator.chain.anvil import dev_account, increase_time
@@ -27,12 +32,6 @@ TOKEN = 10**18
 TRUSTED = dev_account(6).address
 
 
-def scene(mesh: Mesh) -> Path:
-    path = mesh.root / "scene.blend"
-    path.write_bytes(b"BLENDER-v300 " + bytes(range(256)) * 64)  # the service stores, not parses
-    return path
-
-
 def customer(mesh: Mesh) -> str:
     address = mesh.new_wallet("customer")
     assert mesh("tokens", "mint", "customer", "100").exit_code == 0
@@ -40,14 +39,16 @@ def customer(mesh: Mesh) -> str:
 
 
 def test_submit_escrowsAndSubmitsInOneStep_withTheProviderAndRegionConstraint(
-        served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
+        scene: Path, served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
     address = customer(served)
-    done = served.signed("job", "submit", str(scene(served)), "--frames", "1-3", "--budget",
+    done = served.signed("job", "submit", str(scene), "--frames", "1-3", "--budget",
                          "7.5", "--wallet", "customer", "--providers", TRUSTED.lower(),
                          "--region", "eu", "--samples", "16", "--json")
     assert done.exit_code == 0, done.output
     job = json.loads(done.stdout)
     assert (job["status"], job["tasks"]) == ("funded", {"pending": 3})
+    assert job["scene"] == {"blender": "5.0.1", "frames": [1, 72], "resolution": [160, 120],
+                            "engine": "CYCLES"}  # as the pinned Blender read the file
     escrow = chain.escrowed_job(bytes.fromhex(job["job_id"][2:]))
     assert escrow is not None and escrow.status == EscrowStatus.FUNDED
     assert (escrow.customer, escrow.amount) == (address, 7.5 * TOKEN)
@@ -78,9 +79,9 @@ def service_db(service: OrchestratorProcess) -> Path:
 
 
 def test_cancel_withdrawsTheJob_andReclaimsTheEscrowOnceTheChainAllows(
-        served: Mesh, chain: MeshChain) -> None:
+        scene: Path, served: Mesh, chain: MeshChain) -> None:
     address = customer(served)
-    done = served.signed("job", "submit", str(scene(served)), "--frames", "1", "--budget", "4",
+    done = served.signed("job", "submit", str(scene), "--frames", "1", "--budget", "4",
                          "--wallet", "customer", "--deadline-h", "1", "--json")
     job = json.loads(done.stdout)
     cancelled = served.signed("job", "cancel", job["job_id"], "--wallet", "customer", "--json")
@@ -100,9 +101,9 @@ def test_cancel_withdrawsTheJob_andReclaimsTheEscrowOnceTheChainAllows(
     assert escrow is not None and escrow.status == EscrowStatus.RECLAIMED
 
 
-def test_cancel_byAnotherWallet_isOneLine(served: Mesh) -> None:
+def test_cancel_byAnotherWallet_isOneLine(scene: Path, served: Mesh) -> None:
     customer(served)
-    job = json.loads(served.signed("job", "submit", str(scene(served)), "--frames", "1",
+    job = json.loads(served.signed("job", "submit", str(scene), "--frames", "1",
                                    "--budget", "1", "--wallet", "customer", "--json").stdout)
     served.new_wallet("stranger")
     error = one_line_error(served.signed("job", "cancel", job["job_id"], "--wallet",
@@ -110,10 +111,10 @@ def test_cancel_byAnotherWallet_isOneLine(served: Mesh) -> None:
     assert "use that wallet" in error
 
 
-def test_submit_mistakes_areOneLine_andEscrowNothing(served: Mesh, mesh: Mesh,
+def test_submit_mistakes_areOneLine_andEscrowNothing(scene: Path, served: Mesh, mesh: Mesh,
                                                      chain: MeshChain) -> None:
     address = customer(served)
-    blend = scene(served)
+    blend = scene
     cases = {
         ("--frames", "9-2"): "the range ends before it starts",
         ("--frames", "x"): "give one frame (7) or a range (1-24)",
@@ -130,10 +131,23 @@ def test_submit_mistakes_areOneLine_andEscrowNothing(served: Mesh, mesh: Mesh,
     assert "is not a file" in one_line_error(served.signed(
         "job", "submit", str(served.root / "missing.blend"), "--frames", "1", "--budget", "1",
         "--wallet", "customer"), command="job submit")
+    notes, cut = served.root / "notes.txt", served.root / "cut.blend"
+    notes.write_text("not a scene\n")
+    cut.write_bytes(blend.read_bytes()[:5000])  # a .blend cut short in transfer
+    for bad, reason in ((notes, "File format is not supported"), (cut, "Missing DNA block")):
+        assert one_line_error(served.signed(
+            "job", "submit", str(bad), "--frames", "1", "--budget", "1", "--wallet",
+            "customer"), command="job submit") == (
+            f"mesh job submit: {bad} is not a scene Blender can open ({reason}); nothing was "
+            "uploaded or escrowed")
     unreachable = served.signed("job", "submit", str(blend), "--frames", "1", "--budget", "1",
                                 "--wallet", "customer", "--orchestrator", "http://127.0.0.1:9")
     assert "no orchestrator answers" in one_line_error(unreachable, command="job submit")
     assert chain.token_balance(address) == 100 * TOKEN  # nothing escrowed by any of them
+    wrong_id = served.signed("job", "list", "--wallet", "customer", "--orchestrator-id",
+                             "someone-else")  # docs that never named the grid's id
+    assert f"this orchestrator's id is '{ORCHESTRATOR_ID}'" in one_line_error(
+        wrong_id, command="job list")
     assert "no job" in one_line_error(served("job", "status", "0x" + "ab" * 32),
                                       command="job status")
 
@@ -175,10 +189,64 @@ def test_aSubmissionRefusedAfterTheEscrow_saysHowToGetTheEscrowBack(
         "deadline": 2_000_000_000}).model_dump(mode="json")
     try:
         client.upload(scene_sha, scene)
-        _submit_once(client, {"job_id": "0x" + "77" * 32, "spec": spec}, recovery="RECOVER")
+        _submit_once(client, {"job_id": "0x" + "77" * 32, "spec": spec}, "key-0077",
+                     recovery="RECOVER")
     except UserError as refused:
         message = str(refused)
     finally:
         client.close()
     assert message == ("the orchestrator refused the job: no funded escrow for this job id on "
                        "chain (escrow_missing); RECOVER")
+
+
+def test_ctrlC_afterTheEscrow_thenTheSameCommandAgain_paysOnce_andSubmitsThatJob(
+        scene: Path, served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
+    """A real `mesh job submit` process gets SIGINT (what Ctrl-C sends) the moment it hands
+    the escrowed job over; the same command run again finishes that job, escrowing nothing
+    more, and `mesh job list` shows it with full ids."""
+    address = customer(served)
+    blend = scene
+    command = ["job", "submit", str(blend), "--frames", "1-2", "--budget", "3", "--wallet",
+               "customer", "--json"]
+    proxy = CutProxy(service.port).restore()
+    submit: subprocess.Popen[str] | None = None
+
+    def ctrl_c_at_the_handover(request: bytes, response: bytes | None) -> bool:
+        if response is None and request.startswith(b"POST /v1/jobs ") and submit is not None:
+            submit.send_signal(signal.SIGINT)
+            return False
+        return True
+
+    proxy.tap = ctrl_c_at_the_handover
+    try:
+        submit = subprocess.Popen(
+            [sys.executable, "-m", "mesh.cli", *command, "--password-file",
+             str(served.password_file)], env={**os.environ, **served.env,
+                                              "MESH_ORCHESTRATOR_URL": proxy.url},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _, interrupted = submit.communicate(timeout=120)
+    finally:
+        proxy.cut()
+        if submit is not None and submit.poll() is None:
+            submit.kill()
+    assert submit.returncode != 0, interrupted
+    assert chain.token_balance(address) == 97 * TOKEN  # escrowed, never handed over
+
+    again = served.signed(*command)
+
+    assert again.exit_code == 0, again.output
+    job = json.loads(again.stdout)
+    assert f"resuming job {job['job_id']}" in again.stderr
+    assert (job["status"], job["tasks"]) == ("funded", {"pending": 2})
+    assert chain.token_balance(address) == 97 * TOKEN  # paid once
+    escrow = chain.escrowed_job(bytes.fromhex(job["job_id"][2:]))
+    assert escrow is not None and (escrow.customer, escrow.amount) == (address, 3 * TOKEN)
+    listed = served.signed("job", "list", "--wallet", "customer", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [(j["job_id"], j["status"], j["escrow"]) for j in json.loads(listed.stdout)] == [
+        (job["job_id"], "funded", "funded")]
+    table = served.signed("job", "list", "--wallet", "customer")
+    assert job["job_id"] in table.stdout  # the whole id, not a prefix
+    third = served.signed(*command)  # taken once: the same command again is a new job
+    assert third.exit_code == 0 and json.loads(third.stdout)["job_id"] != job["job_id"]
+    assert chain.token_balance(address) == 94 * TOKEN

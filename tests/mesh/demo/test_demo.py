@@ -174,7 +174,8 @@ def test_upDemo_onCtrlC_stopsEveryProcessItStarted(tmp_path: Path) -> None:
 
 @pytest.mark.anvil
 @pytest.mark.slow
-def test_up_leavesAGridServingUntilCtrlC_thenStopsItAll(tmp_path: Path) -> None:
+def test_up_leavesAGridServing_refusesASecondGridThere_thenSigtermStopsItAll(
+        tmp_path: Path) -> None:
     up = subprocess.Popen([sys.executable, "-m", "mesh.cli", "up", "--providers", "1",
                            "--out", str(tmp_path / "up")], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -188,7 +189,28 @@ def test_up_leavesAGridServingUntilCtrlC_thenStopsItAll(tmp_path: Path) -> None:
                 tmp_path / "up" / "node-1" / "agent.log").read_text():
             time.sleep(0.5)
         assert "logged in" in (tmp_path / "up" / "node-1" / "agent.log").read_text()
-        up.send_signal(signal.SIGINT)
+        wallet = (tmp_path / "up" / "node-1" / "key.json").read_bytes()
+        second = subprocess.run([sys.executable, "-m", "mesh.cli", "up", "--providers", "1",
+                                 "--out", str(tmp_path / "up")], capture_output=True,
+                                text=True, timeout=60)  # started again by mistake
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr.strip() == (
+            f"mesh up: a grid is already running in {tmp_path / 'up'} (pid {up.pid}); stop it "
+            "first (Ctrl-C where it runs) or give this one another --out")
+        assert (tmp_path / "up" / "node-1" / "key.json").read_bytes() == wallet
+        assert httpx.get(f"{url.group(1)}/healthz", timeout=10).status_code == 200
+        env_file = re.search(r"`set -a; \. (\S+); set \+a`", seen)
+        assert env_file, seen[-3000:]
+        user = {k: v for k, v in (line.split("=", 1) for line in
+                                  Path(env_file.group(1)).read_text().splitlines())}
+        password = str(Path(user["MESH_WALLET_DIR"]) / "password")
+        for who, command in (("customer", ["job", "list"]), ("arbiter", ["arbiter", "list"])):
+            done = subprocess.run(  # only what mesh up left: no option naming the grid
+                [sys.executable, "-m", "mesh.cli", *command, "--wallet", who,
+                 "--password-file", password, "--json"], capture_output=True, text=True,
+                env={"PATH": os.environ["PATH"], **user}, cwd=tmp_path, timeout=120)
+            assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
+        up.send_signal(signal.SIGTERM)  # as `timeout`, systemd or a container runtime stop it
         rest, _ = up.communicate(timeout=60)
     finally:
         if up.poll() is None:
