@@ -75,6 +75,8 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     uint256 private constant _RELEASE_AT_SHIFT = 200;
     // A reservation word: amount (uint96) | until (uint40) << _UNTIL_SHIFT.
     uint256 private constant _UNTIL_SHIFT = 96;
+    // Reservation terms: ceiling (uint96) | horizon (uint40) << _UNTIL_SHIFT | this flag (set).
+    uint256 private constant _TERMS_SET = 1 << 255;
 
     IERC20 private immutable _token;
 
@@ -86,6 +88,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     mapping(address provider => uint64[]) private _openLockIds;
     mapping(bytes32 jobId => mapping(address provider => uint256)) private _lockedFor;
     mapping(address provider => uint256) private _reservations; // packed amount | until
+    mapping(address provider => uint256) private _terms; // packed ceiling | horizon | _TERMS_SET
     mapping(bytes32 jobId => mapping(address provider => mapping(uint256 placement => uint256))) private
         _assignmentSlashed;
     mapping(uint64 epoch => EpochRecord) private _epochs;
@@ -185,6 +188,14 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         uint256 amount = _closeLock(msg.sender, lockId, lock);
         _providers[msg.sender].bonded += uint128(amount);
         emit UnbondCancelled(msg.sender, lockId, amount);
+    }
+
+    /// @inheritdoc IStakeManager
+    function setReservationTerms(uint256 ceiling, uint256 horizon) external {
+        _checkRange(ceiling, 0, type(uint96).max);
+        _checkRange(horizon, 0, MAX_PERIOD);
+        _terms[msg.sender] = _TERMS_SET | ceiling | (horizon << _UNTIL_SHIFT);
+        emit ReservationTermsSet(msg.sender, ceiling, horizon);
     }
 
     // ------------------------------------------------------------------ escrow role
@@ -366,6 +377,14 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             }
             uint256 free = _providers[provider].bonded - uint96(_ledgers[provider]); // less its job locks
             if (amount > free) revert StakeManagerInsufficientFreeStake(provider, amount, free);
+            uint256 terms = _terms[provider];
+            if (terms != 0) {
+                // What the provider allowed: at most its ceiling, lapsing within its horizon. A
+                // lowered ceiling stops raises and extensions; the live reservation still lapses
+                // only at its `until` (no way out of a pending slash).
+                _checkRange(amount, 0, uint96(terms));
+                _checkRange(lapsesAt, 0, block.timestamp + uint40(terms >> _UNTIL_SHIFT));
+            }
             _reservations[provider] = uint256(amount.toUint96()) | (lapsesAt << _UNTIL_SHIFT);
             emit CollateralReserved(provider, amount, lapsesAt);
         }

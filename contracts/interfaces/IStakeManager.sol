@@ -167,6 +167,9 @@ interface IStakeManager {
     /// @notice `provider`'s standing reservation is now `amount`, locked until `until` (the
     /// larger and the later of the live one and the request).
     event CollateralReserved(address indexed provider, uint256 amount, uint256 until);
+    /// @notice `provider` bounded what the orchestrator may reserve of its stake: at most `ceiling`,
+    /// lapsing at most `horizon` seconds after the reservation is made or extended.
+    event ReservationTermsSet(address indexed provider, uint256 ceiling, uint256 horizon);
     /// @notice `provider`'s tier changed from `oldTier` to `newTier`.
     event TierChanged(address indexed provider, Tier oldTier, Tier newTier);
     /// @notice The score root of `epoch` was committed.
@@ -253,10 +256,21 @@ interface IStakeManager {
     /// most MAX_PERIOD ahead. The orchestrator assigns a provider
     /// only jobs whose collateral its reservation covers until the job's collateral slash window
     /// closes (`IJobEscrow.collateralReleasableAt`).
+    /// Where a provider set terms ({setReservationTerms}), the resulting reservation is at most its
+    /// ceiling and lapses at most its horizon from now, else StakeManagerParameterOutOfRange
+    /// (the amount or the lapse time, with the bound).
     /// @param providers Providers to reserve for.
     /// @param amounts Reserved token units per provider, at most its bonded stake less its job locks.
     /// @param until Unix time the reservations lapse.
     function reserveCollateral(address[] calldata providers, uint256[] calldata amounts, uint64 until) external;
+
+    /// @notice The caller (a provider) bounds what the orchestrator role may reserve of its stake:
+    /// at most `ceiling`, lapsing at most `horizon` seconds after the reservation is made or
+    /// extended; `horizon` ≤ MAX_PERIOD, `ceiling` < 2**96. Until a provider sets terms, a reservation is bounded by its free
+    /// stake and MAX_PERIOD only. The way down: a lower ceiling (0 lends nothing more) stops
+    /// raises and extensions at once, but never shrinks or shortens a live reservation, which
+    /// still backs the placements made on it until it lapses.
+    function setReservationTerms(uint256 ceiling, uint256 horizon) external;
 
     // ------------------------------------------------------------------ escrow role (releases)
 
@@ -420,6 +434,7 @@ interface IStakeManager {
     function lockedFor(bytes32 jobId, address provider) external view returns (uint256);
     /// @notice `provider`'s live reservation (zero once lapsed) and when it lapses or lapsed.
     function reservationOf(address provider) external view returns (uint256 amount, uint256 until);
+
     /// @notice What `slashCollateral` took so far from `provider`'s reservation for its placement
     /// `placement` on job `jobId`.
     function assignmentSlashed(bytes32 jobId, address provider, uint256 placement) external view returns (uint256);

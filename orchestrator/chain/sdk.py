@@ -427,6 +427,11 @@ class MeshAccount:
         return self._send(self.chain.job_escrow, "lockCollateral", job_id, list(providers),
                           list(amounts))
 
+    def set_reservation_terms(self, ceiling: int, horizon_s: int) -> Receipt:
+        """Provider: the most the orchestrator may reserve of this stake, lapsing at most
+        `horizon_s` after it is made or extended (a lower bound never shrinks a live one)."""
+        return self._send(self.chain.stake_manager, "setReservationTerms", ceiling, horizon_s)
+
     def reserve_collateral(self, providers: Sequence[str], amounts: Sequence[int],
                            until: int) -> Receipt:
         """Standing reservations: each provider's stake backing its assignments until `until`."""

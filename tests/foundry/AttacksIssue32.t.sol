@@ -209,7 +209,43 @@ contract AttacksIssue32Test is Compat {
         assertEq(sm.stakeOf(provider).bonded, 100 * TOKEN, "locked stake taken by the capped slash");
     }
 
+    // Design point: what the orchestrator role alone can pin is bounded by what the provider
+    // allowed; the way down stops raises and extensions but never shortens a live reservation.
+    function test_issue32_orchestratorPinsAtMostWhatTheProviderAllowed() public {
+        _stake(provider, 1_000 * TOKEN);
+        vm.prank(provider);
+        sm.setReservationTerms(100 * TOKEN, 7 days);
+        uint256[] memory amounts = new uint256[](1);
+        amounts[0] = 1_000 * TOKEN; // all of its stake ...
+        vm.prank(orchestrator);
+        try sm.reserveCollateral(_one(provider), amounts, uint64(block.timestamp + 365 days)) {} catch {}
+        (uint256 pinned,) = sm.reservationOf(provider);
+        assertLe(pinned, 100 * TOKEN, "pinned beyond the provider's ceiling");
+        amounts[0] = 100 * TOKEN; // ... or a year
+        vm.prank(orchestrator);
+        try sm.reserveCollateral(_one(provider), amounts, uint64(block.timestamp + 365 days)) {} catch {}
+        (, uint256 until) = sm.reservationOf(provider);
+        assertLe(until, block.timestamp + 7 days, "pinned beyond the provider's horizon");
+
+        _reserve7Days(provider, 100 * TOKEN);
+        vm.prank(provider);
+        sm.setReservationTerms(0, 0); // the way down
+        (pinned, until) = sm.reservationOf(provider);
+        assertEq(pinned, 100 * TOKEN, "a live reservation shrank");
+        _skip(1 days);
+        _reserve7Days(provider, 100 * TOKEN); // no extension under the new terms
+        (, uint256 after_) = sm.reservationOf(provider);
+        assertEq(after_, until, "extended past what the provider allows");
+    }
+
     // ------------------------------------------------------------------ helpers
+
+    function _reserve7Days(address who, uint256 amount) internal {
+        uint256[] memory amounts = new uint256[](1);
+        amounts[0] = amount;
+        vm.prank(orchestrator);
+        try sm.reserveCollateral(_one(who), amounts, uint64(block.timestamp + 7 days)) {} catch {}
+    }
 
     function _reserve(address who, uint256 amount) internal {
         uint256[] memory amounts = new uint256[](1);

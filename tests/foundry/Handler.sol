@@ -99,6 +99,15 @@ contract Handler {
     Param internal _w;
     Param internal _s;
 
+    // ---- ghost: reservation terms each provider set
+    struct Terms {
+        bool set;
+        uint256 ceiling;
+        uint256 horizon;
+    }
+
+    mapping(address => Terms) internal _terms;
+
     // ---- ghost: payouts
     struct Credit {
         uint256 amount;
@@ -565,15 +574,38 @@ contract Handler {
         uint256 until = block.timestamp + 1 + days_ % 30 days;
         // A live reservation is raised to at least the request (never lowered or shortened).
         if (live != 0) (amount, until) = (_max(amount, live), _max(until, liveUntil));
+        bool allowed = _withinTerms(p, amount, until);
         vm.prank(orchestrator);
         try sm.reserveCollateral(_one(p), _amounts(share % (free + 1)), uint64(block.timestamp + 1 + days_ % 30 days)) {
             calls[keccak256("ok:reserveCollateral")] += 1;
             (live, liveUntil) = sm.reservationOf(p);
             if (live != amount || liveUntil != until) _fail("a reservation is not the larger and later of the live one and the request");
+            // Rule: what the orchestrator role alone can pin is bounded by what the provider allowed.
+            if (!allowed) _fail("a reservation beyond the provider's terms");
             (ghostReserved[p], ghostReservedUntil[p]) = (live, liveUntil);
         } catch {
-            if (amount <= free) _fail("a covered reservation was refused");
+            if (amount <= free && allowed) _fail("a covered reservation was refused");
         }
+    }
+
+    /// @dev Whether a reservation of `amount` until `until` keeps to the terms `p` set.
+    function _withinTerms(address p, uint256 amount, uint256 until) internal view returns (bool) {
+        Terms memory t = _terms[p];
+        return !t.set || (amount <= t.ceiling && until <= block.timestamp + t.horizon);
+    }
+
+    /// @dev A provider bounds (or lifts the bound on) what may be reserved of its stake; a live
+    /// reservation never shrinks or shortens for it.
+    function setReservationTerms(uint256 who, uint256 ceiling, uint256 horizon) external {
+        _count("setReservationTerms");
+        address p = _provider(who);
+        (uint256 live, uint256 liveUntil) = sm.reservationOf(p);
+        vm.prank(p);
+        (ceiling, horizon) = (ceiling % (300 * TOKEN), horizon % 30 days);
+        sm.setReservationTerms(ceiling, horizon);
+        _terms[p] = Terms(true, ceiling, horizon);
+        (uint256 liveAfter, uint256 untilAfter) = sm.reservationOf(p);
+        if (liveAfter != live || untilAfter != liveUntil) _fail("new terms moved a live reservation");
     }
 
     function _max(uint256 a, uint256 b) private pure returns (uint256) {
