@@ -7,6 +7,7 @@ import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
+import {Math} from "@openzeppelin/contracts/utils/math/Math.sol";
 
 import {IDisputes} from "./interfaces/IDisputes.sol";
 import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
@@ -16,9 +17,11 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// @notice Bonded disputes over settlements and slashes, ruled by an arbiter. See {IDisputes}.
 /// @dev Needs DISPUTES_ROLE on the JobEscrow (freeze/unfreeze payouts) and DISPUTES_ROLE plus
 /// SLASHER_ROLE on the StakeManager (freeze/resolve slashes; slash on a granted customer dispute).
-/// The escrow does not record what a settlement paid each provider (that would cost storage on
-/// every settlement): a customer's dispute names a provider that backed the job, and the escrow
-/// caps what all disputes of a job may freeze at what the job paid its providers (and its refund).
+/// The escrow does not store what a settlement paid each provider (that would cost storage on
+/// every settlement), only a digest of each settlement's payout list: a customer's dispute names a
+/// provider that backed the job, whose payout from the job was proven first
+/// (`IJobEscrow.provePayout`), and the escrow caps what all disputes of the job may freeze from
+/// that provider at what the job paid it (from the customer: at the job's refund).
 contract Disputes is IDisputes, AccessControlDefaultAdminRules, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
@@ -146,6 +149,10 @@ contract Disputes is IDisputes, AccessControlDefaultAdminRules, ReentrancyGuardT
             _restoreStatusQuo(d);
         } else if (d.kind == DisputeKind.Settlement) {
             _escrow.unfreezePayout(d.subject, d.respondent, d.opener, d.frozenAmount);
+            // Capped at what is slashable now (free bonded and unbonding stake), so a ruling
+            // never reverts for asking more than is left.
+            IStakeManager.StakeInfo memory info = _stakeManager.stakeOf(d.respondent);
+            slashAmount = Math.min(slashAmount, info.bonded - info.locked + info.unbonding);
             if (slashAmount != 0) {
                 slashId = _stakeManager.slash(d.respondent, slashAmount, IStakeManager.SlashReason.Other, evidence);
             }

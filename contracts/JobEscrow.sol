@@ -9,6 +9,7 @@ import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/Reentrancy
 import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
 import {MerkleProof} from "@openzeppelin/contracts/utils/cryptography/MerkleProof.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
+import {Checkpoints} from "@openzeppelin/contracts/utils/structs/Checkpoints.sol";
 
 import {IJobEscrow} from "./interfaces/IJobEscrow.sol";
 import {IStakeManager} from "./interfaces/IStakeManager.sol";
@@ -23,6 +24,7 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, ReentrancyGuardTransient {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
+    using Checkpoints for Checkpoints.Trace208;
 
     /// @inheritdoc IJobEscrow
     bytes32 public constant ORCHESTRATOR_ROLE = keccak256("ORCHESTRATOR_ROLE");
@@ -42,6 +44,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         uint256 head; // packed JobHead
         address customer; // who paid and receives the refund
         uint40 deadline; // unix time the work is due
+        uint40 createdAt; // unix time of createJob: the collateral slash window is the one set then
         bytes32 specHash; // keccak of the canonical job spec
     }
 
@@ -49,15 +52,8 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     struct JobHead {
         uint96 amount; // token units escrowed
         uint96 refund; // settled: owed back to the customer until claimed (less any frozen part)
-        uint40 time; // Settled: unix time of settlement; otherwise the deadline (read by settlement)
+        uint40 time; // Settled: unix time of settlement; otherwise when settlement closes (deadline + grace at creation)
         JobStatus status; // see JobStatus
-    }
-
-    /// @dev What disputes froze so far about one settled job, booked at its first dispute.
-    struct DisputeBook {
-        uint96 payeeCap; // what the job paid its providers: the most payee-side freezes may take
-        uint96 fromPayees; // frozen from payees so far (all-time, so a freed amount is not re-frozen)
-        bool booked;
     }
 
     /// @dev (job, provider, payout) pairs a settlement hands to the StakeManager in one call.
@@ -71,7 +67,9 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     uint256 private constant _SETTLED_AT_SHIFT = 192; // the `time` field
     uint256 private constant _STATUS_SHIFT = 232;
     // A proven assignment word: this flag | collateral (uint96), non-zero even for no collateral.
+    // A proven payout word: this flag | paid (uint96) | frozen so far (uint96) << _FROZEN_SHIFT.
     uint256 private constant _PROVEN = 1 << 255;
+    uint256 private constant _FROZEN_SHIFT = 96;
 
     IERC20 private immutable _token;
     IStakeManager private immutable _stakeManager;
@@ -79,13 +77,16 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     mapping(bytes32 jobId => JobRecord) private _jobs;
     mapping(address account => uint256) private _frozen;
     mapping(bytes32 jobId => mapping(address provider => bool)) private _backers;
-    mapping(bytes32 jobId => DisputeBook) private _disputeBooks;
     mapping(bytes32 root => uint256 committedAt) private _assignmentRoots;
-    mapping(bytes32 jobId => mapping(address provider => uint256)) private _assignments; // _PROVEN | collateral
+    // _PROVEN | collateral, per placement
+    mapping(bytes32 jobId => mapping(address provider => mapping(uint256 placement => uint256))) private _assignments;
+    mapping(bytes32 digest => bool) private _payoutLists; // keccak256(abi.encode(pairs)) of each settlement
+    mapping(bytes32 jobId => mapping(address provider => uint256)) private _payees; // _PROVEN | paid | frozen
 
     uint64 private _gracePeriod;
-    uint64 private _disputeWindow;
-    uint64 private _collateralSlashWindow;
+    // Each parameter a job keeps, by the time it took effect (the second after it was set).
+    Checkpoints.Trace208 private _disputeWindows;
+    Checkpoints.Trace208 private _collateralSlashWindows;
 
     /// @notice Deploy after the StakeManager; then the StakeManager admin calls
     /// `stakeManager.setJobEscrow(address(this))` so this contract may lock collateral.
@@ -107,8 +108,10 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         _token = token_;
         _stakeManager = stakeManager_;
         _gracePeriod = gracePeriod_;
-        _disputeWindow = disputeWindow_;
-        _collateralSlashWindow = 1 days;
+        // slither-disable-next-line unused-return
+        _disputeWindows.push(0, disputeWindow_);
+        // slither-disable-next-line unused-return
+        _collateralSlashWindows.push(0, 1 days);
         emit GracePeriodSet(gracePeriod_);
         emit DisputeWindowSet(disputeWindow_);
         emit CollateralSlashWindowSet(1 days);
@@ -126,11 +129,12 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         if (amount == 0) revert JobEscrowZeroAmount(jobId);
         if (amount > type(uint96).max) revert JobEscrowAmountTooLarge(amount, type(uint96).max);
         if (deadline <= block.timestamp) revert JobEscrowDeadlineInPast(deadline, block.timestamp);
-        uint40 due = uint256(deadline).toUint40();
+        uint40 closesAt = (uint256(deadline) + _gracePeriod).toUint40();
         _jobs[jobId] = JobRecord({
-            head: _packHead(JobHead({amount: uint96(amount), refund: 0, time: due, status: JobStatus.Funded})),
+            head: _packHead(JobHead({amount: uint96(amount), refund: 0, time: closesAt, status: JobStatus.Funded})),
             customer: msg.sender,
-            deadline: due,
+            deadline: uint256(deadline).toUint40(),
+            createdAt: uint40(block.timestamp),
             specHash: specHash
         });
         emit JobCreated(jobId, msg.sender, amount, deadline, specHash);
@@ -147,7 +151,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         if (head.status != JobStatus.Funded) revert JobEscrowJobNotFunded(jobId, head.status);
         address customer = job.customer;
         if (msg.sender != customer) revert JobEscrowNotCustomer(jobId, customer);
-        uint256 reclaimableAt = uint256(job.deadline) + _gracePeriod;
+        uint256 reclaimableAt = head.time; // deadline + the grace at creation
         if (block.timestamp <= reclaimableAt) revert JobEscrowNotReclaimableYet(jobId, reclaimableAt);
         head.status = JobStatus.Reclaimed;
         job.head = _packHead(head);
@@ -172,7 +176,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         amount = head.refund;
         // slither-disable-next-line incorrect-equality
         if (amount == 0) revert JobEscrowNoRefund(jobId);
-        uint256 claimableAt = uint256(head.time) + _disputeWindow;
+        uint256 claimableAt = uint256(head.time) + _disputeWindowAt(head.time);
         if (block.timestamp < claimableAt) revert JobEscrowRefundNotClaimableYet(jobId, claimableAt);
         head.refund = 0;
         job.head = _packHead(head);
@@ -195,17 +199,45 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     }
 
     /// @inheritdoc IJobEscrow
-    function proveAssignment(bytes32 jobId, address provider, uint256 collateral, bytes32[] calldata proof)
-        external
-    {
-        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, collateral))));
+    function proveAssignment(
+        bytes32 jobId,
+        address provider,
+        uint256 placement,
+        uint256 collateral,
+        bytes32[] calldata proof
+    ) external {
+        if (placement == 0) revert JobEscrowZeroPlacement(jobId, provider);
+        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, placement, collateral))));
         // slither-disable-next-line incorrect-equality
         if (_assignmentRoots[MerkleProof.processProofCalldata(proof, leaf)] == 0) {
-            revert JobEscrowInvalidAssignmentProof(jobId, provider, collateral);
+            revert JobEscrowInvalidAssignmentProof(jobId, provider, placement, collateral);
         }
-        if (_assignments[jobId][provider] != 0) return; // the first proven collateral stands
-        _assignments[jobId][provider] = _PROVEN | collateral.toUint96();
-        emit AssignmentProven(jobId, provider, collateral);
+        mapping(uint256 => uint256) storage placements = _assignments[jobId][provider];
+        if (placements[placement] != 0) return; // proven before: a placement has one collateral
+        placements[placement] = _PROVEN | collateral.toUint96();
+        if (!_backers[jobId][provider]) _backers[jobId][provider] = true;
+        emit AssignmentProven(jobId, provider, placement, collateral);
+    }
+
+    /// @inheritdoc IJobEscrow
+    function provePayout(bytes32 jobId, address provider, SoloSettlement[] calldata pairs) external {
+        bytes32 digest = keccak256(abi.encode(pairs));
+        if (!_payoutLists[digest]) revert JobEscrowUnknownPayoutList(digest);
+        if (_payees[jobId][provider] != 0) return; // proven before
+        // slither-disable-next-line uninitialized-local
+        uint256 paid;
+        // slither-disable-next-line uninitialized-local
+        bool listed;
+        for (uint256 i; i < pairs.length; ++i) {
+            if (pairs[i].jobId == jobId && pairs[i].provider == provider) {
+                paid += pairs[i].payout;
+                listed = true;
+            }
+        }
+        if (!listed) revert JobEscrowNotAPayee(jobId, provider);
+        _payees[jobId][provider] = _PROVEN | paid; // paid <= the job's uint96 amount
+        if (!_backers[jobId][provider]) _backers[jobId][provider] = true;
+        emit PayoutProven(jobId, provider, paid);
     }
 
     // ------------------------------------------------------------------ orchestrator role
@@ -226,7 +258,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     {
         JobHead memory head = _unpackHead(_jobs[jobId].head);
         if (head.status != JobStatus.Funded) revert JobEscrowJobNotFunded(jobId, head.status);
-        uint256 closedAt = uint256(head.time) + _gracePeriod;
+        uint256 closedAt = head.time;
         if (block.timestamp > closedAt) revert JobEscrowSettlementClosed(jobId, closedAt);
         mapping(address => bool) storage backers = _backers[jobId];
         for (uint256 i; i < providers.length; ++i) {
@@ -241,11 +273,12 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         onlyRole(ORCHESTRATOR_ROLE)
     {
         PayoutList memory list = _newPayoutList(providers.length);
-        uint256 refund = _settle(jobId, providers, payouts, resultRoot, list, _gracePeriod);
+        uint256 refund = _settle(jobId, providers, payouts, resultRoot, list);
         emit JobSettled(jobId, refund, resultRoot);
         for (uint256 i; i < providers.length; ++i) {
             emit ProviderPaid(jobId, providers[i], payouts[i]);
         }
+        _commitPayouts(keccak256(abi.encode(list.pairs)));
         _stakeManager.settleCollateral(list.pairs, payoutReleaseAt(block.timestamp));
     }
 
@@ -258,14 +291,14 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         }
         PayoutList memory list = _newPayoutList(pairs);
         bytes32[] memory jobIds = new bytes32[](settlements.length);
-        uint256 grace = _gracePeriod;
         for (uint256 j; j < settlements.length; ++j) {
             Settlement calldata s = settlements[j];
             bytes32 jobId = s.jobId;
-            _settle(jobId, s.providers, s.payouts, s.resultRoot, list, grace);
+            _settle(jobId, s.providers, s.payouts, s.resultRoot, list);
             jobIds[j] = jobId;
         }
         emit JobsSettled(jobIds);
+        _commitPayouts(keccak256(abi.encode(list.pairs)));
         _stakeManager.settleCollateral(list.pairs, payoutReleaseAt(block.timestamp));
     }
 
@@ -273,16 +306,16 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     function settleBatchSolo(SoloSettlement[] calldata settlements) external onlyRole(ORCHESTRATOR_ROLE) {
         uint256 count = settlements.length;
         bytes32[] memory jobIds = new bytes32[](count);
-        uint256 grace = _gracePeriod;
         for (uint256 j; j < count; ++j) {
             SoloSettlement calldata s = settlements[j];
             bytes32 jobId = s.jobId;
-            _closeJob(jobId, s.payout, grace);
+            _closeJob(jobId, s.payout);
             assembly ("memory-safe") {
                 mstore(add(jobIds, shl(5, add(j, 1))), jobId) // jobIds[j], j < count
             }
         }
         emit JobsSettled(jobIds);
+        _commitPayouts(keccak256(abi.encode(settlements)));
         _stakeManager.settleCollateral(settlements, payoutReleaseAt(block.timestamp));
     }
 
@@ -293,25 +326,22 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         JobRecord storage job = _jobs[jobId];
         JobHead memory head = _unpackHead(job.head);
         if (head.status != JobStatus.Settled) revert JobEscrowJobNotSettled(jobId, head.status);
-        uint256 closedAt = uint256(head.time) + _disputeWindow;
+        uint256 closedAt = uint256(head.time) + _disputeWindowAt(head.time);
         if (block.timestamp >= closedAt) revert JobEscrowDisputeWindowClosed(jobId, closedAt);
-        DisputeBook storage book = _disputeBooks[jobId];
-        if (!book.booked) {
-            // The first dispute books what the job paid its providers (the refund is untouched
-            // until then: only disputes change it inside the window).
-            (book.payeeCap, book.booked) = (head.amount - head.refund, true);
-        }
         bool fromRefund = account == job.customer;
         if (fromRefund) {
             if (amount > head.refund) revert JobEscrowDisputeCapExceeded(jobId, amount, head.refund);
             head.refund -= uint96(amount);
             job.head = _packHead(head);
         } else {
-            uint256 available = book.payeeCap - book.fromPayees;
+            // Capped by what this job paid this payee (proven with `provePayout`), less what
+            // disputes froze of it before (all-time, so a freed amount is not frozen again).
+            uint256 word = _payees[jobId][account];
+            // slither-disable-next-line incorrect-equality
+            if (word == 0) revert JobEscrowPayoutNotProven(jobId, account);
+            uint256 available = uint96(word) - uint96(word >> _FROZEN_SHIFT);
             if (amount > available) revert JobEscrowDisputeCapExceeded(jobId, amount, available);
-            uint256 pending = _stakeManager.payoutOf(account).pending;
-            if (amount > pending) revert JobEscrowInsufficientPending(account, amount, pending);
-            book.fromPayees += uint96(amount);
+            _payees[jobId][account] = word + (amount << _FROZEN_SHIFT); // frozen <= paid < 2**96
         }
         _frozen[account] += amount;
         emit PayoutFrozen(jobId, account, amount);
@@ -332,11 +362,8 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
             head.refund += amount.toUint96(); // claimRefund waits for the job's window
             job.head = _packHead(head);
         } else {
-            // The release time fixed at settlement is not stored; the latest it can have been (the
-            // window is at most one period) never returns the payout earlier than settlement set.
-            uint256 settledAt = _unpackHead(job.head).time;
-            // slither-disable-next-line divide-before-multiply
-            _stakeManager.creditPayout(from, amount, (settledAt + 2 * PAYOUT_PERIOD - 1) / PAYOUT_PERIOD * PAYOUT_PERIOD);
+            // Back to the payee at the release time settlement set (claimable at once if past).
+            _stakeManager.creditPayout(from, amount, payoutReleaseAt(_unpackHead(job.head).time));
         }
     }
 
@@ -362,14 +389,14 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     /// @inheritdoc IJobEscrow
     function setDisputeWindow(uint64 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _checkRange(window, 0, PAYOUT_PERIOD);
-        _disputeWindow = window;
+        _pushParameter(_disputeWindows, window);
         emit DisputeWindowSet(window);
     }
 
     /// @inheritdoc IJobEscrow
     function setCollateralSlashWindow(uint64 window) external onlyRole(DEFAULT_ADMIN_ROLE) {
         _checkRange(window, 0, MAX_PERIOD);
-        _collateralSlashWindow = window;
+        _pushParameter(_collateralSlashWindows, window);
         emit CollateralSlashWindowSet(window);
     }
 
@@ -414,42 +441,46 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
 
     /// @inheritdoc IJobEscrow
     function disputeWindow() external view returns (uint64) {
-        return _disputeWindow;
+        return uint64(_disputeWindows.latest());
     }
 
     /// @inheritdoc IJobEscrow
     function collateralSlashWindow() external view returns (uint64) {
-        return _collateralSlashWindow;
+        return uint64(_collateralSlashWindows.latest());
     }
 
     /// @inheritdoc IJobEscrow
     function payoutReleaseAt(uint256 settledAt) public view returns (uint256) {
         // Rounded up to whole periods, so one provider's pending payouts have at most two release
         // times in the future (the StakeManager keeps two buckets) and none moves another's.
-        uint256 due = settledAt + _disputeWindow;
+        uint256 due = settledAt + _disputeWindowAt(settledAt);
         // slither-disable-next-line divide-before-multiply
         return (due + PAYOUT_PERIOD - 1) / PAYOUT_PERIOD * PAYOUT_PERIOD;
     }
 
     /// @inheritdoc IJobEscrow
     function collateralReleasableAt(bytes32 jobId) public view returns (uint256) {
-        JobHead memory head = _unpackHead(_jobs[jobId].head);
+        JobRecord storage job = _jobs[jobId];
+        JobHead memory head = _unpackHead(job.head);
         // slither-disable-next-line incorrect-equality
         if (head.status == JobStatus.None) return 0;
-        // A settled job closed at settlement; any other closed when settlement did: deadline + grace.
-        // slither-disable-next-line incorrect-equality
-        uint256 closedAt = head.status == JobStatus.Settled ? head.time : uint256(head.time) + _gracePeriod;
-        return closedAt + _collateralSlashWindow;
+        // A settled job closed at settlement; any other when settlement did (deadline + grace),
+        // in both cases `time`. The window is the one set when the job was created.
+        return uint256(head.time) + _collateralSlashWindows.upperLookupRecent(job.createdAt);
     }
 
     /// @inheritdoc IJobEscrow
     function isBacker(bytes32 jobId, address provider) external view returns (bool) {
-        return _backers[jobId][provider] || _assignments[jobId][provider] != 0;
+        return _backers[jobId][provider];
     }
 
     /// @inheritdoc IJobEscrow
-    function assignmentOf(bytes32 jobId, address provider) external view returns (bool proven, uint256 collateral) {
-        uint256 word = _assignments[jobId][provider];
+    function assignmentOf(bytes32 jobId, address provider, uint256 placement)
+        external
+        view
+        returns (bool proven, uint256 collateral)
+    {
+        uint256 word = _assignments[jobId][provider][placement];
         return (word != 0, uint96(word));
     }
 
@@ -459,18 +490,39 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     }
 
     /// @inheritdoc IJobEscrow
-    function disputedOf(bytes32 jobId) external view returns (uint256 fromPayees, uint256 payeeCap) {
-        DisputeBook storage book = _disputeBooks[jobId];
-        if (book.booked) return (book.fromPayees, book.payeeCap);
-        JobHead memory head = _unpackHead(_jobs[jobId].head);
-        // slither-disable-next-line incorrect-equality
-        return (0, head.status == JobStatus.Settled ? head.amount - head.refund : 0);
+    function payeeOf(bytes32 jobId, address provider) external view returns (bool proven, uint256 paid, uint256 frozen) {
+        uint256 word = _payees[jobId][provider];
+        return (word != 0, uint96(word), uint96(word >> _FROZEN_SHIFT));
+    }
+
+    /// @inheritdoc IJobEscrow
+    function payoutListCommitted(bytes32 digest) external view returns (bool) {
+        return _payoutLists[digest];
     }
 
     // ------------------------------------------------------------------ internal
 
     function _checkRange(uint256 value, uint256 min, uint256 max) private pure {
         if (value < min || value > max) revert JobEscrowParameterOutOfRange(value, min, max);
+    }
+
+    /// @dev Records a settlement's (job, provider, payout, resultRoot) list by its digest, which
+    /// `provePayout` checks: what each job paid each payee, for one write per settlement.
+    function _commitPayouts(bytes32 digest) private {
+        _payoutLists[digest] = true;
+        emit PayoutsCommitted(digest);
+    }
+
+    /// @dev `window`, effective from the next second: a job created or settled in this second
+    /// keeps the value it was created or settled under.
+    function _pushParameter(Checkpoints.Trace208 storage trace, uint256 window) private {
+        // slither-disable-next-line unused-return
+        trace.push((block.timestamp + 1).toUint48(), uint208(window));
+    }
+
+    /// @dev The dispute window a job settled at `settledAt` was settled under.
+    function _disputeWindowAt(uint256 settledAt) private view returns (uint256) {
+        return _disputeWindows.upperLookupRecent(settledAt.toUint48());
     }
 
     function _newPayoutList(uint256 pairs) private pure returns (PayoutList memory) {
@@ -487,8 +539,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         address[] calldata providers,
         uint256[] calldata payouts,
         bytes32 resultRoot,
-        PayoutList memory list,
-        uint256 grace
+        PayoutList memory list
     ) private returns (uint256 refund) {
         if (providers.length != payouts.length) revert JobEscrowLengthMismatch(providers.length, payouts.length);
         // slither-disable-next-line uninitialized-local
@@ -501,15 +552,15 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
             ++k;
         }
         list.count = k;
-        refund = _closeJob(jobId, paid, grace);
+        refund = _closeJob(jobId, paid);
     }
 
-    /// @dev Marks funded job `jobId` settled exactly once, until its deadline + `grace`, paying
+    /// @dev Marks funded job `jobId` settled exactly once, until its deadline + grace, paying
     /// `paid` out of its escrow (the caller credits the providers), and keeps the rest as the
     /// customer's refund. Hot path: the packed head is read and written as one word, without a
-    /// memory JobHead; a funded job's head holds its deadline, so the deadline costs no read.
+    /// memory JobHead; a funded job's head holds when its settlement closes, so that costs no read.
     /// @return refund What the customer gets back.
-    function _closeJob(bytes32 jobId, uint256 paid, uint256 grace) private returns (uint256 refund) {
+    function _closeJob(bytes32 jobId, uint256 paid) private returns (uint256 refund) {
         JobRecord storage job = _jobs[jobId];
         uint256 head = job.head;
         if (head >> _STATUS_SHIFT != uint256(JobStatus.Funded)) {
@@ -517,7 +568,7 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
             if (status == JobStatus.Settled) revert JobEscrowAlreadySettled(jobId);
             revert JobEscrowJobNotFunded(jobId, status);
         }
-        uint256 closedAt = uint40(head >> _SETTLED_AT_SHIFT) + grace;
+        uint256 closedAt = uint40(head >> _SETTLED_AT_SHIFT);
         if (block.timestamp > closedAt) revert JobEscrowSettlementClosed(jobId, closedAt);
         uint256 amount = uint96(head);
         if (paid > amount) revert JobEscrowPayoutExceedsEscrow(jobId, paid, amount);

@@ -75,6 +75,8 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     uint256 private constant _RELEASE_AT_SHIFT = 200;
     // A reservation word: amount (uint96) | until (uint40) << _UNTIL_SHIFT.
     uint256 private constant _UNTIL_SHIFT = 96;
+    // Reservation terms: ceiling (uint96) | horizon (uint40) << _UNTIL_SHIFT | this flag (set).
+    uint256 private constant _TERMS_SET = 1 << 255;
 
     IERC20 private immutable _token;
 
@@ -86,7 +88,9 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     mapping(address provider => uint64[]) private _openLockIds;
     mapping(bytes32 jobId => mapping(address provider => uint256)) private _lockedFor;
     mapping(address provider => uint256) private _reservations; // packed amount | until
-    mapping(bytes32 jobId => mapping(address provider => uint256)) private _assignmentSlashed;
+    mapping(address provider => uint256) private _terms; // packed ceiling | horizon | _TERMS_SET
+    mapping(bytes32 jobId => mapping(address provider => mapping(uint256 placement => uint256))) private
+        _assignmentSlashed;
     mapping(uint64 epoch => EpochRecord) private _epochs;
     mapping(address provider => mapping(uint64 epoch => bool)) private _scoreSlashed;
     mapping(address provider => Checkpoints.Trace208) private _stakeHistory; // bonded + unbonding
@@ -186,6 +190,14 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         emit UnbondCancelled(msg.sender, lockId, amount);
     }
 
+    /// @inheritdoc IStakeManager
+    function setReservationTerms(uint256 ceiling, uint256 horizon) external {
+        _checkRange(ceiling, 0, type(uint96).max);
+        _checkRange(horizon, 0, MAX_PERIOD);
+        _terms[msg.sender] = _TERMS_SET | ceiling | (horizon << _UNTIL_SHIFT);
+        emit ReservationTermsSet(msg.sender, ceiling, horizon);
+    }
+
     // ------------------------------------------------------------------ escrow role
 
     /// @inheritdoc IStakeManager
@@ -238,16 +250,14 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             bytes32 jobId;
             address provider;
             uint256 payout;
-            uint256 released;
             uint256 ledger;
             uint256 ledgerSlot;
             // Hot path, in assembly: pair `i` is read straight from calldata (4 words: jobId,
             // provider, payout, resultRoot; `i` < length, and a dirty address reverts with
-            // StakeManagerInvalidAddress), and each slot's address is hashed once, by Solidity's
-            // mapping layout, and read and written through it: `_ledgers[provider]`, then, only
-            // when the provider has any job lock at all (the ledger's locked field is their sum),
-            // `_lockedFor[jobId][provider]` (released: set to 0). A provider working from its
-            // standing reservation costs no lock slot.
+            // StakeManagerInvalidAddress), and `_ledgers[provider]`'s slot is hashed once, by
+            // Solidity's mapping layout, and read and written through it. Settlement touches no
+            // collateral: a job lock stays slashable until the job's collateral slash window
+            // closes, paid or not, as a reservation's placement does (`releaseCollateral` after).
             assembly ("memory-safe") {
                 let pair := add(pairs.offset, shl(7, i))
                 jobId := calldataload(pair)
@@ -262,15 +272,6 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
                 mstore(0x20, _ledgers.slot)
                 ledgerSlot := keccak256(0x00, 0x40)
                 ledger := sload(ledgerSlot)
-                if and(ledger, 0xffffffffffffffffffffffff) {
-                    mstore(0x00, jobId)
-                    mstore(0x20, _lockedFor.slot)
-                    mstore(0x20, keccak256(0x00, 0x40))
-                    mstore(0x00, provider)
-                    let lockSlot := keccak256(0x00, 0x40)
-                    released := sload(lockSlot)
-                    if released { sstore(lockSlot, 0) }
-                }
             }
             if (payout != 0) {
                 uint256 pending = uint104(ledger >> _PENDING_SHIFT);
@@ -287,10 +288,6 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
                 }
                 if (pending > type(uint104).max) revert StakeManagerAmountTooLarge(pending, type(uint104).max);
                 ledger = uint96(ledger) | (pending << _PENDING_SHIFT) | dueBits;
-            }
-            // Cannot underflow: the locked field (low bits) is the sum of this provider's job locks.
-            unchecked {
-                ledger -= released;
             }
             assembly ("memory-safe") {
                 sstore(ledgerSlot, ledger)
@@ -309,16 +306,18 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     /// @inheritdoc IStakeManager
     function freezePending(address account, uint256 amount, uint256 releaseAt) external onlyJobEscrow {
         uint256 ledger = _mature(account);
-        uint256 hot = uint104(ledger >> _PENDING_SHIFT);
-        uint256 older = uint104(_maturing[account] >> _PENDING_SHIFT);
-        if (amount > hot + older) revert StakeManagerInsufficientPending(account, amount, hot + older);
-        // The bucket the disputed job's payout went to first (the older one when its release
-        // time is `releaseAt`), so the freeze holds that job's payout, not another's.
-        uint256 olderFirst = _maturing[account] >> _RELEASE_AT_SHIFT == releaseAt ? Math.min(amount, older) : 0;
-        uint256 fromHot = Math.min(amount - olderFirst, hot);
-        uint256 fromOlder = amount - fromHot;
-        _ledgers[account] = ledger - (fromHot << _PENDING_SHIFT);
-        if (fromOlder != 0) _maturing[account] -= fromOlder << _PENDING_SHIFT;
+        // Only the bucket the disputed job's payout went to (the one due at `releaseAt`), so the
+        // freeze holds that job's payout, never another release time's.
+        if (ledger >> _RELEASE_AT_SHIFT == releaseAt) {
+            uint256 hot = uint104(ledger >> _PENDING_SHIFT);
+            if (amount > hot) revert StakeManagerInsufficientPending(account, amount, hot);
+            _ledgers[account] = ledger - (amount << _PENDING_SHIFT);
+        } else {
+            uint256 older = _maturing[account];
+            uint256 inOlder = older >> _RELEASE_AT_SHIFT == releaseAt ? uint104(older >> _PENDING_SHIFT) : 0;
+            if (amount > inOlder) revert StakeManagerInsufficientPending(account, amount, inOlder);
+            _maturing[account] = older - (amount << _PENDING_SHIFT);
+        }
     }
 
     /// @inheritdoc IStakeManager
@@ -378,6 +377,14 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             }
             uint256 free = _providers[provider].bonded - uint96(_ledgers[provider]); // less its job locks
             if (amount > free) revert StakeManagerInsufficientFreeStake(provider, amount, free);
+            uint256 terms = _terms[provider];
+            if (terms != 0) {
+                // What the provider allowed: at most its ceiling, lapsing within its horizon. A
+                // lowered ceiling stops raises and extensions; the live reservation still lapses
+                // only at its `until` (no way out of a pending slash).
+                _checkRange(amount, 0, uint96(terms));
+                _checkRange(lapsesAt, 0, block.timestamp + uint40(terms >> _UNTIL_SHIFT));
+            }
             _reservations[provider] = uint256(amount.toUint96()) | (lapsesAt << _UNTIL_SHIFT);
             emit CollateralReserved(provider, amount, lapsesAt);
         }
@@ -399,20 +406,27 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     }
 
     /// @inheritdoc IStakeManager
-    function slashCollateral(bytes32 jobId, address provider, uint256 amount, SlashReason reason, bytes32 evidence)
-        external
-        onlyRole(SLASHER_ROLE)
-        returns (uint256 slashId)
-    {
+    function slashCollateral(
+        bytes32 jobId,
+        address provider,
+        uint256 placement,
+        uint256 amount,
+        SlashReason reason,
+        bytes32 evidence
+    ) external onlyRole(SLASHER_ROLE) returns (uint256 slashId) {
         if (amount == 0) revert StakeManagerZeroAmount(provider);
         address escrow = _jobEscrow;
         if (escrow == address(0)) revert StakeManagerEscrowNotSet(jobId);
-        uint256 locked = _lockedFor[jobId][provider];
         // slither-disable-next-line uninitialized-local
-        uint256 left; // of a proven assignment, when there is no job lock
-        if (locked == 0) {
-            (bool proven, uint256 collateral) = IJobEscrow(escrow).assignmentOf(jobId, provider);
-            if (proven) left = collateral - _assignmentSlashed[jobId][provider];
+        uint256 locked; // placement 0: the job lock
+        // slither-disable-next-line uninitialized-local
+        uint256 left; // of the proven placement
+        if (placement == 0) {
+            locked = _lockedFor[jobId][provider];
+            if (locked == 0) revert StakeManagerNothingToSlash(provider);
+        } else {
+            (bool proven, uint256 collateral) = IJobEscrow(escrow).assignmentOf(jobId, provider, placement);
+            if (proven) left = collateral - _assignmentSlashed[jobId][provider][placement];
             if (left == 0) revert StakeManagerNothingToSlash(provider);
         }
         // Views on the escrow set by the admin: the job's slash window and the customer it protects.
@@ -428,10 +442,11 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             taken = Math.min(Math.min(amount, left), _liveReserved(provider));
             // slither-disable-next-line incorrect-equality
             if (taken == 0) revert StakeManagerNothingToSlash(provider);
-            _assignmentSlashed[jobId][provider] += taken;
+            _assignmentSlashed[jobId][provider][placement] += taken;
             _reservations[provider] -= taken; // the amount field holds at least `taken`
         }
         _providers[provider].bonded -= uint128(taken);
+        _checkpoint(provider); // a later score slash sizes on the stake left
         address customer = IJobEscrow(escrow).jobOf(jobId).customer;
         slashId = _recordSlash(provider, jobId, reason, evidence, customer, taken, address(0), 0);
     }
@@ -606,8 +621,8 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     }
 
     /// @inheritdoc IStakeManager
-    function assignmentSlashed(bytes32 jobId, address provider) external view returns (uint256) {
-        return _assignmentSlashed[jobId][provider];
+    function assignmentSlashed(bytes32 jobId, address provider, uint256 placement) external view returns (uint256) {
+        return _assignmentSlashed[jobId][provider][placement];
     }
 
     /// @inheritdoc IStakeManager
@@ -703,7 +718,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         committedAt = record.committedAt;
         uint256 expiredAt = committedAt + _scoreProofWindow;
         if (block.timestamp > expiredAt) revert StakeManagerScoreProofExpired(epoch, expiredAt);
-        bytes32 commitment = keccak256(abi.encode(msg.sender, provider, epoch, salt));
+        bytes32 commitment = keccak256(abi.encode(msg.sender, provider, epoch, scoreBps, telemetryDigest, salt));
         uint256 committedIn = _findings[commitment];
         // slither-disable-next-line incorrect-equality
         if (committedIn == 0 || committedIn >= block.number) revert StakeManagerFindingNotCommitted(commitment);

@@ -121,7 +121,7 @@ interface IDisputes {
     /// @notice Rules dispute `disputeId` before its deadline.
     /// @dev ARBITER_ROLE only. `slashAmount` > 0 only for a granted settlement dispute opened by the
     /// customer, at most the payout it froze: it slashes the provider's stake (to the treasury,
-    /// itself disputable).
+    /// itself disputable), capped at what is slashable then (no slash when nothing is).
     /// @param granted True: the opener wins (refund / reverse the slash); false: dismissed.
     /// @param slashAmount Provider stake to slash on a granted customer dispute, else 0.
     /// @param evidence Hash of the arbiter's reasoning and evidence.

@@ -88,8 +88,6 @@ interface IJobEscrow {
     error JobEscrowNoRefund(bytes32 jobId);
     /// @notice Job `jobId`'s settlement dispute window closed at `closedAt`.
     error JobEscrowDisputeWindowClosed(bytes32 jobId, uint256 closedAt);
-    /// @notice `account` holds `available` pending, less than the `requested` to freeze.
-    error JobEscrowInsufficientPending(address account, uint256 requested, uint256 available);
     /// @notice `account` holds `available` frozen, less than the `requested` to unfreeze.
     error JobEscrowInsufficientFrozen(address account, uint256 requested, uint256 available);
     /// @notice An amount does not fit the packed storage (`amount` > `max`).
@@ -115,8 +113,17 @@ interface IJobEscrow {
     error JobEscrowAssignmentsAlreadyCommitted(bytes32 root);
     /// @notice An assignment root of zero commits nothing.
     error JobEscrowZeroAssignmentRoot();
-    /// @notice No committed assignment root holds (`jobId`, `provider`, `collateral`) with this proof.
-    error JobEscrowInvalidAssignmentProof(bytes32 jobId, address provider, uint256 collateral);
+    /// @notice No committed assignment root holds (`jobId`, `provider`, `placement`, `collateral`)
+    /// with this proof.
+    error JobEscrowInvalidAssignmentProof(bytes32 jobId, address provider, uint256 placement, uint256 collateral);
+    /// @notice Placement id 0 names a job lock (`IStakeManager.slashCollateral`), never a leaf.
+    error JobEscrowZeroPlacement(bytes32 jobId, address provider);
+    /// @notice No settlement committed a payout list with digest `digest`.
+    error JobEscrowUnknownPayoutList(bytes32 digest);
+    /// @notice The proven payout list does not pay `provider` for job `jobId`.
+    error JobEscrowNotAPayee(bytes32 jobId, address provider);
+    /// @notice A payee-side freeze needs what job `jobId` paid `account` proven first (`provePayout`).
+    error JobEscrowPayoutNotProven(bytes32 jobId, address account);
 
     // ------------------------------------------------------------------ events
 
@@ -154,8 +161,13 @@ interface IJobEscrow {
     /// @notice The orchestrator committed `root`, a Merkle root of (job, provider, collateral)
     /// assignments backed by the providers' standing reservations.
     event AssignmentsCommitted(bytes32 indexed root);
-    /// @notice `provider`'s assignment to `jobId` with `collateral` was proven on chain.
-    event AssignmentProven(bytes32 indexed jobId, address indexed provider, uint256 collateral);
+    /// @notice `provider`'s placement `placement` on `jobId` with `collateral` was proven on chain.
+    event AssignmentProven(bytes32 indexed jobId, address indexed provider, uint256 placement, uint256 collateral);
+    /// @notice A settlement committed the list of (job, provider, payout, resultRoot) pairs it paid,
+    /// `digest` = keccak256(abi.encode(pairs)) (SoloSettlement[]), for `provePayout`.
+    event PayoutsCommitted(bytes32 indexed digest);
+    /// @notice Job `jobId` was proven to have paid `provider` `paid` (`provePayout`).
+    event PayoutProven(bytes32 indexed jobId, address indexed provider, uint256 paid);
 
     // ------------------------------------------------------------------ customer
 
@@ -183,14 +195,25 @@ interface IJobEscrow {
     /// (whether or not the customer reclaimed, so a provider always has a way out). Anyone may call.
     function releaseCollateral(bytes32 jobId, address[] calldata providers) external;
 
-    /// @notice Proves that `provider` backs `jobId` with `collateral` under a committed assignment
-    /// root: from then on the provider is a backer of the job (disputes may name it) and its
-    /// reservation is slashable for the job up to `collateral` (`IStakeManager.slashCollateral`)
-    /// while the job's collateral slash window is open. Anyone may call; proving again is a no-op
-    /// (the first proven collateral stands).
+    /// @notice Proves that `provider` backs `jobId` with `collateral` in its placement `placement`
+    /// (a task attempt; not 0) under a committed assignment root: from then on the provider is a
+    /// backer of the job (disputes may name it) and its reservation is slashable for that placement
+    /// up to `collateral` (`IStakeManager.slashCollateral`) while the job's collateral slash window
+    /// is open, whatever else was proven or slashed. Anyone may call; proving again is a no-op.
     /// @param proof Sibling hashes from the leaf to a root committed by {commitAssignments}.
-    function proveAssignment(bytes32 jobId, address provider, uint256 collateral, bytes32[] calldata proof)
-        external;
+    function proveAssignment(
+        bytes32 jobId,
+        address provider,
+        uint256 placement,
+        uint256 collateral,
+        bytes32[] calldata proof
+    ) external;
+
+    /// @notice Proves what settled job `jobId` paid `provider`: the sum of its pairs in `pairs`, the
+    /// list a settlement committed (`PayoutsCommitted`; for `settleBatchSolo` its argument, for
+    /// `settle`/`settleBatch` each job's providers in order). A payee-side freeze about the job is
+    /// capped by it. The provider becomes a backer of the job. Anyone may call; again is a no-op.
+    function provePayout(bytes32 jobId, address provider, SoloSettlement[] calldata pairs) external;
 
     // ------------------------------------------------------------------ orchestrator role
 
@@ -200,17 +223,18 @@ interface IJobEscrow {
     function lockCollateral(bytes32 jobId, address[] calldata providers, uint256[] calldata amounts) external;
 
     /// @notice Commits `root`, the Merkle root (sorted pairs, double-hashed leaves
-    /// `keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, collateral))))`) of a batch of
-    /// assignments: each says `provider` backs job `jobId` with `collateral` of its standing
-    /// reservation (`IStakeManager.reserveCollateral`).
+    /// `keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, placement, collateral))))`) of a
+    /// batch of assignments: each says `provider` backs its placement `placement` on job `jobId`
+    /// with `collateral` of its standing reservation (`IStakeManager.reserveCollateral`).
     /// @dev ORCHESTRATOR_ROLE only, not while paused. One storage word per batch and none per job:
     /// the orchestrator's cheap path for collateral. An assignment counts once proven
     /// ({proveAssignment}); the orchestrator keeps each batch's leaves to build the proofs.
     function commitAssignments(bytes32 root) external;
 
-    /// @notice Settles job `jobId` exactly once: pays providers (pending, pull), releases their
-    /// collateral, and credits the rest of the escrow to the customer. All-or-nothing.
-    /// @dev ORCHESTRATOR_ROLE only; until deadline + grace. Payouts are claimable from
+    /// @notice Settles job `jobId` exactly once: pays providers (pending, pull) and credits the
+    /// rest of the escrow to the customer; collateral stays slashable until
+    /// `collateralReleasableAt`. Commits the payout list (`PayoutsCommitted`). All-or-nothing.
+    /// @dev ORCHESTRATOR_ROLE only; until deadline + the grace at the job's creation. Payouts are claimable from
     /// `payoutReleaseAt(now)`: now + dispute window, rounded up to a whole PAYOUT_PERIOD.
     function settle(bytes32 jobId, address[] calldata providers, uint256[] calldata payouts, bytes32 resultRoot)
         external;
@@ -228,14 +252,15 @@ interface IJobEscrow {
 
     /// @notice Freezes `amount` of `account`'s pending balance (or, when `account` is the job's
     /// customer, of the job's refund) for a dispute over settled job `jobId`.
-    /// @dev DISPUTES_ROLE only; inside the job's dispute window. Per job, all disputes together
-    /// freeze at most what the job paid its providers from their pending payouts, and at most the
-    /// job's refund from the customer: never more than the job's amount.
+    /// @dev DISPUTES_ROLE only; inside the job's dispute window (the one it was settled under).
+    /// From a payee, all disputes of the job together freeze at most what the job paid that payee
+    /// (`provePayout` first), taken only from the pending bucket the job's payout went to; from the
+    /// customer, at most the job's refund.
     function freezePayout(bytes32 jobId, address account, uint256 amount) external;
 
     /// @notice Ends the freeze of `amount` taken from `from` over job `jobId`: to `to` (the winner),
-    /// claimable at once; or back to `from` (`to == from`), where it waits out the rest of the
-    /// job's dispute window (a refund goes back into the job's refund).
+    /// claimable at once; or back to `from` (`to == from`), claimable at the release time the
+    /// job's settlement set (a refund goes back into the job's refund).
     /// @dev DISPUTES_ROLE only.
     function unfreezePayout(bytes32 jobId, address from, address to, uint256 amount) external;
 
@@ -245,12 +270,14 @@ interface IJobEscrow {
     function pause() external;
     /// @notice Resumes new jobs and collateral locks. DEFAULT_ADMIN_ROLE only.
     function unpause() external;
-    /// @notice Sets the reclaim grace period, at most MAX_PERIOD. DEFAULT_ADMIN_ROLE only.
-    function setGracePeriod(uint64 grace) external;
-    /// @notice Sets the settlement dispute window, at most PAYOUT_PERIOD. DEFAULT_ADMIN_ROLE only.
-    function setDisputeWindow(uint64 window) external;
-    /// @notice Sets how long collateral of a closed job stays slashable, at most MAX_PERIOD.
+    /// @notice Sets the reclaim grace period of jobs created from now on, at most MAX_PERIOD.
     /// DEFAULT_ADMIN_ROLE only.
+    function setGracePeriod(uint64 grace) external;
+    /// @notice Sets the dispute window of jobs settled from the next second on, at most
+    /// PAYOUT_PERIOD. DEFAULT_ADMIN_ROLE only.
+    function setDisputeWindow(uint64 window) external;
+    /// @notice Sets how long collateral of a closed job stays slashable, for jobs created from the
+    /// next second on, at most MAX_PERIOD. DEFAULT_ADMIN_ROLE only.
     function setCollateralSlashWindow(uint64 window) external;
 
     // ------------------------------------------------------------------ views
@@ -283,14 +310,19 @@ interface IJobEscrow {
     /// @notice From when collateral still locked for job `jobId` may be released (and no longer
     /// slashed); zero for an unknown job.
     function collateralReleasableAt(bytes32 jobId) external view returns (uint256);
-    /// @notice Whether `provider` backs job `jobId`: it locked collateral for it, or its assignment
-    /// to it was proven (`IStakeManager.proveAssignment`); a payee disputes may name.
+    /// @notice Whether `provider` backs job `jobId`: it locked collateral for it, a placement of it
+    /// was proven ({proveAssignment}) or its payout from it was ({provePayout}); a party to disputes.
     function isBacker(bytes32 jobId, address provider) external view returns (bool);
-    /// @notice Whether `provider`'s assignment to `jobId` was proven, and with what collateral.
-    function assignmentOf(bytes32 jobId, address provider) external view returns (bool proven, uint256 collateral);
+    /// @notice Whether `provider`'s placement `placement` on `jobId` was proven, and with what collateral.
+    function assignmentOf(bytes32 jobId, address provider, uint256 placement)
+        external
+        view
+        returns (bool proven, uint256 collateral);
     /// @notice When assignment root `root` was committed (zero: never).
     function assignmentsCommittedAt(bytes32 root) external view returns (uint256);
-    /// @notice What disputes about job `jobId` froze so far from providers' pending payouts
-    /// (`fromPayees`, all-time) and what they may freeze at most (`payeeCap`: what it paid them).
-    function disputedOf(bytes32 jobId) external view returns (uint256 fromPayees, uint256 payeeCap);
+    /// @notice Whether what job `jobId` paid `provider` was proven, what it paid, and what disputes
+    /// froze of it so far (all-time).
+    function payeeOf(bytes32 jobId, address provider) external view returns (bool proven, uint256 paid, uint256 frozen);
+    /// @notice Whether a settlement committed the payout list with digest `digest`.
+    function payoutListCommitted(bytes32 digest) external view returns (bool);
 }

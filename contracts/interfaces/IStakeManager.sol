@@ -167,6 +167,9 @@ interface IStakeManager {
     /// @notice `provider`'s standing reservation is now `amount`, locked until `until` (the
     /// larger and the later of the live one and the request).
     event CollateralReserved(address indexed provider, uint256 amount, uint256 until);
+    /// @notice `provider` bounded what the orchestrator may reserve of its stake: at most `ceiling`,
+    /// lapsing at most `horizon` seconds after the reservation is made or extended.
+    event ReservationTermsSet(address indexed provider, uint256 ceiling, uint256 horizon);
     /// @notice `provider`'s tier changed from `oldTier` to `newTier`.
     event TierChanged(address indexed provider, Tier oldTier, Tier newTier);
     /// @notice The score root of `epoch` was committed.
@@ -253,10 +256,21 @@ interface IStakeManager {
     /// most MAX_PERIOD ahead. The orchestrator assigns a provider
     /// only jobs whose collateral its reservation covers until the job's collateral slash window
     /// closes (`IJobEscrow.collateralReleasableAt`).
+    /// Where a provider set terms ({setReservationTerms}), the resulting reservation is at most its
+    /// ceiling and lapses at most its horizon from now, else StakeManagerParameterOutOfRange
+    /// (the amount or the lapse time, with the bound).
     /// @param providers Providers to reserve for.
     /// @param amounts Reserved token units per provider, at most its bonded stake less its job locks.
     /// @param until Unix time the reservations lapse.
     function reserveCollateral(address[] calldata providers, uint256[] calldata amounts, uint64 until) external;
+
+    /// @notice The caller (a provider) bounds what the orchestrator role may reserve of its stake:
+    /// at most `ceiling`, lapsing at most `horizon` seconds after the reservation is made or
+    /// extended; `horizon` ≤ MAX_PERIOD, `ceiling` < 2**96. Until a provider sets terms, a reservation is bounded by its free
+    /// stake and MAX_PERIOD only. The way down: a lower ceiling (0 lends nothing more) stops
+    /// raises and extensions at once, but never shrinks or shortens a live reservation, which
+    /// still backs the placements made on it until it lapses.
+    function setReservationTerms(uint256 ceiling, uint256 horizon) external;
 
     // ------------------------------------------------------------------ escrow role (releases)
 
@@ -267,15 +281,16 @@ interface IStakeManager {
     /// @param providers Provider of each pair.
     function releaseCollateral(bytes32[] calldata jobIds, address[] calldata providers) external;
 
-    /// @notice Settlement of (job, provider) pairs: for each pair, releases all collateral
-    /// `provider` holds for `jobId` and credits `payout` to its pending payout, claimable from
+    /// @notice Settlement of (job, provider) pairs: for each pair, credits `payout` to
+    /// `provider`'s pending payout (collateral is untouched: it stays slashable until the job's
+    /// collateral slash window closes, paid or not), claimable from
     /// `releaseAt` (a pending payout already past its release time first becomes claimable).
     /// A payout never moves older pending payouts' release time: pending is kept in two buckets
     /// (the escrow rounds release times up to whole `PAYOUT_PERIOD`s and bounds its dispute window
     /// by one period, so at most two release times are ever in the future).
     /// @dev The JobEscrow (`jobEscrow()`) only, not any ESCROW_ROLE holder, since these books decide
     /// what the escrow pays out; it has checked the payouts against the jobs' escrow and holds the
-    /// tokens. The collateral and the pending payout share one slot per provider. Takes
+    /// tokens. One slot per provider (its ledger). Takes
     /// the escrow's SoloSettlement layout so a `settleBatchSolo` forwards its calldata as it is;
     /// `resultRoot` is not used here.
     /// @param pairs (jobId, provider, payout, resultRoot) of each pair.
@@ -289,8 +304,9 @@ interface IStakeManager {
     function takeClaimable(address account) external returns (uint256 amount);
 
     /// @notice Takes `amount` out of `account`'s pending payout, to be held by a dispute about a
-    /// job whose payouts are released at `releaseAt`: from that release time's bucket first.
-    /// @dev The JobEscrow only; reverts with StakeManagerInsufficientPending when not enough is pending.
+    /// job whose payouts are released at `releaseAt`: only from that release time's bucket.
+    /// @dev The JobEscrow only; reverts with StakeManagerInsufficientPending when that bucket holds
+    /// less.
     function freezePending(address account, uint256 amount, uint256 releaseAt) external;
 
     /// @notice Credits `amount` to `account`, claimable from `releaseAt` (at once when that has
@@ -319,20 +335,27 @@ interface IStakeManager {
         external
         returns (uint256 slashId);
 
-    /// @notice Slashes collateral `provider` locked for `jobId` (or, with no job lock, its proven
-    /// assignment to `jobId` (`IJobEscrow.assignmentOf`), taken from its live reservation); proceeds go to the job's customer
-    /// after the dispute window.
-    /// @dev SLASHER_ROLE only. Capped at the collateral still locked (an assignment: at what is left
-    /// of it and of the reservation); reverts if none is, and once the job's collateral slash window
-    /// has closed (`IJobEscrow.collateralReleasableAt`).
+    /// @notice Slashes collateral of `provider` for its placement `placement` on `jobId`: placement
+    /// 0 is its job lock; any other a proven placement (`IJobEscrow.assignmentOf`), taken from its
+    /// live reservation. Proceeds go to the job's customer after the dispute window.
+    /// @dev SLASHER_ROLE only. Capped at the job lock still held (a placement: at what is left of
+    /// that placement's collateral, whatever other placements lost, and of the reservation);
+    /// reverts if nothing is, and once the job's collateral slash window has closed
+    /// (`IJobEscrow.collateralReleasableAt`), paid or not. Writes a stake checkpoint.
     /// @return slashId Id of the pending slash.
-    function slashCollateral(bytes32 jobId, address provider, uint256 amount, SlashReason reason, bytes32 evidence)
-        external
-        returns (uint256 slashId);
+    function slashCollateral(
+        bytes32 jobId,
+        address provider,
+        uint256 placement,
+        uint256 amount,
+        SlashReason reason,
+        bytes32 evidence
+    ) external returns (uint256 slashId);
 
     /// @notice Commits to a score finding before revealing it with `slashForScore`, so a copied
     /// proof earns a front-runner nothing. `commitment` is
-    /// keccak256(abi.encode(finder, provider, epoch, salt)).
+    /// keccak256(abi.encode(finder, provider, epoch, scoreBps, telemetryDigest, salt)): the finding
+    /// itself, so a commitment made before the finding was known matches no copied reveal.
     function commitFinding(bytes32 commitment) external;
 
     /// @notice A finder holding a proof that `provider` scored under the threshold in `epoch`
@@ -411,8 +434,10 @@ interface IStakeManager {
     function lockedFor(bytes32 jobId, address provider) external view returns (uint256);
     /// @notice `provider`'s live reservation (zero once lapsed) and when it lapses or lapsed.
     function reservationOf(address provider) external view returns (uint256 amount, uint256 until);
-    /// @notice What `slashCollateral` took so far from `provider`'s reservation for job `jobId`.
-    function assignmentSlashed(bytes32 jobId, address provider) external view returns (uint256);
+
+    /// @notice What `slashCollateral` took so far from `provider`'s reservation for its placement
+    /// `placement` on job `jobId`.
+    function assignmentSlashed(bytes32 jobId, address provider, uint256 placement) external view returns (uint256);
     /// @notice `account`'s payout books as of now (pending past its release time shows as claimable).
     function payoutOf(address account) external view returns (Payout memory);
     /// @notice Score root of `epoch` (zero: not committed).

@@ -123,8 +123,8 @@ class _Bench:
             ReserveCollateral(provider=p.address, amount=RESERVATION, until=self.until()),
             **self._at(self.orchestrator)))
             for _, p in jobs[:1])  # one extension, priced alone: not part of the batch
-        assigns = [AssignCollateral(job_id=j, provider=p.address, collateral=COLLATERAL)
-                   for j, p in jobs]
+        assigns = [AssignCollateral(job_id=j, provider=p.address, placement=k + 1,
+                                    collateral=COLLATERAL) for k, (j, p) in enumerate(jobs)]
         settles = [SettleJob(job_id=j, providers=(p.address,), payouts=(PAYMENT,),
                              merkle_root=keccak(j)) for j, p in jobs]
         self._epoch += 1
@@ -162,9 +162,14 @@ class _Bench:
         wide_job, _ = self.new_job()
         gas["lock_100"] = self.orchestrator.lock_collateral(
             wide_job, addresses, [COLLATERAL] * PROVIDERS).gas_used
-        # Released again, paying nothing: the batches below see providers without job locks
-        # (as the orchestrator's are) that were never paid.
+        # Settled paying nothing, and its locks released once its collateral slash window
+        # closed: the batches below see providers without job locks (as the orchestrator's
+        # are) that were never paid, so a first payout creates their ledger slot.
         self.orchestrator.settle(wide_job, addresses, [0] * PROVIDERS, keccak(wide_job))
+        window = int(self.chain.job_escrow.functions.collateralSlashWindow().call())
+        increase_time(self.chain.w3, window + 1)
+        self.orchestrator.release_collateral(job_id, [first.address])
+        self.orchestrator.release_collateral(wide_job, addresses)
 
         first_payouts = self.settle_batch(100)
         gas["settle_batch_100_per_job_first_payout"] = first_payouts.gas_used // 100
@@ -188,18 +193,18 @@ class _Bench:
     def assignment_paths(self) -> dict[str, int]:
         """A 100-leaf root, a proof of one leaf, and the abandonment slash it enables."""
         jobs = self.funded_jobs(100, PROVIDERS)
-        assigns = [AssignCollateral(job_id=j, provider=p.address, collateral=COLLATERAL)
-                   for j, p in jobs]
+        assigns = [AssignCollateral(job_id=j, provider=p.address, placement=k + 1,
+                                    collateral=COLLATERAL) for k, (j, p) in enumerate(jobs)]
         paths = {"commit_assignments": self._sent(self.outbox.sign_assignments(
             assigns, **self._at(self.orchestrator)))}
         job_id, provider = jobs[0]
         paths["prove_assignment"] = self._sent(self.outbox.sign_proof(
-            ProveAssignment(job_id=job_id, provider=provider.address), assigns,
+            ProveAssignment(job_id=job_id, provider=provider.address, placement=1), assigns,
             **self._at(self.orchestrator)))
         slasher_key = self.chain.account(dev_account(2))
         slasher = OutboxChain(self.chain, self.orchestrator, slasher_key)
         paths["slash_assigned_collateral"] = self._sent(slasher.sign(SlashCollateral(
-            job_id=job_id, provider=provider.address, amount=COLLATERAL,
+            job_id=job_id, provider=provider.address, placement=1, amount=COLLATERAL,
             reason=int(SlashReason.ABANDONMENT), evidence=keccak(job_id)),
             **self._at(slasher_key)))
         return paths

@@ -90,8 +90,9 @@ HINTS: dict[str, str] = {
     "AccessControlUnauthorizedAccount": "this wallet is not an arbiter",
     "JobEscrowDisputeCapExceeded": "the amount is more than this job's disputes may still "
                                    "freeze",
-    "JobEscrowInsufficientPending": "the amount is more than the respondent's payout still "
-                                    "pending",
+    "StakeManagerInsufficientPending": "the amount is more than the respondent's payout from "
+                                       "this job still pending",
+    "JobEscrowPayoutNotProven": "what this job paid the respondent is not proven on chain yet",
 }
 
 

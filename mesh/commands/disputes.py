@@ -196,14 +196,23 @@ def _bundle(party: Party, *, job: str | None, slash: int | None) -> dict[str, An
 
 
 def _prove_backers(party: Party, job_id: bytes, addresses: set[str]) -> None:
-    """A provider backs a job on chain once its assignment is proven: send the proofs the
-    evidence bundle serves for those of `addresses` not proven yet (anyone may send them)."""
+    """Put on chain what a dispute of the job needs about `addresses` (anyone may send it):
+    what the job paid each of them (`provePayout`, from the settlement's own calldata: a
+    dispute freezes at most that), and for one still not a backer, its placement's proof from
+    the evidence bundle."""
     bundle: dict[str, Any] = _get(party, f"/v1/jobs/0x{job_id.hex()}/evidence")
+    settlement_tx = bundle.get("settlement_tx")
+    pairs = party.chain.settlement_pairs(settlement_tx) if settlement_tx else []
+    paid = {provider.lower() for job, provider, _payout, _root in pairs if job == job_id}
+    for address in addresses:
+        if address.lower() in paid and not party.chain.payout_proven(job_id, address):
+            party.account.prove_payout(job_id, address, pairs)
     wanted = {address.lower() for address in addresses}
     for assignment in bundle.get("assignments", []):
         provider = assignment["provider"]
         if provider.lower() in wanted and not party.chain.is_backer(job_id, provider):
-            party.account.prove_assignment(job_id, provider, int(assignment["collateral"]),
+            party.account.prove_assignment(job_id, provider, int(assignment["placement"]),
+                                           int(assignment["collateral"]),
                                            [unhex(p) for p in assignment["proof"]])
 
 

@@ -1,4 +1,4 @@
-"""`mesh provider stake|unbond|withdraw|claim|status`: a provider's bond and payouts on
+"""`mesh provider stake|lend|unbond|withdraw|claim|status`: a provider's bond and payouts on
 chain, signed with the provider's wallet. Each command checks what it can before sending (a
 balance, free stake), so a mistake costs no gas and reads as one line."""
 
@@ -61,6 +61,32 @@ def stake(amount: Amount, wallet: WalletOption, password_file: PasswordFile = No
          lambda r: typer.echo(f"staked {amount}: {r['provider']} now bonds "
                               f"{show_tokens(r['bonded'])} ({show_tokens(r['free'])} free) "
                               f"in {r['tx']}"))
+
+
+@app.command("lend")
+def lend(ceiling: Annotated[str, typer.Argument(help="The most tokens of your stake the "
+                                                     "orchestrator may reserve (0: no more).")],
+         wallet: WalletOption,
+         days: Annotated[float, typer.Option(min=0, max=365, help="The longest a reservation "
+                                                                  "may run from when it is "
+                                                                  "made or extended.")] = 7,
+         password_file: PasswordFile = None, directory: WalletDir = None,
+         rpc_url: RpcUrl = None, data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
+    """Bound what the orchestrator may reserve of your stake as collateral, and for how long.
+    A lower bound stops new reservations at once; a live one still lapses at its own time."""
+    with user_errors("provider lend"):
+        units = tokens(ceiling)
+        horizon_s = int(days * 86_400)
+        chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
+        with progress(f"lending at most {ceiling} tokens for {days:g} days"):
+            receipt = account.set_reservation_terms(units, horizon_s)
+        reserved = chain.provider_stake(account.address)
+    emit({"provider": account.address, "ceiling": units, "horizon_s": horizon_s,
+          "reserved": reserved.reserved, "reserved_until": reserved.reserved_until,
+          "tx": receipt.tx_hash}, as_json,
+         lambda r: typer.echo(f"the orchestrator may reserve at most {ceiling} tokens of "
+                              f"{r['provider']} for {days:g} days at a time "
+                              f"(reserved now: {show_tokens(r['reserved'])}) in {r['tx']}"))
 
 
 @app.command("unbond")

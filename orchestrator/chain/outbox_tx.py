@@ -122,15 +122,16 @@ class OutboxChain:
 
     def sign_proof(self, action: ProveAssignment, batch: Sequence[AssignCollateral], *,
                    nonce: int, fees: Fees) -> SignedTx:
-        """`proveAssignment` of the newest assign of (job, provider) in `batch`, the assigns
-        one committed root was built over."""
-        assign = next(a for a in reversed(batch)
-                      if (a.job_id, a.provider) == (action.job_id, action.provider))
-        proof = assignment_tree(batch).proof(
-            assignment_leaf(assign.job_id, assign.provider, assign.collateral))
+        """`proveAssignment` of the placement `action` names, from `batch`, the assigns one
+        committed root was built over (the placement being slashed, whatever else the root
+        holds for the same job and provider)."""
+        wanted = (action.job_id, action.provider, action.placement)
+        assign = next(a for a in batch if (a.job_id, a.provider, a.placement) == wanted)
+        proof = assignment_tree(batch).proof(assignment_leaf(
+            assign.job_id, assign.provider, assign.placement, assign.collateral))
         return self._escrow_call("proveAssignment", (assign.job_id, assign.provider,
-                                                     assign.collateral, proof),
-                                 nonce=nonce, fees=fees)
+                                                     assign.placement, assign.collateral,
+                                                     proof), nonce=nonce, fees=fees)
 
     def simulate_settlement(self, action: SettleJob) -> Revert | None:
         """The revert this settle would hit on its own, or None when it would land. On the
@@ -156,7 +157,8 @@ class OutboxChain:
             return self.chain.stake_manager, "setTier", (action.provider, action.tier)
         if isinstance(action, SlashCollateral):
             return self.chain.stake_manager, "slashCollateral", (
-                action.job_id, action.provider, action.amount, action.reason, action.evidence)
+                action.job_id, action.provider, action.placement, action.amount, action.reason,
+                action.evidence)
         raise TypeError(f"{type(action).__name__} goes out in a batch or with its proof")
 
     # ----- broadcasts and receipts

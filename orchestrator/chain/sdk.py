@@ -18,6 +18,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_typing import ChecksumAddress, HexAddress, HexStr
 from eth_utils import keccak
+from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
 from web3.exceptions import ContractLogicError
@@ -261,10 +262,35 @@ class MeshChain:
         return int(self._read(self.disputes, "bond"))
 
     def is_backer(self, job_id: bytes, provider: str) -> bool:
-        """Whether `provider` backs `job_id` on chain (a proven assignment, or a lock): who
-        may be named in, or open, a dispute of its settlement."""
+        """Whether `provider` backs `job_id` on chain (a proven placement or payout, or a
+        lock): who may be named in, or open, a dispute of its settlement."""
         return bool(self._read(self.job_escrow, "isBacker", job_id,
                                Web3.to_checksum_address(provider)))
+
+    def payout_proven(self, job_id: bytes, provider: str) -> bool:
+        """Whether what `job_id` paid `provider` is proven on chain (`provePayout`): what a
+        dispute of that payout may freeze at most."""
+        proven, _paid, _frozen = self._read(self.job_escrow, "payeeOf", job_id,
+                                            Web3.to_checksum_address(provider))
+        return bool(proven)
+
+    def settlement_pairs(self, tx_hash: str) -> list[tuple[bytes, str, int, bytes]]:
+        """The (job, provider, payout, resultRoot) list the settlement `tx_hash` committed,
+        read back from its calldata: what `provePayout` takes."""
+        tx = self.w3.eth.get_transaction(HexBytes(tx_hash))
+        function, args = self.job_escrow.decode_function_input(tx["input"])
+        name = function.fn_name
+        if name == "settle":
+            return [(bytes(args["jobId"]), str(provider), int(payout), bytes(args["resultRoot"]))
+                    for provider, payout in zip(args["providers"], args["payouts"], strict=True)]
+        if name == "settleBatchSolo":
+            return [(bytes(s["jobId"]), str(s["provider"]), int(s["payout"]),
+                     bytes(s["resultRoot"])) for s in args["settlements"]]
+        if name == "settleBatch":
+            return [(bytes(s["jobId"]), str(provider), int(payout), bytes(s["resultRoot"]))
+                    for s in args["settlements"]
+                    for provider, payout in zip(s["providers"], s["payouts"], strict=True)]
+        raise ChainError(f"{tx_hash} is a call of {name}, not a settlement")
 
     def is_arbiter(self, address: str) -> bool:
         """Whether `address` holds ARBITER_ROLE on the Disputes contract."""
@@ -348,8 +374,9 @@ class MeshAccount:
         of the reveal earns a front-runner nothing.
         """
         salt = secrets.token_bytes(32)
-        commitment = keccak(abi_encode(["address", "address", "uint64", "bytes32"],
-                                       [self.address, provider, epoch, salt]))
+        commitment = keccak(abi_encode(
+            ["address", "address", "uint64", "uint256", "bytes32", "bytes32"],
+            [self.address, provider, epoch, score_bps, telemetry_digest, salt]))
         self._send(self.chain.stake_manager, "commitFinding", commitment)
         receipt = self._send(self.chain.stake_manager, "slashForScore", provider, epoch,
                              score_bps, telemetry_digest, list(proof), salt)
@@ -357,10 +384,11 @@ class MeshAccount:
                                                                        errors=DISCARD)
         return (int(logs[0]["args"]["slashId"]) if logs else 0), receipt
 
-    def slash_collateral(self, job_id: bytes, provider: str, amount: int, reason: int,
-                         evidence: bytes) -> tuple[int, Receipt]:
+    def slash_collateral(self, job_id: bytes, provider: str, placement: int, amount: int,
+                         reason: int, evidence: bytes) -> tuple[int, Receipt]:
+        """Slash `provider`'s placement `placement` on `job_id` (0: its job lock)."""
         receipt = self._send(self.chain.stake_manager, "slashCollateral", job_id, provider,
-                             amount, reason, evidence)
+                             placement, amount, reason, evidence)
         slash_id = self._event_arg(self.chain.stake_manager, receipt, "Slashed", "slashId")
         return int(slash_id), receipt
 
@@ -399,6 +427,11 @@ class MeshAccount:
         return self._send(self.chain.job_escrow, "lockCollateral", job_id, list(providers),
                           list(amounts))
 
+    def set_reservation_terms(self, ceiling: int, horizon_s: int) -> Receipt:
+        """Provider: the most the orchestrator may reserve of this stake, lapsing at most
+        `horizon_s` after it is made or extended (a lower bound never shrinks a live one)."""
+        return self._send(self.chain.stake_manager, "setReservationTerms", ceiling, horizon_s)
+
     def reserve_collateral(self, providers: Sequence[str], amounts: Sequence[int],
                            until: int) -> Receipt:
         """Standing reservations: each provider's stake backing its assignments until `until`."""
@@ -408,10 +441,17 @@ class MeshAccount:
     def commit_assignments(self, root: bytes) -> Receipt:
         return self._send(self.chain.job_escrow, "commitAssignments", root)
 
-    def prove_assignment(self, job_id: bytes, provider: str, collateral: int,
+    def prove_assignment(self, job_id: bytes, provider: str, placement: int, collateral: int,
                          proof: Sequence[bytes]) -> Receipt:
-        return self._send(self.chain.job_escrow, "proveAssignment", job_id, provider, collateral,
-                          list(proof))
+        return self._send(self.chain.job_escrow, "proveAssignment", job_id, provider, placement,
+                          collateral, list(proof))
+
+    def prove_payout(self, job_id: bytes, provider: str,
+                     pairs: Sequence[tuple[bytes, str, int, bytes]]) -> Receipt:
+        """Prove what `job_id` paid `provider` from the list its settlement committed
+        (`MeshChain.settlement_pairs`); anyone may."""
+        return self._send(self.chain.job_escrow, "provePayout", job_id,
+                          Web3.to_checksum_address(provider), list(pairs))
 
     def settle(self, job_id: bytes, providers: Sequence[str], payouts: Sequence[int],
                result_root: bytes) -> Receipt:

@@ -123,21 +123,22 @@ def unmined(session: Session, *, kind: str) -> list[OutboxEntry]:
         .order_by(OutboxAction.id))]
 
 
-def assignment_batch(session: Session, *, job_id: bytes, provider: str
-                     ) -> list[AssignCollateral] | None:
+def assignment_batch(session: Session, *, job_id: bytes, provider: str,
+                     placement: int | None = None) -> list[AssignCollateral] | None:
     """The assigns one committed root was built over, in queue order: the root of the newest
-    confirmed assign of (job, provider) that went out in a transaction of its own; None when
-    there is none. An assign confirmed because its root was already committed sent nothing
-    (another task's assign of the same terms built the same root): the one that sent it holds
-    the proof. A read of confirmed rows only (scanned newest first: proofs are needed for the
-    rare slash or dispute)."""
+    confirmed assign of (job, provider), of placement `placement` when given, that went out in
+    a transaction of its own; None when there is none. An assign confirmed because its root
+    was already committed sent nothing (another assign of the same terms built the same
+    root): the one that sent it holds the proof. A read of confirmed rows only (scanned
+    newest first: proofs are needed for the rare slash or dispute)."""
     rows = session.scalars(select(OutboxAction).where(
         OutboxAction.kind == AssignCollateral.kind,
         OutboxAction.status == OutboxStatus.CONFIRMED.value,
         OutboxAction.tx_hash.is_not(None)).order_by(OutboxAction.id.desc()))
     wanted = (JobId.of(job_id), provider)
     tx_hash = next((row.tx_hash for row in rows
-                    if (row.payload.get("job_id"), row.payload.get("provider")) == wanted), None)
+                    if (row.payload.get("job_id"), row.payload.get("provider")) == wanted
+                    and placement in (None, _int_or_none(row.payload.get("placement")))), None)
     if tx_hash is None:
         return None
     batch = session.scalars(select(OutboxAction).where(
@@ -145,6 +146,14 @@ def assignment_batch(session: Session, *, job_id: bytes, provider: str
         OutboxAction.status == OutboxStatus.CONFIRMED.value).order_by(OutboxAction.id))
     return [action for row in batch
             if isinstance(action := decode(row.kind, row.payload), AssignCollateral)]
+
+
+def _int_or_none(value: object) -> int | None:
+    """A stored decimal field as an int; None when it is not one (a row of an older format)."""
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
 
 
 def _move(session: Session, *, action_ids: Sequence[int], expected: OutboxStatus,

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from eth_utils import is_address, to_checksum_address
 
 from orchestrator.domain.ids import hex0x, unhex
-from orchestrator.domain.merkle import MerkleTree, assignment_leaf
+from orchestrator.domain.merkle import MerkleTree, assignment_leaf, check_placement
 
 PAYLOAD_VERSION = 1
 UINT256_LIMIT = 2**256
@@ -51,33 +51,37 @@ class ReserveCollateral:
 
 @dataclass(frozen=True, slots=True)
 class AssignCollateral:
-    """One leaf of JobEscrow.commitAssignments: the provider's reservation backs one placement
-    of a task with `collateral`; consecutive assigns go out as one committed root."""
+    """One leaf of JobEscrow.commitAssignments: the provider's reservation backs its placement
+    `placement` (`merkle.placement_id` of the task attempt) with `collateral`; consecutive
+    assigns go out as one committed root."""
 
     kind: ClassVar[str] = "assign"
     job_id: bytes
     provider: str
+    placement: int
     collateral: int
-    task_id: int | None = None  # which placement: for operators, not sent
 
     def __post_init__(self) -> None:
         _set(self, "job_id", _bytes32(self.job_id, "job_id"))
         _set(self, "provider", _address(self.provider, "provider"))
+        _set(self, "placement", _placement(self.placement))
         _set(self, "collateral", _uint(self.collateral, "collateral"))
 
 
 @dataclass(frozen=True, slots=True)
 class ProveAssignment:
-    """JobEscrow.proveAssignment: puts a committed assignment on chain before a slash names it
-    (the sender builds the proof from the assign rows of the same root)."""
+    """JobEscrow.proveAssignment: puts one committed placement on chain before a slash names
+    it (the sender builds the proof from the assign rows of the same root)."""
 
     kind: ClassVar[str] = "prove"
     job_id: bytes
     provider: str
+    placement: int
 
     def __post_init__(self) -> None:
         _set(self, "job_id", _bytes32(self.job_id, "job_id"))
         _set(self, "provider", _address(self.provider, "provider"))
+        _set(self, "placement", _placement(self.placement))
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +134,13 @@ class SetTier:
 
 @dataclass(frozen=True, slots=True)
 class SlashCollateral:
-    """StakeManager.slashCollateral, signed by the slasher: collateral of a task taken."""
+    """StakeManager.slashCollateral, signed by the slasher: collateral of one placement (a task
+    attempt) taken, up to that placement's own amount."""
 
     kind: ClassVar[str] = "slash"
     job_id: bytes
     provider: str
+    placement: int
     amount: int
     reason: int  # domain.types.SlashReason
     evidence: bytes
@@ -142,6 +148,7 @@ class SlashCollateral:
     def __post_init__(self) -> None:
         _set(self, "job_id", _bytes32(self.job_id, "job_id"))
         _set(self, "provider", _address(self.provider, "provider"))
+        _set(self, "placement", _placement(self.placement))
         _set(self, "amount", _uint(self.amount, "amount"))
         _set(self, "reason", _uint(self.reason, "reason"))
         _set(self, "evidence", _bytes32(self.evidence, "evidence"))
@@ -149,7 +156,8 @@ class SlashCollateral:
 
 def assignment_tree(assigns: Sequence[AssignCollateral]) -> MerkleTree:
     """The tree `JobEscrow.commitAssignments` commits the root of, over one batch of assigns."""
-    return MerkleTree.build([assignment_leaf(a.job_id, a.provider, a.collateral) for a in assigns])
+    return MerkleTree.build([assignment_leaf(a.job_id, a.provider, a.placement, a.collateral)
+                             for a in assigns])
 
 
 ChainAction = (ReserveCollateral | AssignCollateral | ProveAssignment | SettleJob | CommitEpoch
@@ -161,11 +169,11 @@ def encode(action: ChainAction) -> dict[str, Any]:
     if isinstance(action, ReserveCollateral):
         return {"provider": action.provider, "amount": str(action.amount), "until": action.until}
     if isinstance(action, AssignCollateral):
-        payload: dict[str, Any] = {"job_id": hex0x(action.job_id), "provider": action.provider,
-                                   "collateral": str(action.collateral)}
-        return _with_context(payload, task_id=action.task_id)
+        return {"job_id": hex0x(action.job_id), "provider": action.provider,
+                "placement": str(action.placement), "collateral": str(action.collateral)}
     if isinstance(action, ProveAssignment):
-        return {"job_id": hex0x(action.job_id), "provider": action.provider}
+        return {"job_id": hex0x(action.job_id), "provider": action.provider,
+                "placement": str(action.placement)}
     if isinstance(action, SettleJob):
         return {"job_id": hex0x(action.job_id), "providers": list(action.providers),
                 "payouts": [str(p) for p in action.payouts],
@@ -176,7 +184,8 @@ def encode(action: ChainAction) -> dict[str, Any]:
         return _with_context({"provider": action.provider, "tier": action.tier},
                              node_id=action.node_id, detail=action.detail)
     return {"job_id": hex0x(action.job_id), "provider": action.provider,
-            "amount": str(action.amount), "reason": action.reason,
+            "placement": str(action.placement), "amount": str(action.amount),
+            "reason": action.reason,
             "evidence": hex0x(action.evidence)}
 
 
@@ -200,13 +209,14 @@ def _read_reserve(payload: Mapping[str, Any]) -> ReserveCollateral:
 def _read_assign(payload: Mapping[str, Any]) -> AssignCollateral:
     return AssignCollateral(job_id=_hex_field(payload, "job_id"),
                             provider=payload.get("provider"),  # type: ignore[arg-type]
-                            collateral=payload.get("collateral"),  # type: ignore[arg-type]
-                            task_id=_optional_int(payload.get("task_id"), "task_id"))
+                            placement=payload.get("placement"),  # type: ignore[arg-type]
+                            collateral=payload.get("collateral"))  # type: ignore[arg-type]
 
 
 def _read_prove(payload: Mapping[str, Any]) -> ProveAssignment:
     return ProveAssignment(job_id=_hex_field(payload, "job_id"),
-                           provider=payload.get("provider"))  # type: ignore[arg-type]
+                           provider=payload.get("provider"),  # type: ignore[arg-type]
+                           placement=payload.get("placement"))  # type: ignore[arg-type]
 
 
 def _read_settle(payload: Mapping[str, Any]) -> SettleJob:
@@ -232,6 +242,7 @@ def _read_tier(payload: Mapping[str, Any]) -> SetTier:
 def _read_slash(payload: Mapping[str, Any]) -> SlashCollateral:
     return SlashCollateral(job_id=_hex_field(payload, "job_id"),
                            provider=payload.get("provider"),  # type: ignore[arg-type]
+                           placement=payload.get("placement"),  # type: ignore[arg-type]
                            amount=payload.get("amount"),  # type: ignore[arg-type]
                            reason=payload.get("reason"),  # type: ignore[arg-type]
                            evidence=_hex_field(payload, "evidence"))
@@ -305,8 +316,11 @@ def _same_length(first: Sequence[object], first_key: str, second: Sequence[objec
         raise PayloadError(f"{len(first)} {first_key} but {len(second)} {second_key}")
 
 
-def _optional_int(value: object, key: str) -> int | None:
-    return None if value is None else _uint(value, key)
+def _placement(value: object) -> int:
+    try:
+        return check_placement(_uint(value, "placement"))
+    except ValueError as exc:
+        raise PayloadError(str(exc)) from None
 
 
 def _optional_str(value: object, key: str) -> str | None:

@@ -28,13 +28,12 @@ DISPUTES = "Disputes"
 
 def provider_stake(provider: str, events: Iterable[ChainEvent], *,
                    now: int | None = None) -> ProviderStake:
-    """Bonded, locked, reserved and unbonding stake and tier of `provider` after `events`: its
-    own StakeManager events and the settlements of the jobs it locked collateral for.
+    """Bonded, locked, reserved and unbonding stake and tier of `provider` after `events`, its
+    own StakeManager events.
 
-    A settlement releases the collateral of the providers it lists without an event of its
-    own; the orchestrator lists every provider that locked for the job, so a settlement is
-    taken to release the provider's whole lock on that job. A collateral slash takes from the
-    job's lock while there is one, else (an assignment) from the standing reservation. The
+    Settlement touches no collateral: a job lock is released only by `CollateralReleased`
+    (after the job's collateral slash window). A collateral slash takes from the job's lock
+    while there is one, else (a placement) from the standing reservation. The
     reservation counts until `reserved_until`; given the chain's `now`, a lapsed one is 0, as
     the contract reports it."""
     bonded = unbonding = reserved = reserved_until = 0
@@ -42,10 +41,6 @@ def provider_stake(provider: str, events: Iterable[ChainEvent], *,
     tier = int(Tier.BACKGROUND)  # the contract's zero value, until a TierChanged
     for event in events:
         args, name = event.args, event.name
-        if event.contract == ESCROW:
-            for job_id in settled_jobs(event):
-                locks.pop(job_id, None)
-            continue
         if event.contract != STAKE or args.get("provider") != provider:
             continue
         if name == "Staked":
@@ -85,24 +80,6 @@ def provider_stake(provider: str, events: Iterable[ChainEvent], *,
     return ProviderStake(provider=provider, bonded=bonded, locked=sum(locks.values()),
                          unbonding=unbonding, tier=tier, reserved=reserved if live else 0,
                          reserved_until=reserved_until)
-
-
-def settled_jobs(event: ChainEvent) -> tuple[bytes, ...]:
-    """The jobs a JobEscrow settlement event settles (none for any other event)."""
-    if event.contract != ESCROW:
-        return ()
-    if event.name == "JobSettled":
-        return (event.args["jobId"],)
-    if event.name == "JobsSettled":
-        return tuple(event.args["jobIds"])
-    return ()
-
-
-def locked_jobs(provider: str, events: Iterable[ChainEvent]) -> set[bytes]:
-    """Jobs `provider` locked collateral for: whose settlements its stake view needs."""
-    return {event.args["jobId"] for event in events
-            if event.contract == STAKE and event.name == "CollateralLocked"
-            and event.args["provider"] == provider}
 
 
 def escrowed_job(job_id: bytes, events: Iterable[ChainEvent]) -> EscrowedJob | None:

@@ -30,13 +30,30 @@ def score_leaf(provider: str, score_bps: int, telemetry_digest: bytes) -> bytes:
     return keccak(inner)
 
 
-def assignment_leaf(job_id: bytes, provider: str, collateral: int) -> bytes:
-    """Leaf for one assignment: (bytes32 jobId, address provider, uint256 collateral), meaning
-    `provider`'s standing reservation backs job `job_id` with `collateral`."""
+def placement_id(task_id: int, attempt: int) -> int:
+    """The on-chain id of one placement, a task attempt: `task_id << 32 | attempt`. Never 0
+    (task ids start at 1), the id `StakeManager.slashCollateral` reserves for a job lock."""
+    if task_id < 1 or not 0 <= attempt < 2**32:
+        raise ValueError(f"no placement id for task {task_id} attempt {attempt}")
+    return task_id << 32 | attempt
+
+
+def check_placement(placement: int) -> int:
+    """`placement` when it can name a leaf (1 .. 2**256 - 1); 0 names a job lock."""
+    if not 0 < placement < 2**256:
+        raise ValueError(f"placement {placement} is not a placement id (1 .. 2**256 - 1)")
+    return placement
+
+
+def assignment_leaf(job_id: bytes, provider: str, placement: int, collateral: int) -> bytes:
+    """Leaf for one placement: (bytes32 jobId, address provider, uint256 placement, uint256
+    collateral), meaning `provider`'s standing reservation backs its placement `placement` on
+    job `job_id` with `collateral`, slashable on its own up to that amount."""
     if len(job_id) != 32:
         raise ValueError(f"job id must be 32 bytes, got {len(job_id)}")
-    inner = keccak(encode(["bytes32", "address", "uint256"],
-                          [job_id, to_checksum_address(provider), collateral]))
+    inner = keccak(encode(["bytes32", "address", "uint256", "uint256"],
+                          [job_id, to_checksum_address(provider), check_placement(placement),
+                           collateral]))
     return keccak(inner)
 
 

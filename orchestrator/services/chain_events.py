@@ -238,12 +238,8 @@ class IndexedChainView:
     def provider_stake(self, session: Session, provider: str, *,
                        final_only: bool = False) -> ProviderStake:
         """`provider` checksummed, as the contracts' events name it."""
-        own = self._events(session, [subject_key("account", provider)], final_only)
-        jobs = [subject_key("job", job_id)
-                for job_id in sorted(chain_ledger.locked_jobs(provider, own))]
         return chain_ledger.provider_stake(
-            provider, self._events(session, [subject_key("account", provider), *jobs],
-                                   final_only))
+            provider, self._events(session, [subject_key("account", provider)], final_only))
 
     def escrowed_job(self, session: Session, job_id: bytes, *,
                      final_only: bool = True) -> EscrowedJob | None:

@@ -319,18 +319,20 @@ def _job_bundle(session: Session, job: Job, pls: PlsService) -> dict[str, Any]:
 
 def _assignments(session: Session, *, job_id: bytes, providers: list[str]
                  ) -> list[dict[str, Any]]:
-    """Each provider's committed assignment to the job with its Merkle proof under the root
-    on chain: what `JobEscrow.proveAssignment` takes (anyone may send it) before a dispute
-    names the provider as the job's backer."""
+    """Each provider's newest committed placement on the job with its Merkle proof under the
+    root on chain: what `JobEscrow.proveAssignment` takes (anyone may send it) before a dispute
+    names the provider as the job's backer. Proving one placement never shields another: each
+    is slashable on its own."""
     found = []
     for provider in providers:
         batch = outbox_store.assignment_batch(session, job_id=job_id, provider=provider)
         if batch is None:
             continue
         assign = next(a for a in reversed(batch) if (a.job_id, a.provider) == (job_id, provider))
-        proof = assignment_tree(batch).proof(
-            assignment_leaf(assign.job_id, assign.provider, assign.collateral))
-        found.append({"provider": provider, "collateral": str(assign.collateral),
+        proof = assignment_tree(batch).proof(assignment_leaf(
+            assign.job_id, assign.provider, assign.placement, assign.collateral))
+        found.append({"provider": provider, "placement": str(assign.placement),
+                      "collateral": str(assign.collateral),
                       "proof": [hex0x(p) for p in proof]})
     return found
 

@@ -18,6 +18,7 @@ from orchestrator.db.placement import WaitingTask
 from orchestrator.domain.chain_actions import AssignCollateral, ReserveCollateral
 from orchestrator.domain.ids import unhex
 from orchestrator.domain.matching import Candidate, eligible
+from orchestrator.domain.merkle import placement_id
 from orchestrator.domain.reliability import RsComponents
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.services.pls_state import PlsState, StakeUnavailable
@@ -192,7 +193,8 @@ class PlsPlacement:
         outbox.queue_action(
             session, idempotency_key=f"assign:{task_id}:{attempt}", now=now,
             action=AssignCollateral(job_id=unhex(job_id), provider=provider,
-                                    collateral=admission.collateral, task_id=task_id))
+                                    placement=placement_id(task_id, attempt),
+                                    collateral=admission.collateral))
         stake.assign(provider, admission.collateral)
         if listing is not stake:
             listing.assign(provider, admission.collateral)

@@ -20,6 +20,7 @@ from orchestrator.domain.chain_actions import (
     SlashCollateral,
 )
 from orchestrator.domain.ids import hex0x, unhex
+from orchestrator.domain.merkle import placement_id
 from orchestrator.domain.pls_observations import TierDecided
 from orchestrator.domain.score_commitment import EpochEntry, commit_epoch
 from orchestrator.domain.slashing import SlashDecision
@@ -164,13 +165,15 @@ class PlsStaking:
         if lock is None or min(decision.amount, lock.amount) == 0:
             return
         job = unhex(lock.job_id)
-        # The assignment goes on chain first (a no-op when proven before), then the slash.
+        placement = placement_id(lock.task_id, lock.attempt)
+        # The placement goes on chain first (a no-op when proven before), then its slash.
         outbox.queue_action(
-            session, idempotency_key=f"prove:{lock.job_id}:{decision.provider}", now=now,
-            action=ProveAssignment(job_id=job, provider=decision.provider))
+            session, idempotency_key=f"prove:{lock.job_id}:{decision.provider}:{placement}",
+            now=now, action=ProveAssignment(job_id=job, provider=decision.provider,
+                                             placement=placement))
         outbox.queue_action(
             session, idempotency_key=SLASH_KEY + hex0x(decision.slash_id), now=now,
-            action=SlashCollateral(job_id=unhex(lock.job_id), provider=decision.provider,
+            action=SlashCollateral(job_id=job, provider=decision.provider, placement=placement,
                                    amount=min(decision.amount, lock.amount),
                                    reason=int(decision.reason), evidence=decision.evidence))
 

@@ -186,18 +186,24 @@ def test_lock_collateral_isRefusedToAnyoneButTheOrchestrator(
     assert caught.value.arguments["account"] == stranger.address
 
 
-def test_settle_paysProviderRefundsRestAndReleasesCollateral(
+def test_settle_paysProviderRefundsRestAndKeepsCollateralSlashable(
     chain: MeshChain, orchestrator: MeshAccount, provider: MeshAccount, customer: MeshAccount
 ) -> None:
     job_id = _locked_job(chain, customer, provider, orchestrator)
 
-    orchestrator.settle(job_id, [provider.address], [PAYMENT - 10], bytes(32))
+    receipt = orchestrator.settle(job_id, [provider.address], [PAYMENT - 10], bytes(32))
 
     job = chain.escrowed_job(job_id)
     assert job is not None and job.status == EscrowStatus.SETTLED
-    assert chain.provider_stake(provider.address).locked == 0
+    assert chain.provider_stake(provider.address).locked == COLLATERAL  # until close + S
     assert chain.escrow_balance(provider.address).pending == PAYMENT - 10
     assert chain.refund_owed(job_id) == 10
+    # What the job paid the provider, proven by anyone from the settlement's own calldata.
+    pairs = chain.settlement_pairs(receipt.tx_hash)
+    assert pairs == [(job_id, provider.address, PAYMENT - 10, bytes(32))]
+    assert not chain.payout_proven(job_id, provider.address)
+    customer.prove_payout(job_id, provider.address, pairs)
+    assert chain.payout_proven(job_id, provider.address)
 
 
 def test_settle_revertsWhenAlreadySettled(
@@ -241,8 +247,10 @@ def test_settle_batch_settlesEveryJobInOneTransaction(
     assert all(chain.escrowed_job(job_id).status == EscrowStatus.SETTLED  # type: ignore[union-attr]
                for job_id in job_ids)
     assert chain.escrow_balance(provider.address).pending == 3 * PAYMENT
-    assert chain.provider_stake(provider.address).locked == 0
+    assert chain.provider_stake(provider.address).locked == 3 * COLLATERAL  # until close + S
     assert receipt.gas_used > 0
+    assert chain.settlement_pairs(receipt.tx_hash) == [
+        (job_id, provider.address, PAYMENT, bytes(32)) for job_id in job_ids]
 
 
 def test_claim_paysPendingOnlyAfterTheDisputeWindow(
@@ -385,7 +393,7 @@ def test_slash_collateral_sendsAbandonedCollateralTowardTheCustomer(
 ) -> None:
     job_id = _locked_job(chain, customer, provider, orchestrator)
 
-    slash_id, _ = slasher.slash_collateral(job_id, provider.address, COLLATERAL,
+    slash_id, _ = slasher.slash_collateral(job_id, provider.address, 0, COLLATERAL,
                                                   1, keccak(text="abandoned"))
 
     slash = chain.slash_of(slash_id)
@@ -406,7 +414,10 @@ def test_settlement_dispute_isResolvedByTheArbiterOnly(
     arbiter: MeshAccount,
 ) -> None:
     job_id = _locked_job(chain, customer, provider, orchestrator)
-    orchestrator.settle(job_id, [provider.address], [PAYMENT], bytes(32))
+    settled = orchestrator.settle(job_id, [provider.address], [PAYMENT], bytes(32))
+    with pytest.raises(ContractError, match="JobEscrowPayoutNotProven"):
+        customer.open_settlement_dispute(job_id, provider.address, PAYMENT, bytes(32))
+    customer.prove_payout(job_id, provider.address, chain.settlement_pairs(settled.tx_hash))
 
     dispute_id, _ = customer.open_settlement_dispute(
         job_id, provider.address, PAYMENT, keccak(text="bad frames"))
@@ -442,7 +453,7 @@ def test_slash_dispute_grantedByTheArbiterReturnsTheStakeAndTheBond(
     slasher: MeshAccount, arbiter: MeshAccount,
 ) -> None:
     job_id = _locked_job(chain, customer, provider, orchestrator)
-    slash_id, _ = slasher.slash_collateral(job_id, provider.address, COLLATERAL, 1, bytes(32))
+    slash_id, _ = slasher.slash_collateral(job_id, provider.address, 0, COLLATERAL, 1, bytes(32))
     tokens_before = chain.token_balance(provider.address)
 
     dispute_id, _ = provider.open_slash_dispute(slash_id, keccak(text="I was online"))
@@ -464,7 +475,7 @@ def test_apply_default_ruling_waitsForTheRulingDeadlineThenLetsTheSlashStand(
     slasher: MeshAccount, stranger: MeshAccount,
 ) -> None:
     job_id = _locked_job(chain, customer, provider, orchestrator)
-    slash_id, _ = slasher.slash_collateral(job_id, provider.address, COLLATERAL, 1, bytes(32))
+    slash_id, _ = slasher.slash_collateral(job_id, provider.address, 0, COLLATERAL, 1, bytes(32))
     dispute_id, _ = provider.open_slash_dispute(slash_id, bytes(32))
     dispute = chain.dispute_of(dispute_id)
     assert dispute is not None
@@ -489,7 +500,7 @@ def test_release_slash_paysTheCustomerOnlyAfterTheSlashDisputeWindow(
     slasher: MeshAccount, stranger: MeshAccount,
 ) -> None:
     job_id = _locked_job(chain, customer, provider, orchestrator)
-    slash_id, _ = slasher.slash_collateral(job_id, provider.address, COLLATERAL, 1, bytes(32))
+    slash_id, _ = slasher.slash_collateral(job_id, provider.address, 0, COLLATERAL, 1, bytes(32))
     slash = chain.slash_of(slash_id)
     assert slash is not None
 

@@ -117,7 +117,7 @@ GATED: list[tuple[str, str, tuple[Any, ...], str]] = [
     ("stake_manager", "commitEpoch", (1, ROOT), "ORCHESTRATOR_ROLE"),
     ("stake_manager", "reserveCollateral", ([], [], 2**40), "ORCHESTRATOR_ROLE"),
     ("stake_manager", "slash", ("0x" + "11" * 20, 1, 3, ROOT), "SLASHER_ROLE"),
-    ("stake_manager", "slashCollateral", (JID, "0x" + "11" * 20, 1, 1, ROOT), "SLASHER_ROLE"),
+    ("stake_manager", "slashCollateral", (JID, "0x" + "11" * 20, 0, 1, 1, ROOT), "SLASHER_ROLE"),
     ("stake_manager", "freezeSlash", (1,), "DISPUTES_ROLE"),
     ("stake_manager", "resolveSlash", (1, True), "DISPUTES_ROLE"),
     ("stake_manager", "setUnbondingPeriod", (1,), "DEFAULT_ADMIN_ROLE"),

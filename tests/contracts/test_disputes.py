@@ -44,10 +44,12 @@ def settled_job(
     customer: Any,
     fund: Callable[..., None],
 ) -> bytes:
-    """A job paying the worker 80 and owing the customer 20; the customer can pay a bond."""
+    """A job paying the worker 80 (proven, so disputes may freeze it) and owing the customer 20;
+    the customer can pay a bond."""
     jid = create_job("disputed", AMOUNT)
     escrow.lockCollateral(jid, [worker], [50 * TOKEN], sender=orchestrator)
     escrow.settle(jid, [worker], [80 * TOKEN], ROOT, sender=orchestrator)
+    escrow.provePayout(jid, worker, [(jid, worker.address, 80 * TOKEN, ROOT)], sender=customer)
     fund(customer, DISPUTE_BOND)
     return jid
 
@@ -63,7 +65,7 @@ def pending_slash(
     jid = create_job("slashed", AMOUNT)
     escrow.lockCollateral(jid, [worker], [50 * TOKEN], sender=orchestrator)
     stake_manager.slashCollateral(
-        jid, worker, 50 * TOKEN, ABANDONMENT, EVIDENCE, sender=orchestrator
+        jid, worker, 0, 50 * TOKEN, ABANDONMENT, EVIDENCE, sender=orchestrator
     )
     return 1
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import ape
 import pytest
+from eth_abi import encode
 from eth_utils import keccak
 
 from .conftest import (
@@ -132,7 +133,7 @@ def test_lockCollateral_revertsWhilePaused(
 # ---------------------------------------------------------------- settle
 
 
-def test_settle_creditsPendingPayoutsReleasesCollateralAndOwesTheRest(
+def test_settle_creditsPendingPayoutsKeepsCollateralSlashableAndOwesTheRest(
     escrow: Any, stake_manager: Any, orchestrator: Any, funded_job: bytes, workers: list[Any]
 ) -> None:
     receipt = escrow.settle(
@@ -147,11 +148,19 @@ def test_settle_creditsPendingPayoutsReleasesCollateralAndOwesTheRest(
         60 * TOKEN,
         payout_release_at(receipt.timestamp),
     )
-    assert [stake_manager.lockedFor(funded_job, p) for p in workers[:2]] == [0, 0]
-    assert stake_manager.stakeOf(workers[0]).locked == 0
+    # Paid or not, collateral stays slashable until close + S (released after).
+    assert [stake_manager.lockedFor(funded_job, p) for p in workers[:2]] == [50 * TOKEN] * 2
+    assert stake_manager.stakeOf(workers[0]).locked == 50 * TOKEN
     assert receipt.events.filter(escrow.JobSettled) == [
         escrow.JobSettled(jobId=funded_job, refund=10 * TOKEN, resultRoot=ROOT)
     ]
+    pairs = [(funded_job, workers[0].address, 60 * TOKEN, ROOT),
+             (funded_job, workers[1].address, 30 * TOKEN, ROOT)]
+    digest = keccak(encode(["(bytes32,address,uint256,bytes32)[]"], [pairs]))
+    assert receipt.events.filter(escrow.PayoutsCommitted) == [
+        escrow.PayoutsCommitted(digest=digest)
+    ]
+    assert escrow.payoutListCommitted(digest)
 
 
 def test_settle_revertsWhenAlreadySettled(
@@ -220,7 +229,7 @@ def test_settleBatch_settlesEveryJobInOneTransaction(
     )
 
     assert [escrow.jobOf(j).status for j in jobs] == [SETTLED] * 3
-    assert [stake_manager.stakeOf(p).locked for p in workers] == [0, 0, 0]
+    assert [stake_manager.stakeOf(p).locked for p in workers] == [10 * TOKEN] * 3
     assert [escrow.balanceOf(p).pending for p in workers] == [AMOUNT] * 3
     assert receipt.events.filter(escrow.JobsSettled) == [escrow.JobsSettled(jobIds=jobs)]
 
@@ -268,8 +277,10 @@ def test_settleBatchSolo_settlesEveryJobAsSettleBatchDoes(
 
     assert [escrow.jobOf(j).status for j in jobs] == [SETTLED] * 3
     assert [escrow.jobOf(j).refund for j in jobs] == [40 * TOKEN] * 3
-    assert [stake_manager.stakeOf(p).locked for p in workers] == [0, 0, 0]
-    assert [stake_manager.lockedFor(j, p) for j, p in zip(jobs, workers, strict=True)] == [0] * 3
+    assert [stake_manager.stakeOf(p).locked for p in workers] == [10 * TOKEN] * 3
+    assert [stake_manager.lockedFor(j, p) for j, p in zip(jobs, workers, strict=True)] == [
+        10 * TOKEN
+    ] * 3
     assert [escrow.balanceOf(p).pending for p in workers] == [60 * TOKEN] * 3
     assert receipt.events.filter(escrow.JobsSettled) == [escrow.JobsSettled(jobIds=jobs)]
 
@@ -501,6 +512,13 @@ def test_freezePayout_revertsBeyondTheJobsCapsOrAfterTheWindow(
 ) -> None:
     escrow.grantRole(escrow.DISPUTES_ROLE(), stranger, sender=admin)
     receipt = escrow.settle(funded_job, workers[:1], [60 * TOKEN], ROOT, sender=orchestrator)
+    with ape.reverts(escrow.JobEscrowPayoutNotProven, jobId=funded_job, account=workers[0]):
+        escrow.freezePayout(funded_job, workers[0], TOKEN, sender=stranger)
+    pairs = [(funded_job, workers[0].address, 60 * TOKEN, ROOT)]
+    with ape.reverts(escrow.JobEscrowUnknownPayoutList):
+        escrow.provePayout(funded_job, workers[0], [(*pairs[0][:2], 61 * TOKEN, ROOT)],
+                           sender=stranger)
+    escrow.provePayout(funded_job, workers[0], pairs, sender=stranger)
     with ape.reverts(
         escrow.JobEscrowDisputeCapExceeded,
         jobId=funded_job,

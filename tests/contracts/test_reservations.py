@@ -36,21 +36,25 @@ def _reserve(stake_manager: Any, orchestrator: Any, provider: Any, amount: int, 
     return stake_manager.reserveCollateral([provider], [amount], until, sender=orchestrator)
 
 
+PLACEMENT = 1  # the placement id of each (job, provider) these tests assign once
+
+
 def _assign(escrow: Any, orchestrator: Any, entries: list[tuple[bytes, Any, int]]) -> MerkleTree:
-    """Commits one assignment root over `entries` (job, provider, collateral); returns the tree."""
-    tree = MerkleTree.build([assignment_leaf(j, p.address, c) for j, p, c in entries])
+    """Commits one assignment root over `entries` (job, provider, collateral), each as placement
+    PLACEMENT; returns the tree."""
+    tree = MerkleTree.build([assignment_leaf(j, p.address, PLACEMENT, c) for j, p, c in entries])
     escrow.commitAssignments(tree.root, sender=orchestrator)
     return tree
 
 
 def _slash(stake_manager: Any, orchestrator: Any, jid: bytes, who: Any, amount: int) -> Any:
-    return stake_manager.slashCollateral(jid, who, amount, ABANDONMENT, EVIDENCE,
+    return stake_manager.slashCollateral(jid, who, PLACEMENT, amount, ABANDONMENT, EVIDENCE,
                                          sender=orchestrator)
 
 
 def _prove(escrow: Any, tree: MerkleTree, jid: bytes, who: Any, collateral: int) -> Any:
-    proof = tree.proof(assignment_leaf(jid, who.address, collateral))
-    return escrow.proveAssignment(jid, who, collateral, proof, sender=who)
+    proof = tree.proof(assignment_leaf(jid, who.address, PLACEMENT, collateral))
+    return escrow.proveAssignment(jid, who, PLACEMENT, collateral, proof, sender=who)
 
 
 # ---------------------------------------------------------------- what may leave when
@@ -196,23 +200,27 @@ def test_proveAssignment_makesTheProviderABackerOnceAndOnlyWithAValidProof(
     first, second, outsider = providers
     tree = _assign(escrow, orchestrator, [(jid, first, 5 * TOKEN), (jid, second, 7 * TOKEN)])
 
+    proof = tree.proof(assignment_leaf(jid, first.address, PLACEMENT, 5 * TOKEN))
     with ape.reverts(
         escrow.JobEscrowInvalidAssignmentProof, jobId=jid, provider=outsider, collateral=5 * TOKEN
     ):
-        escrow.proveAssignment(
-            jid, outsider, 5 * TOKEN, tree.proof(assignment_leaf(jid, first.address, 5 * TOKEN)),
-            sender=outsider)
+        escrow.proveAssignment(jid, outsider, PLACEMENT, 5 * TOKEN, proof, sender=outsider)
     with ape.reverts(escrow.JobEscrowInvalidAssignmentProof, collateral=50 * TOKEN):
-        escrow.proveAssignment(  # a provider cannot inflate its own collateral (or shrink it)
-            jid, first, 50 * TOKEN, tree.proof(assignment_leaf(jid, first.address, 5 * TOKEN)),
-            sender=first)
+        # a provider cannot inflate its own collateral (or shrink it)
+        escrow.proveAssignment(jid, first, PLACEMENT, 50 * TOKEN, proof, sender=first)
+    with ape.reverts(escrow.JobEscrowInvalidAssignmentProof, placement=2):
+        escrow.proveAssignment(jid, first, 2, 5 * TOKEN, proof, sender=first)  # nor move it
+    with ape.reverts(escrow.JobEscrowZeroPlacement, jobId=jid, provider=first):
+        escrow.proveAssignment(jid, first, 0, 5 * TOKEN, proof, sender=first)  # the lock's id
     receipt = _prove(escrow, tree, jid, first, 5 * TOKEN)
 
     assert receipt.events.filter(escrow.AssignmentProven) == [
-        escrow.AssignmentProven(jobId=jid, provider=first, collateral=5 * TOKEN)
+        escrow.AssignmentProven(jobId=jid, provider=first, placement=PLACEMENT,
+                                collateral=5 * TOKEN)
     ]
     assert escrow.isBacker(jid, first) and not escrow.isBacker(jid, second)
-    assert escrow.assignmentOf(jid, first) == (True, 5 * TOKEN)
+    assert escrow.assignmentOf(jid, first, PLACEMENT) == (True, 5 * TOKEN)
+    assert escrow.assignmentOf(jid, first, 2) == (False, 0)
     assert not _prove(escrow, tree, jid, first, 5 * TOKEN).events.filter(escrow.AssignmentProven)
 
 
@@ -251,7 +259,7 @@ def test_slashCollateral_takesAProvenAssignmentFromTheReservationForTheCustomerU
 
     assert [stake_manager.slashOf(i).amount for i in (1, 2)] == [30 * TOKEN, 20 * TOKEN]
     assert stake_manager.slashOf(1).beneficiary == customer.address
-    assert stake_manager.assignmentSlashed(jid, bonded) == 50 * TOKEN
+    assert stake_manager.assignmentSlashed(jid, bonded, PLACEMENT) == 50 * TOKEN
     assert stake_manager.reservationOf(bonded)[0] == 150 * TOKEN
     info = stake_manager.stakeOf(bonded)
     assert (info.bonded, info.locked) == (STAKE - 50 * TOKEN, 150 * TOKEN)
@@ -336,7 +344,15 @@ def test_disputeSettlement_namesOnlyAProvenAssignee(
     with ape.reverts(disputes.DisputesInvalidRespondent, respondent=bystander):
         disputes.disputeSettlement(jid, bystander, TOKEN, EVIDENCE, sender=customer)
     _prove(escrow, tree, jid, worker, 5 * TOKEN)
+    with ape.reverts(escrow.JobEscrowPayoutNotProven, jobId=jid, account=worker):
+        disputes.disputeSettlement(jid, worker, TOKEN, EVIDENCE, sender=customer)
+    pairs = [(jid, worker.address, 60 * TOKEN, b"\x00" * 32)]
+    with ape.reverts(escrow.JobEscrowNotAPayee, jobId=jid, provider=bystander):
+        escrow.provePayout(jid, bystander, pairs, sender=bystander)
+    escrow.provePayout(jid, worker, pairs, sender=bystander)  # anyone may
+    assert escrow.payeeOf(jid, worker) == (True, 60 * TOKEN, 0)
     disputes.disputeSettlement(jid, worker, TOKEN, EVIDENCE, sender=customer)
 
     assert escrow.balanceOf(worker).frozen == TOKEN
+    assert escrow.payeeOf(jid, worker) == (True, 60 * TOKEN, TOKEN)
     assert escrow.balanceOf(bystander).frozen == 0

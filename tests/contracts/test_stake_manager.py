@@ -339,7 +339,7 @@ def test_slashCollateral_paysTheJobsCustomerAfterTheWindow(
     customer_before = token.balanceOf(customer)
 
     stake_manager.slashCollateral(
-        jid, bonded, 500 * TOKEN, ABANDONMENT, DIGEST, sender=orchestrator
+        jid, bonded, 0, 500 * TOKEN, ABANDONMENT, DIGEST, sender=orchestrator
     )
 
     assert stake_manager.lockedFor(jid, bonded) == 0
@@ -357,11 +357,15 @@ def test_slashCollateral_revertsWithoutLockedCollateral(
 ) -> None:
     with ape.reverts(stake_manager.StakeManagerNothingToSlash, provider=bonded):
         stake_manager.slashCollateral(
-            job_id("none"), bonded, 1, ABANDONMENT, DIGEST, sender=orchestrator
+            job_id("none"), bonded, 0, 1, ABANDONMENT, DIGEST, sender=orchestrator
+        )
+    with ape.reverts(stake_manager.StakeManagerNothingToSlash, provider=bonded):
+        stake_manager.slashCollateral(  # no proven placement 1 either
+            job_id("none"), bonded, 1, 1, ABANDONMENT, DIGEST, sender=orchestrator
         )
     with ape.reverts(stake_manager.StakeManagerZeroAmount):
         stake_manager.slashCollateral(
-            job_id("none"), bonded, 0, ABANDONMENT, DIGEST, sender=orchestrator
+            job_id("none"), bonded, 0, 0, ABANDONMENT, DIGEST, sender=orchestrator
         )
 
 
@@ -382,10 +386,12 @@ def test_releaseSlash_revertsTwice(
 def _reveal(
     stake_manager: Any, finder: Any, provider: Any, epoch: int, score: int, proof: list[bytes]
 ) -> Any:
-    """A finding's two steps: the finder commits to it, then reveals it in a later block."""
+    """A finding's two steps: the finder commits to it (score and digest included), then
+    reveals it in a later block."""
     commitment = keccak(
         encode(
-            ["address", "address", "uint64", "bytes32"], [str(finder), str(provider), epoch, SALT]
+            ["address", "address", "uint64", "uint256", "bytes32", "bytes32"],
+            [str(finder), str(provider), epoch, score, DIGEST, SALT],
         )
     )
     stake_manager.commitFinding(commitment, sender=finder)

@@ -459,8 +459,10 @@ def test_confirmed_tx_hashes_are_the_transactions_confirmed_since_a_time_each_on
         assert outbox.confirmed_tx_hashes(session, since=12.5) == []
 
 
-def assign(job: int, provider: str = "0x" + "55" * 20) -> AssignCollateral:
-    return AssignCollateral(job_id=bytes([job]) * 32, provider=provider, collateral=job * 10)
+def assign(job: int, placement: int | None = None,
+           provider: str = "0x" + "55" * 20) -> AssignCollateral:
+    return AssignCollateral(job_id=bytes([job]) * 32, provider=provider,
+                            placement=placement or job, collateral=job * 10)
 
 
 def test_assignment_batch_is_the_newest_sent_root_of_the_job_and_provider(
@@ -469,8 +471,8 @@ def test_assignment_batch_is_the_newest_sent_root_of_the_job_and_provider(
     sent = outbox.OutboxStatus.SENT
     with factory.begin() as session:
         first, second, later, proof = queue(
-            session, ("a1", assign(1)), ("a2", assign(2)), ("a3", assign(1)),
-            ("p1", ProveAssignment(job_id=bytes([1]) * 32, provider=provider)))
+            session, ("a1", assign(1)), ("a2", assign(2)), ("a3", assign(1, placement=3)),
+            ("p1", ProveAssignment(job_id=bytes([1]) * 32, provider=provider, placement=1)))
         assert outbox.assignment_batch(session, job_id=bytes([1]) * 32,
                                        provider=provider) is None
         outbox.defer(session, action_ids=[first], expected=outbox.OutboxStatus.PENDING,
@@ -488,7 +490,13 @@ def test_assignment_batch_is_the_newest_sent_root_of_the_job_and_provider(
         sign(session, [proof], "0x03", 3)
         outbox.record_confirmed(session, action_ids=[proof], expected=sent, now=4.0)
         assert outbox.assignment_batch(session, job_id=bytes([1]) * 32,
-                                       provider=provider) == [assign(1)]
+                                       provider=provider) == [assign(1, placement=3)]
+        # A placement's own root, whatever the newest of (job, provider) is: the proof of
+        # the placement being slashed.
+        assert outbox.assignment_batch(session, job_id=bytes([1]) * 32, provider=provider,
+                                       placement=1) == [assign(1), assign(2)]
+        assert outbox.assignment_batch(session, job_id=bytes([1]) * 32, provider=provider,
+                                       placement=2) is None
         assert outbox.assignment_batch(session, job_id=bytes([1]) * 32,
                                        provider="0x" + "66" * 20) is None
 

@@ -68,7 +68,7 @@ def test_a_provider_never_seen_is_background_with_nothing_bonded() -> None:
                                                                       int(Tier.BACKGROUND))
 
 
-def test_locks_are_released_by_events_and_by_the_settlement_of_their_job() -> None:
+def test_locks_are_released_by_their_events_only_and_never_by_a_settlement() -> None:
     history = [
         stake("Staked", amount=1_000),
         stake("CollateralLocked", jobId=JOB_1, amount=100),
@@ -77,11 +77,12 @@ def test_locks_are_released_by_events_and_by_the_settlement_of_their_job() -> No
         stake("CollateralReleased", jobId=JOB_2, amount=20),  # job 2: 50
     ]
     assert chain_ledger.provider_stake(ALICE, history).locked == 200
-    settled = [*history, event("JobEscrow", "JobSettled", jobId=JOB_1)]
-    view = chain_ledger.provider_stake(ALICE, settled)
-    assert (view.locked, view.free) == (50, 950)
+    # Paid or not, a lock stays slashable until the job's collateral slash window closes.
     batch = [*history, event("JobEscrow", "JobsSettled", jobIds=[JOB_1, JOB_2])]
-    assert chain_ledger.provider_stake(ALICE, batch).locked == 0
+    view = chain_ledger.provider_stake(ALICE, batch)
+    assert (view.locked, view.free) == (200, 800)
+    released = [*batch, stake("CollateralReleased", jobId=JOB_1, amount=150)]
+    assert chain_ledger.provider_stake(ALICE, released).locked == 50
 
 
 def test_an_assignment_slash_takes_from_the_reservation_and_a_lapsed_one_reads_zero() -> None:
@@ -136,14 +137,6 @@ def test_a_slash_of_an_unbonding_lock_counts_once() -> None:
     ]
     view = chain_ledger.provider_stake(ALICE, history)
     assert (view.bonded, view.unbonding) == (400, 400)
-
-
-def test_locked_jobs_are_the_provider_s_own() -> None:
-    history = [stake("CollateralLocked", jobId=JOB_1, amount=1),
-               stake("CollateralLocked", provider=BOB, jobId=JOB_2, amount=1),
-               stake("CollateralReleased", jobId=JOB_2, amount=1)]
-    assert chain_ledger.locked_jobs(ALICE, history) == {JOB_1}
-    assert chain_ledger.settled_jobs(history[0]) == ()
 
 
 def test_an_escrow_is_funded_then_settled_or_reclaimed_and_none_before_it_exists() -> None:

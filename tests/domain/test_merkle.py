@@ -6,7 +6,7 @@ import pytest
 from eth_abi import encode
 from eth_utils import keccak
 
-from orchestrator.domain.merkle import assignment_leaf, score_leaf
+from orchestrator.domain.merkle import assignment_leaf, placement_id, score_leaf
 
 PROVIDER = "0x" + "ab" * 20
 DIGEST = b"\x07" * 32
@@ -33,4 +33,14 @@ def test_digest_of_another_length_is_refused() -> None:
 @pytest.mark.parametrize("length", [0, 31, 33])
 def test_an_assignment_of_a_job_id_of_another_length_is_refused_naming_it(length: int) -> None:
     with pytest.raises(ValueError, match=f"^job id must be 32 bytes, got {length}$"):
-        assignment_leaf(b"\x01" * length, "0x" + "ab" * 20, 10)
+        assignment_leaf(b"\x01" * length, "0x" + "ab" * 20, 1, 10)
+
+
+def test_a_placement_id_is_the_task_and_attempt_and_never_the_job_locks_zero() -> None:
+    assert placement_id(7, 0) == 7 << 32
+    assert placement_id(7, 3) != placement_id(7, 2) != placement_id(8, 2)
+    for task_id, attempt in ((0, 0), (1, -1), (1, 2**32)):
+        with pytest.raises(ValueError, match="no placement id"):
+            placement_id(task_id, attempt)
+    with pytest.raises(ValueError, match="placement 0 is not a placement id"):
+        assignment_leaf(b"\x01" * 32, "0x" + "ab" * 20, 0, 10)

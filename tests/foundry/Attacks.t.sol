@@ -158,7 +158,7 @@ contract AttacksTest is Compat {
         vm.prank(provider2);
         try escrow.releaseCollateral(JOB, _one(provider2)) {} catch {}
         vm.prank(orchestrator);
-        try sm.slashCollateral(JOB, provider2, 50 * TOKEN, IStakeManager.SlashReason.Abandonment, ROOT) {} catch {}
+        try sm.slashCollateral(JOB, provider2, 0, 50 * TOKEN, IStakeManager.SlashReason.Abandonment, ROOT) {} catch {}
 
         assertEq(sm.slashCount(), 1, "the abandonment slash was raced out");
     }
@@ -174,7 +174,7 @@ contract AttacksTest is Compat {
         vm.prank(provider2);
         try escrow.releaseCollateral(JOB, _one(provider2)) {} catch {}
         vm.prank(orchestrator);
-        try sm.slashCollateral(JOB, provider2, 50 * TOKEN, IStakeManager.SlashReason.Abandonment, ROOT) {} catch {}
+        try sm.slashCollateral(JOB, provider2, 0, 50 * TOKEN, IStakeManager.SlashReason.Abandonment, ROOT) {} catch {}
 
         assertEq(sm.slashCount(), 1, "the abandonment slash was raced out");
     }

@@ -96,6 +96,16 @@ abstract contract Base {
         payouts[0] = payout;
         vm.prank(orchestrator);
         escrow.settle(jobId, ps, payouts, ROOT);
+        _provePaid(jobId, who, payout);
+    }
+
+    /// @dev Proves what `jobId` paid `who` from the one-pair list `_settle` committed (anyone may;
+    /// a dispute of a payee's payout needs it); a no-op when that list did not pay `who`.
+    function _provePaid(bytes32 jobId, address who, uint256 payout) internal {
+        IJobEscrow.SoloSettlement[] memory pairs = new IJobEscrow.SoloSettlement[](1);
+        pairs[0] = IJobEscrow.SoloSettlement({jobId: jobId, provider: who, payout: payout, resultRoot: ROOT});
+        vm.prank(stranger);
+        try escrow.provePayout(jobId, who, pairs) {} catch {}
     }
 
     function _one(address who) internal pure returns (address[] memory ps) {

@@ -4,7 +4,7 @@ pragma solidity 0.8.28;
 import {Base} from "./Base.sol";
 
 /// @notice The one place the attack suite touches an interface the fixes changed: score findings
-/// (commit, then reveal in a later block). Everything else the attacks check through behaviour
+/// (commit to the finding, then reveal it in a later block). Everything else the attacks check through behaviour
 /// that both the reviewed and the fixed contracts expose, so the same tests ran against both.
 abstract contract Compat is Base {
     /// @dev `who` commits to and then reveals a finding against `provider_` in `epoch`.
@@ -14,7 +14,7 @@ abstract contract Compat is Base {
     {
         bytes32 salt = keccak256(abi.encode(who, epoch));
         vm.prank(who);
-        sm.commitFinding(keccak256(abi.encode(who, provider_, epoch, salt)));
+        sm.commitFinding(keccak256(abi.encode(who, provider_, epoch, scoreBps, digest, salt)));
         _skip(12);
         return _reveal(who, provider_, epoch, scoreBps, digest, salt);
     }

@@ -67,6 +67,10 @@ contract Handler {
         uint256 frozenFromPayees; // all-time
         uint256 paid; // to providers at settlement
         address payee; // the provider the settlement paid
+        uint256 closesAt; // deadline + the grace at creation
+        uint256 slashWindow; // the collateral slash window at creation
+        uint256 window; // the dispute window at settlement
+        uint256 releasableAt; // collateralReleasableAt as of creation, then as of settlement
     }
 
     GhostJob[] internal _jobs;
@@ -77,8 +81,32 @@ contract Handler {
     // ---- ghost: standing reservations and proven assignments
     mapping(address => uint256) public ghostReserved; // as last set (before slashes)
     mapping(address => uint256) public ghostReservedUntil;
-    mapping(bytes32 => mapping(address => uint256)) public ghostAssigned; // proven collateral
-    mapping(bytes32 => mapping(address => uint256)) public ghostAssignedSlashed;
+    // proven collateral and what was slashed of it, per (job, provider, placement)
+    mapping(bytes32 => mapping(address => mapping(uint256 => uint256))) public ghostAssigned;
+    mapping(bytes32 => mapping(address => mapping(uint256 => uint256))) public ghostAssignedSlashed;
+
+    // ---- ghost: settlements' payout lists (for provePayout) and what disputes froze per payee
+    mapping(bytes32 => IJobEscrow.SoloSettlement[]) internal _payoutList; // by job
+    mapping(bytes32 => mapping(address => uint256)) internal _frozenOfPayee; // all-time
+
+    // ---- ghost: parameters that take effect the second after they are set (W, S)
+    struct Param {
+        uint256 current;
+        uint256 previous; // in effect up to and including `setAt`
+        uint256 setAt;
+    }
+
+    Param internal _w;
+    Param internal _s;
+
+    // ---- ghost: reservation terms each provider set
+    struct Terms {
+        bool set;
+        uint256 ceiling;
+        uint256 horizon;
+    }
+
+    mapping(address => Terms) internal _terms;
 
     // ---- ghost: payouts
     struct Credit {
@@ -107,6 +135,8 @@ contract Handler {
     constructor(TestToken token_, StakeManager sm_, JobEscrow escrow_, Disputes disputes_, address admin_, address orchestrator_, address arbiter_) {
         (token, sm, escrow, disputes, admin, orchestrator, arbiter) =
             (token_, sm_, escrow_, disputes_, admin_, orchestrator_, arbiter_);
+        _w = Param(escrow_.disputeWindow(), escrow_.disputeWindow(), 0);
+        _s = Param(escrow_.collateralSlashWindow(), escrow_.collateralSlashWindow(), 0);
         address[] memory all = everyone();
         for (uint256 i; i < all.length; ++i) _approveAll(all[i]);
     }
@@ -294,8 +324,23 @@ contract Handler {
         token.mint(c, amount);
         vm.prank(c);
         escrow.createJob(id, amount, uint64(deadline), ROOT);
-        _jobs.push(GhostJob(id, c, amount, deadline, 0, 1, 0, 0, 0, 0, address(0)));
+        uint256 closesAt = deadline + escrow.gracePeriod();
+        uint256 slashWindow = _at(_s, block.timestamp);
+        _jobs.push(
+            GhostJob(id, c, amount, deadline, 0, 1, 0, 0, 0, 0, address(0), closesAt, slashWindow, 0, closesAt + slashWindow)
+        );
         _jobIndex[id] = _jobs.length;
+        _sameWindows(_jobs[_jobs.length - 1]);
+    }
+
+    /// @dev The value of `p` a job created or settled at `t` keeps.
+    function _at(Param storage p, uint256 t) internal view returns (uint256) {
+        return t > p.setAt ? p.current : p.previous;
+    }
+
+    /// @dev Rule: no parameter change moves a window of a job that exists.
+    function _sameWindows(GhostJob storage job) internal {
+        if (escrow.collateralReleasableAt(job.id) != job.releasableAt) _fail("a job's collateral slash window moved");
     }
 
     /// @dev The first job from `seed` on in `status` (any job when none is), so that most calls
@@ -344,7 +389,7 @@ contract Handler {
         amounts[0] = amount;
         vm.prank(orchestrator);
         try escrow.lockCollateral(job.id, ps, amounts) {
-            if (job.status != 1 || block.timestamp > job.deadline + escrow.gracePeriod()) {
+            if (job.status != 1 || block.timestamp > job.closesAt) {
                 _fail("collateral locked for a closed job");
             }
             ghostLocked[job.id][p] += amount;
@@ -399,20 +444,25 @@ contract Handler {
         }
         if (!ok) return;
         calls[keccak256("ok:settle")] += 1;
-        uint256 window = escrow.disputeWindow();
+        uint256 window = _at(_w, block.timestamp);
+        IJobEscrow.SoloSettlement[] memory list = new IJobEscrow.SoloSettlement[](n);
+        for (uint256 k; k < n; ++k) list[k] = IJobEscrow.SoloSettlement(ids[k], payees[k], payouts[k], ROOT);
         for (uint256 k; k < n; ++k) {
             GhostJob storage job = _jobs[_jobIndex[ids[k]] - 1];
             job.settleCount += 1;
             if (job.settleCount > 1) _fail("a job settled twice");
             if (job.status != 1) _fail("a closed job settled");
-            if (block.timestamp > job.deadline + escrow.gracePeriod()) _fail("settled after deadline + grace");
+            if (block.timestamp > job.closesAt) _fail("settled after deadline + grace");
             job.status = 2;
             job.settledAt = block.timestamp;
             job.paid = payouts[k];
             job.payee = payees[k];
+            job.window = window;
+            job.releasableAt = block.timestamp + job.slashWindow;
+            _sameWindows(job);
+            for (uint256 m; m < n; ++m) _payoutList[job.id].push(list[m]);
             _lastSettled = _jobIndex[ids[k]];
             if (escrow.jobOf(job.id).refund + payouts[k] != job.amount) _fail("settlement does not add up to the job");
-            ghostLocked[job.id][payees[k]] = 0; // a listed provider's collateral is released
             _credits[payees[k]].push(Credit(payouts[k], block.timestamp + window, block.timestamp + window + PAYOUT_SLACK));
         }
     }
@@ -427,7 +477,7 @@ contract Handler {
         try escrow.reclaim(job.id) {
             if (caller != job.customer) _fail("a stranger reclaimed");
             if (job.status != 1) _fail("a closed job reclaimed");
-            if (block.timestamp <= job.deadline + escrow.gracePeriod()) _fail("reclaimed before deadline + grace");
+            if (block.timestamp <= job.closesAt) _fail("reclaimed before deadline + grace");
             if (token.balanceOf(job.customer) - before != job.amount) _fail("reclaim paid another amount");
             job.status = 3;
         } catch {}
@@ -451,7 +501,7 @@ contract Handler {
         GhostJob storage job = _pick(jobSeed, 2);
         vm.prank(stranger);
         try escrow.claimRefund(job.id) {
-            if (block.timestamp < job.settledAt + escrow.disputeWindow()) _fail("refund paid inside the window");
+            if (block.timestamp < job.settledAt + job.window) _fail("refund paid inside the window");
         } catch {}
     }
 
@@ -460,8 +510,8 @@ contract Handler {
         if (_jobs.length == 0) return;
         GhostJob storage job = _jobs[jobSeed % _jobs.length];
         address p = _backerOf(job, who);
-        uint256 closedAt = job.status == 2 ? job.settledAt : job.deadline + escrow.gracePeriod();
-        uint256 releasableAt = closedAt + escrow.collateralSlashWindow();
+        uint256 releasableAt = job.releasableAt;
+        _sameWindows(job);
         uint256 lockedBefore = sm.lockedFor(job.id, p);
         vm.prank(stranger);
         try escrow.releaseCollateral(job.id, _one(p)) {
@@ -497,15 +547,14 @@ contract Handler {
         GhostJob storage job = _jobs[jobSeed % _jobs.length];
         address p = _backerOf(job, who);
         uint256 locked = sm.lockedFor(job.id, p);
-        uint256 closedAt = job.status == 2 ? job.settledAt : job.deadline + escrow.gracePeriod();
-        bool open = block.timestamp < closedAt + escrow.collateralSlashWindow();
+        bool open = block.timestamp < job.releasableAt;
+        _sameWindows(job);
         (uint256[3] memory u, uint256[3] memory s) = (_unbondings(), _stakes());
         vm.prank(orchestrator);
-        try sm.slashCollateral(job.id, p, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
+        try sm.slashCollateral(job.id, p, 0, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
             calls[keccak256("ok:slashCollateral")] += 1;
             if (!open) _fail("collateral slashed after its slash window");
-            // No job lock: the contract took it from the backer's proven assignment.
-            if (locked == 0) ghostAssignedSlashed[job.id][p] += sm.slashOf(id).amount;
+            if (sm.slashOf(id).amount > locked) _fail("a job-lock slash took more than the lock");
             _slashIds.push(id);
         } catch {
             if (open && locked != 0) _fail("locked collateral not slashable inside its window");
@@ -525,37 +574,75 @@ contract Handler {
         uint256 until = block.timestamp + 1 + days_ % 30 days;
         // A live reservation is raised to at least the request (never lowered or shortened).
         if (live != 0) (amount, until) = (_max(amount, live), _max(until, liveUntil));
+        bool allowed = _withinTerms(p, amount, until);
         vm.prank(orchestrator);
         try sm.reserveCollateral(_one(p), _amounts(share % (free + 1)), uint64(block.timestamp + 1 + days_ % 30 days)) {
             calls[keccak256("ok:reserveCollateral")] += 1;
             (live, liveUntil) = sm.reservationOf(p);
             if (live != amount || liveUntil != until) _fail("a reservation is not the larger and later of the live one and the request");
+            // Rule: what the orchestrator role alone can pin is bounded by what the provider allowed.
+            if (!allowed) _fail("a reservation beyond the provider's terms");
             (ghostReserved[p], ghostReservedUntil[p]) = (live, liveUntil);
         } catch {
-            if (amount <= free) _fail("a covered reservation was refused");
+            if (amount <= free && allowed) _fail("a covered reservation was refused");
         }
+    }
+
+    /// @dev Whether a reservation of `amount` until `until` keeps to the terms `p` set.
+    function _withinTerms(address p, uint256 amount, uint256 until) internal view returns (bool) {
+        Terms memory t = _terms[p];
+        return !t.set || (amount <= t.ceiling && until <= block.timestamp + t.horizon);
+    }
+
+    /// @dev A provider bounds (or lifts the bound on) what may be reserved of its stake; a live
+    /// reservation never shrinks or shortens for it.
+    function setReservationTerms(uint256 who, uint256 ceiling, uint256 horizon) external {
+        _count("setReservationTerms");
+        address p = _provider(who);
+        (uint256 live, uint256 liveUntil) = sm.reservationOf(p);
+        vm.prank(p);
+        (ceiling, horizon) = (ceiling % (300 * TOKEN), horizon % 30 days);
+        sm.setReservationTerms(ceiling, horizon);
+        _terms[p] = Terms(true, ceiling, horizon);
+        (uint256 liveAfter, uint256 untilAfter) = sm.reservationOf(p);
+        if (liveAfter != live || untilAfter != liveUntil) _fail("new terms moved a live reservation");
     }
 
     function _max(uint256 a, uint256 b) private pure returns (uint256) {
         return a > b ? a : b;
     }
 
-    /// @dev Commits a one-leaf assignment root (the root is the leaf) and proves it.
+    /// @dev Commits a two-leaf assignment root (two placements of one provider on one job, of
+    /// different collateral) and proves them, by anyone, in either order.
     function assign(uint256 jobSeed, uint256 who, uint256 collateral) public {
         _count("assign");
         if (_jobs.length == 0) return;
         GhostJob storage job = _pick(jobSeed, 1);
         address p = _provider(who);
-        collateral = collateral % (100 * TOKEN);
-        bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(job.id, p, collateral))));
+        uint256 placement = 1 + (collateral >> 128) % 4; // several placements per (job, provider)
+        uint256[2] memory amounts = [collateral % (100 * TOKEN), (collateral >> 64) % TOKEN];
+        bytes32[2] memory leaves = [_assignLeaf(job.id, p, placement, amounts[0]), _assignLeaf(job.id, p, placement + 4, amounts[1])];
+        bytes32 root = leaves[0] < leaves[1]
+            ? keccak256(abi.encode(leaves[0], leaves[1]))
+            : keccak256(abi.encode(leaves[1], leaves[0]));
         vm.prank(orchestrator);
-        try escrow.commitAssignments(leaf) {} catch {}
-        vm.prank(stranger); // anyone may prove
-        escrow.proveAssignment(job.id, p, collateral, new bytes32[](0));
-        (bool proven, uint256 onChain) = escrow.assignmentOf(job.id, p);
-        if (!proven || !escrow.isBacker(job.id, p)) _fail("a proven assignee is not a backer");
-        if (ghostAssigned[job.id][p] == 0 && onChain == collateral) ghostAssigned[job.id][p] = collateral;
-        if (onChain != ghostAssigned[job.id][p] && ghostAssigned[job.id][p] != 0) _fail("a proven assignment changed");
+        try escrow.commitAssignments(root) {} catch {}
+        for (uint256 k; k < 2; ++k) {
+            uint256 i = (collateral >> 200) % 2 == 0 ? k : 1 - k;
+            uint256 id = placement + 4 * i;
+            bytes32[] memory proof = new bytes32[](1);
+            proof[0] = leaves[1 - i];
+            vm.prank(k == 0 ? stranger : p); // anyone may prove
+            escrow.proveAssignment(job.id, p, id, amounts[i], proof);
+            (bool proven, uint256 onChain) = escrow.assignmentOf(job.id, p, id);
+            if (!proven || !escrow.isBacker(job.id, p)) _fail("a proven assignee is not a backer");
+            if (ghostAssigned[job.id][p][id] == 0 && onChain == amounts[i]) ghostAssigned[job.id][p][id] = amounts[i];
+            if (onChain != ghostAssigned[job.id][p][id] && ghostAssigned[job.id][p][id] != 0) _fail("a proven placement changed");
+        }
+    }
+
+    function _assignLeaf(bytes32 jobId, address p, uint256 placement, uint256 collateral) internal pure returns (bytes32) {
+        return keccak256(bytes.concat(keccak256(abi.encode(jobId, p, placement, collateral))));
     }
 
     function slashAssigned(uint256 jobSeed, uint256 who, uint256 amount) external {
@@ -563,23 +650,25 @@ contract Handler {
         if (_jobs.length == 0) return;
         GhostJob storage job = _jobs[jobSeed % _jobs.length];
         address p = _provider(who);
-        if (sm.lockedFor(job.id, p) != 0) return; // the job-lock path: `slashCollateral`
-        uint256 closedAt = job.status == 2 ? job.settledAt : job.deadline + escrow.gracePeriod();
-        bool open = block.timestamp < closedAt + escrow.collateralSlashWindow();
+        uint256 placement = 1 + (amount >> 128) % 8;
+        bool open = block.timestamp < job.releasableAt;
+        _sameWindows(job);
         (uint256 live,) = sm.reservationOf(p);
-        uint256 left = ghostAssigned[job.id][p] - ghostAssignedSlashed[job.id][p];
+        uint256 left = ghostAssigned[job.id][p][placement] - ghostAssignedSlashed[job.id][p][placement];
         (uint256[3] memory u, uint256[3] memory s) = (_unbondings(), _stakes());
         vm.prank(orchestrator);
-        try sm.slashCollateral(job.id, p, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
+        try sm.slashCollateral(job.id, p, placement, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
             calls[keccak256("ok:slashAssigned")] += 1;
             uint256 taken = sm.slashOf(id).amount;
             if (!open) _fail("assigned collateral slashed after its slash window");
             if (taken > left || taken > live) _fail("a slash took more than the assignment or the live reservation");
             if (sm.slashOf(id).beneficiary != job.customer) _fail("an assignment slash did not go to the customer");
-            ghostAssignedSlashed[job.id][p] += taken;
+            ghostAssignedSlashed[job.id][p][placement] += taken;
             _slashIds.push(id);
         } catch {
-            if (open && left != 0 && live != 0) _fail("a proven assignment not slashable inside its window");
+            // Rule: each placement is slashable up to its own amount while its window is open,
+            // whatever else was proven or slashed.
+            if (open && left != 0 && live != 0) _fail("a proven placement not slashable inside its window");
         }
         _noteSlashes(u, s);
     }
@@ -604,7 +693,7 @@ contract Handler {
         address f = by % 4 == 0 ? p : (by % 4 == 1 ? stranger : finder);
         bytes32 salt = keccak256(abi.encode(by));
         vm.prank(f);
-        sm.commitFinding(keccak256(abi.encode(f, p, epoch, salt)));
+        sm.commitFinding(keccak256(abi.encode(f, p, epoch, score, ROOT, salt)));
         vm.warp(block.timestamp + age % 2 days);
         vm.roll(block.number + 1);
         (uint256[3] memory u, uint256[3] memory s) = (_unbondings(), _stakes());
@@ -662,6 +751,14 @@ contract Handler {
         }
         amount = 1 + amount % (amount % 2 == 0 ? job.amount / 4 + 1 : job.amount + 1);
         token.mint(opener, disputes.bond());
+        if (respondent != job.customer && _payoutList[job.id].length != 0) {
+            vm.prank(stranger); // anyone may prove what the job paid the respondent
+            try escrow.provePayout(job.id, respondent, _payoutList[job.id]) {} catch {}
+        }
+        (, uint256 paidToRespondent,) = escrow.payeeOf(job.id, respondent);
+        if (respondent == job.payee && respondent != job.customer && _payoutList[job.id].length != 0 && paidToRespondent != job.paid) {
+            _fail("a proven payout is not what the job paid");
+        }
         bool backer = escrow.isBacker(job.id, opener == job.customer ? respondent : opener);
         vm.prank(opener);
         try disputes.disputeSettlement(job.id, respondent, amount, ROOT) returns (uint256 id) {
@@ -672,6 +769,12 @@ contract Handler {
             if (respondent != job.customer) {
                 job.frozenFromPayees += amount;
                 if (job.frozenFromPayees > job.paid) _fail("disputes froze more than the job paid");
+                // Rule: a freeze about job J takes only from what J paid the respondent.
+                _frozenOfPayee[job.id][respondent] += amount;
+                if (respondent != job.payee || _frozenOfPayee[job.id][respondent] > job.paid) {
+                    _fail("a freeze took more than the job paid the respondent");
+                }
+                if (block.timestamp >= job.settledAt + job.window) _fail("a freeze after the job's own window");
                 frozenFrom[respondent] += amount;
             }
             calls[keccak256("ok:dispute")] += 1;
@@ -741,11 +844,16 @@ contract Handler {
             // Back to the rest of the job's window: claimable by settledAt + two periods (the
             // longest window plus rounding), never before the window; the freeze stays counted
             // against the settlement's own credit.
-            _credits[d.respondent].push(Credit(d.amount, job.settledAt + escrow.disputeWindow(), job.settledAt + 2 * PAYOUT_SLACK));
+            _credits[d.respondent].push(Credit(d.amount, job.settledAt + job.window, job.settledAt + job.window + PAYOUT_SLACK));
         }
     }
 
     // ================================================================ admin
+
+    function _set(Param storage p, uint256 value) internal {
+        if (block.timestamp != p.setAt) (p.previous, p.setAt) = (p.current, block.timestamp);
+        p.current = value;
+    }
 
     function setParameter(uint256 which, uint256 value) external {
         _count("setParameter");
@@ -757,12 +865,14 @@ contract Handler {
         if (which == 0) {
             max = escrow.PAYOUT_PERIOD();
             try escrow.setDisputeWindow(uint64(value)) { ok = true; } catch {}
+            if (ok) _set(_w, value);
         } else if (which == 1) {
             max = escrow.MAX_PERIOD();
             try escrow.setGracePeriod(uint64(value)) { ok = true; } catch {}
         } else if (which == 2) {
             max = escrow.MAX_PERIOD();
             try escrow.setCollateralSlashWindow(uint64(value)) { ok = true; } catch {}
+            if (ok) _set(_s, value);
         } else if (which == 3) {
             max = sm.MAX_PERIOD();
             try sm.setUnbondingPeriod(uint64(value)) { ok = true; } catch {}

@@ -43,6 +43,7 @@ from orchestrator.domain.chain_views import SlashStatus
 from orchestrator.domain.ids import hex0x
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
+from orchestrator.domain.merkle import placement_id
 from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.main import _periodic_jobs
@@ -203,7 +204,8 @@ def decide_a_slash(bridge: Bridge) -> SlashRecord:
     bridge.queue(ReserveCollateral(provider=PROVIDER.address, amount=2 * COLLATERAL,
                                    until=until), f"reserve:{job_hex}")
     bridge.queue(AssignCollateral(job_id=job_id, provider=PROVIDER.address,
-                                  collateral=COLLATERAL, task_id=task_id), f"assign:{job_hex}")
+                                  placement=placement_id(task_id, 1), collateral=COLLATERAL),
+                 f"assign:{job_hex}")
     bridge.send_all()
     evidence = keccak(text=f"verification evidence {job_hex}")
     with bridge.factory.begin() as session:
@@ -363,9 +365,9 @@ def test_a_slash_sent_outside_the_outbox_is_matched_by_provider_reason_and_evide
     world.chain.resync_nonces()
     world.orchestrator.lock_collateral(job_id, [PROVIDER.address], [3 * TOKEN])
     slasher = world.chain.account(dev_account(2))
-    ours, _ = slasher.slash_collateral(job_id, PROVIDER.address, TOKEN,
+    ours, _ = slasher.slash_collateral(job_id, PROVIDER.address, 0, TOKEN,
                                        int(SlashReason.ABANDONMENT), evidence)
-    other, _ = slasher.slash_collateral(job_id, PROVIDER.address, TOKEN,
+    other, _ = slasher.slash_collateral(job_id, PROVIDER.address, 0, TOKEN,
                                         int(SlashReason.ABANDONMENT), keccak(text="not ours"))
     bridge.final()
 
@@ -394,7 +396,7 @@ def test_a_reversed_slash_restores_only_the_decision_it_carried_out(bridge: Brid
     world.chain.resync_nonces()
     world.orchestrator.lock_collateral(job_id, [PROVIDER.address], [TOKEN])
     slash_id, _ = world.chain.account(dev_account(2)).slash_collateral(
-        job_id, PROVIDER.address, TOKEN, int(SlashReason.ABANDONMENT), evidence)
+        job_id, PROVIDER.address, 0, TOKEN, int(SlashReason.ABANDONMENT), evidence)
     bridge.final()
     world.chain.account(dev_account(0)).mint(PROVIDER.address, world.chain.dispute_bond())
     provider = world.chain.account(PROVIDER)

@@ -276,7 +276,7 @@ def test_the_indexed_stake_follows_slashes_of_collateral_bonded_and_unbonding_st
                b"\x03" * 32)
     world.send(world.orchestrator, chain.job_escrow, "lockCollateral", job_id,
                [other.address], [2 * 10**18])
-    slasher.slash_collateral(job_id, other.address, 5 * 10**17, SlashReason.ABANDONMENT,
+    slasher.slash_collateral(job_id, other.address, 0, 5 * 10**17, SlashReason.ABANDONMENT,
                              b"\x04" * 32)
     other.request_unbond(10**18)
     other.request_unbond(10**18)

@@ -92,7 +92,8 @@ class Settled:
 def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient,
                 clock: VirtualClock) -> Settled:
     """A two-frame job our provider rendered (one checkpoint and one result per frame),
-    collateral locked on chain, settled by the outbox sender through the production path."""
+    collateral locked on chain, settled by the outbox sender through the production path, its
+    payout to the provider proven."""
     job_id = keccak(text=f"disputed job {next(_jobs)}")
     hex_id = "0x" + job_id.hex()
     chain_now = int(mesh.w3.eth.get_block("latest")["timestamp"])
@@ -142,6 +143,9 @@ def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient
             OutboxAction.idempotency_key == f"settle:{hex_id}")).one()
         assert row.status == "confirmed" and row.tx_hash is not None, (row.note, row.attempts)
         assert job_db.get_job(session, job_id=hex_id).status == JobStatus.SETTLED  # type: ignore[union-attr]
+    # What the job paid the provider, proven (by anyone) from the settlement's own calldata:
+    # what a dispute of that payout may freeze at most.
+    account(mesh, 4).prove_payout(job_id, PROVIDER.address, mesh.settlement_pairs(row.tx_hash))
     return Settled(hex_id, row.tx_hash, hashes)
 
 
@@ -317,7 +321,7 @@ def test_a_reversed_slash_restores_the_nodes_tier_and_record(
     account(mesh, 1).lock_collateral(job_id, [PROVIDER.address], [COLLATERAL])
     bonded = mesh.provider_stake(PROVIDER.address).bonded
     slash_id, slashed = account(mesh, 2).slash_collateral(
-        job_id, PROVIDER.address, COLLATERAL, int(SlashReason.FAILED_VERIFICATION),
+        job_id, PROVIDER.address, 0, COLLATERAL, int(SlashReason.FAILED_VERIFICATION),
         decided.evidence)
     (event,) = [e for e in receipt_events(mesh, slashed) if e.name == "Slashed"]
     with factory.begin() as session:  # the indexer's handler, once the event is final
@@ -381,7 +385,7 @@ def test_a_dismissed_slash_dispute_leaves_the_tier_and_record_alone(
                             amount=COLLATERAL, evidence=evidence, task_id=None,
                             decided_at=clock(), detail="abandoned")
         pls_store.set_node_tier(session, node_id=NODE, tier=int(Tier.BACKGROUND))
-    slash_id, _ = account(mesh, 2).slash_collateral(job_id, PROVIDER.address, COLLATERAL,
+    slash_id, _ = account(mesh, 2).slash_collateral(job_id, PROVIDER.address, 0, COLLATERAL,
                                                     int(SlashReason.ABANDONMENT), evidence)
     dispute_id, opened = account(mesh, 5).open_slash_dispute(slash_id, bytes(32))
     apply(factory, mesh, app, opened, clock())
@@ -501,7 +505,7 @@ def test_a_slash_dispute_after_its_window_is_refused_on_chain(
     chain_now = int(mesh.w3.eth.get_block("latest")["timestamp"])
     account(mesh, 4).create_job(job_id, AMOUNT, chain_now + 86_400, b"\x06" * 32)
     account(mesh, 1).lock_collateral(job_id, [PROVIDER.address], [COLLATERAL])
-    slash_id, _ = account(mesh, 2).slash_collateral(job_id, PROVIDER.address, COLLATERAL,
+    slash_id, _ = account(mesh, 2).slash_collateral(job_id, PROVIDER.address, 0, COLLATERAL,
                                                     int(SlashReason.ABANDONMENT), bytes(32))
     increase_time(mesh.w3, int(mesh.stake_manager.functions.slashDisputeWindow().call()) + 1)
 

@@ -467,11 +467,11 @@ def test_batch_that_reverts_when_mined_confirms_the_job_settled_meanwhile_and_re
 
 def test_an_assignment_root_committed_meanwhile_confirms_every_row_of_the_reverted_batch(
         factory: sessionmaker[Session], mesh: MeshChain, clock: VirtualClock) -> None:
-    assigns = [AssignCollateral(keccak(text=f"assigned job {i}"), PROVIDER, 20 * TOKEN)
+    assigns = [AssignCollateral(keccak(text=f"assigned job {i}"), PROVIDER, 1, 20 * TOKEN)
                for i in range(2)]
     for index, assign in enumerate(assigns):
         queue(factory, "assign", f"assign:{index}", {
-            "job_id": "0x" + assign.job_id.hex(), "provider": PROVIDER,
+            "job_id": "0x" + assign.job_id.hex(), "provider": PROVIDER, "placement": "1",
             "collateral": str(assign.collateral)})
 
     def die(_: SignedTx) -> None:
@@ -499,7 +499,7 @@ def test_a_key_without_the_orchestrator_role_fails_its_actions_and_takes_none_as
     stranger = dev_account(7)
     sender = OutboxSender(mesh, mesh.account(stranger), metrics)
     job_id = escrow(mesh, 5 * TOKEN)
-    queue(factory, "assign", "assign:1", {"job_id": job_id, "provider": PROVIDER,
+    queue(factory, "assign", "assign:1", {"job_id": job_id, "provider": PROVIDER, "placement": "1",
                                           "collateral": str(20 * TOKEN)})
     queue_settle(factory, job_id, {PROVIDER: TOKEN})
     sent_before = int(mesh.w3.eth.get_transaction_count(stranger.address))
@@ -568,6 +568,7 @@ def queue_collateral(factory: sessionmaker[Session], mesh: MeshChain, job_id: st
                                             "until": until})
     for index, job in enumerate([job_id] + ["0x" + f"{i:064x}" for i in range(1, others + 1)]):
         queue(factory, "assign", f"assign:{index}", {"job_id": job, "provider": PROVIDER,
+                                                     "placement": "1",
                                                      "collateral": str(20 * TOKEN)})
 
 
@@ -580,8 +581,9 @@ def staked_job(mesh: MeshChain) -> str:
 
 def queue_proof_and_slash(factory: sessionmaker[Session], job_id: str) -> None:
     """The proof of PROVIDER's assignment to the job, then a slash of 5 tokens of it."""
-    queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER})
-    queue(factory, "slash", "slash:1", {"job_id": job_id, "provider": PROVIDER,
+    queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER,
+                                        "placement": "1"})
+    queue(factory, "slash", "slash:1", {"job_id": job_id, "provider": PROVIDER, "placement": "1",
                                         "amount": str(5 * TOKEN), "reason": 0,
                                         "evidence": "0x" + "ee" * 32})
 
@@ -624,7 +626,7 @@ def test_a_proof_finds_the_committed_root_when_a_later_assign_of_the_same_terms_
     for _ in range(2):
         assert drain(factory, sender, clock)
     queue(factory, "assign", "assign:again", {"job_id": job_id, "provider": PROVIDER,
-                                              "collateral": str(20 * TOKEN)})
+                                              "placement": "1", "collateral": str(20 * TOKEN)})
     for _ in range(2):
         assert drain(factory, sender, clock)
     again = rows(factory)[-1]
@@ -643,14 +645,15 @@ def test_a_proof_without_a_committed_assign_fails_and_does_not_block_later_rows(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
         metrics: MeshMetrics, clock: VirtualClock) -> None:
     job_id = escrow(mesh, 10 * TOKEN)
-    queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER})
+    queue(factory, "prove", "prove:1", {"job_id": job_id, "provider": PROVIDER,
+                                        "placement": "1"})
     queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": 2})
 
     for _ in range(3):
         assert drain(factory, sender, clock)
 
     assert [(row.status, row.note) for row in rows(factory)] == [
-        ("failed", "no confirmed assign row for this job and provider"), ("confirmed", None)]
+        ("failed", "no confirmed assign row for this placement"), ("confirmed", None)]
     assert sample(metrics, "mesh_outbox_failed_total", kind="prove",
                   error="NoCommittedAssignment") == 1
 
@@ -707,10 +710,10 @@ def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_
     mesh.account(dev_account(5)).stake(50 * TOKEN)
     queue_settle(factory, overpaid, {PROVIDER: 6 * TOKEN})
     queue_settle(factory, fine, {PROVIDER: 5 * TOKEN})
-    queue(factory, "slash", "slash:1", {"job_id": fine, "provider": PROVIDER, "amount": "1",
-                                        "reason": 0, "evidence": "0x" + "ee" * 32})
+    queue(factory, "slash", "slash:1", {"job_id": fine, "provider": PROVIDER, "placement": "1",
+                                        "amount": "1", "reason": 0, "evidence": "0x" + "ee" * 32})
     queue(factory, "assign", "assign:1", {"job_id": overpaid, "provider": PROVIDER,
-                                          "collateral": str(20 * TOKEN)})
+                                          "placement": "1", "collateral": str(20 * TOKEN)})
     queue(factory, "tier", "tier:1", {"provider": PROVIDER, "tier": "nope"})
     queue(factory, "tier", "tier:2", {"provider": PROVIDER, "tier": 2})
 
@@ -725,7 +728,7 @@ def test_reverting_actions_fail_with_their_decoded_error_and_do_not_block_later_
     assert notes[2].startswith(f"AccessControlUnauthorizedAccount(account='{ORCHESTRATOR.address}'")
     assert notes[4] == "invalid payload: tier holds 'nope', not an unsigned integer"
     assert settled_on_chain(mesh, fine) and not settled_on_chain(mesh, overpaid)
-    root = assignment_tree([AssignCollateral(bytes.fromhex(overpaid[2:]), PROVIDER,
+    root = assignment_tree([AssignCollateral(bytes.fromhex(overpaid[2:]), PROVIDER, 1,
                                              20 * TOKEN)]).root
     assert mesh.job_escrow.functions.assignmentsCommittedAt(root).call() > 0
     assert mesh.provider_stake(PROVIDER).tier == 2

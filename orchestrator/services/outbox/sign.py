@@ -173,14 +173,15 @@ class PendingSigner:
         try:
             if isinstance(action, ProveAssignment):
                 batch = outbox_db.assignment_batch(session, job_id=action.job_id,
-                                                   provider=action.provider)
+                                                   provider=action.provider,
+                                                   placement=action.placement)
                 if batch is None:
                     # Its root may be on the way (unmined, or short of confirmations).
                     if tally.unmined_ahead or outbox_db.in_flight_actions(session):
                         raise WaitForChain
                     self.verdicts.fail(session, now, entry, OutboxStatus.PENDING,
                                        "NoCommittedAssignment",
-                                       "no confirmed assign row for this job and provider", tally)
+                                       "no confirmed assign row for this placement", tally)
                     return
                 signed = self.tx.sign_proof(action, batch, fees=self._fees(sender),
                                             nonce=self.nonces.next_nonce(session, now, sender,

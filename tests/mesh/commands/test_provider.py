@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from eth_utils import keccak
 
 from orchestrator.chain.anvil import Anvil, dev_account, increase_time
 from orchestrator.chain.deploy import deploy_local
+from orchestrator.chain.errors import ContractError
 from orchestrator.chain.sdk import MeshAccount, MeshChain
 from orchestrator.chain.tx import connect
 from tests.mesh.commands.conftest import Mesh, one_line_error
@@ -54,6 +56,23 @@ def test_stake_status_unbond_withdraw_roundTrip(on_chain: Mesh, chain: MeshChain
     assert chain.token_balance(address) == 500 * TOKEN
     human = on_chain("provider", "status", "--wallet", address)
     assert "500" in human.stdout and "bonded" in human.stdout
+
+
+def test_lend_boundsWhatTheOrchestratorMayReserve(on_chain: Mesh, chain: MeshChain) -> None:
+    address = on_chain.new_wallet("lender")
+    assert on_chain("tokens", "mint", "lender", "500").exit_code == 0
+    assert on_chain.signed("provider", "stake", "500", "--wallet", "lender").exit_code == 0
+    lent = on_chain.signed("provider", "lend", "100", "--days", "2", "--wallet", "lender",
+                           "--json")
+    assert lent.exit_code == 0, lent.output
+    assert json.loads(lent.stdout)["horizon_s"] == 2 * 86_400
+    orchestrator = chain.account(dev_account(1))
+    now = int(chain.w3.eth.get_block("latest")["timestamp"])
+    for amount, until in ((101 * TOKEN, now + 86_400), (100 * TOKEN, now + 3 * 86_400)):
+        with pytest.raises(ContractError, match="StakeManagerParameterOutOfRange"):
+            orchestrator.reserve_collateral([address], [amount], until)
+    orchestrator.reserve_collateral([address], [100 * TOKEN], now + 86_400)
+    assert chain.provider_stake(address).reserved == 100 * TOKEN
 
 
 def test_stake_withoutTokens_isOneLine_andSendsNothing(on_chain: Mesh, chain: MeshChain) -> None:
