@@ -410,15 +410,7 @@ def call_service(what: str, request: Callable[[], Any]) -> Any:
         raise UserError(f"no orchestrator answers ({error}); start one (`mesh orchestrator "
                         "serve`) or pass --orchestrator / MESH_ORCHESTRATOR_URL") from None
     except ApiCallError as error:
-        raise UserError(f"the orchestrator refused to {what}: {api_message(error)}") from None
-
-
-def api_message(error: Exception) -> str:
-    text = str(error)
-    with contextlib.suppress(ValueError, IndexError, KeyError, TypeError):
-        body = json.loads(text.split(": ", 1)[1])
-        return f"{body['error']['message']} ({body['error']['code']})"
-    return text
+        raise UserError(f"the orchestrator refused to {what}: {error}") from None
 
 
 def checksum(address: str) -> str:

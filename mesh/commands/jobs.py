@@ -23,7 +23,6 @@ from mesh.commands.common import (
     UserError,
     WalletDir,
     WalletOption,
-    api_message,
     call_service,
     checksums,
     connect_chain,
@@ -275,7 +274,7 @@ def _submit_once(client: Wallet, body: dict[str, Any], key: str, recovery: str
     except httpx.TransportError as error:
         raise UserError(f"no orchestrator answers ({error}); {recovery}") from None
     except ApiCallError as error:
-        raise UserError(f"the orchestrator refused the job: {api_message(error)}; "
+        raise UserError(f"the orchestrator refused the job: {error}; "
                         f"{recovery}") from None
 
 
@@ -449,7 +448,7 @@ def cancel(job: JobIdArg, wallet: WalletOption, password_file: PasswordFile = No
             except ApiCallError as error:
                 if error.code != "job_not_found":
                     raise UserError(f"the orchestrator refused to cancel: "
-                                    f"{api_message(error)}") from None
+                                    f"{error}") from None
                 status = "unknown to the orchestrator"
         finally:
             client.close()
