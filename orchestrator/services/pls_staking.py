@@ -166,9 +166,11 @@ class PlsStaking:
             return
         job = unhex(lock.job_id)
         placement = placement_id(lock.task_id, lock.attempt)
-        # The placement goes on chain first (a no-op when proven before), then its slash.
+        # The placement goes on chain first (a no-op when proven before), then its slash. Its
+        # key names the job and the placement (a task attempt: one provider), 93 characters at
+        # most, inside the outbox's 128.
         outbox.queue_action(
-            session, idempotency_key=f"prove:{lock.job_id}:{decision.provider}:{placement}",
+            session, idempotency_key=f"prove:{lock.job_id}:{placement}",
             now=now, action=ProveAssignment(job_id=job, provider=decision.provider,
                                              placement=placement))
         outbox.queue_action(

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import jobs as job_db
 from orchestrator.db.models import CollateralLock, Lease, OutboxAction
+from orchestrator.domain.merkle import placement_id
 from orchestrator.domain.types import Priority, TaskNeeds, Tier
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services.pls import PlsService
@@ -44,8 +45,8 @@ def test_lease_waits_for_free_stake_then_assigns_the_risk_priced_collateral(
     assign, reserve = client.get("/v1/admin/outbox", headers=ADMIN).json()  # newest first
     assert assign["kind"] == "assign"
     assert assign["payload"] == {"job_id": job_id, "provider": node.wallet.address,
-                                 "collateral": str(expected),
-                                 "task_id": lease.json()["task_id"]}
+                                 "collateral": str(expected),  # the task's first attempt:
+                                 "placement": str(placement_id(lease.json()["task_id"], 1))}
     # The provider had no reservation: one is raised to twice what its open work needs.
     assert reserve["kind"] == "reserve"
     assert reserve["payload"] == {"provider": node.wallet.address, "amount": str(2 * expected),
@@ -169,7 +170,8 @@ def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batc
         leases = list(session.scalars(select(Lease)))
         locks = list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "assign")))
         assert [lease.node_id for lease in leases] == ["gpu-staked"]
-        assert [a.payload["task_id"] for a in locks] == [leases[0].task_id]
+        assert [a.payload["placement"] for a in locks] == [
+            str(placement_id(leases[0].task_id, 1))]
 
 
 def test_a_staking_demotion_outranks_a_passing_high_handshake(
