@@ -176,8 +176,12 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         amount = head.refund;
         // slither-disable-next-line incorrect-equality
         if (amount == 0) revert JobEscrowNoRefund(jobId);
-        uint256 claimableAt = uint256(head.time) + _disputeWindowAt(head.time);
-        if (block.timestamp < claimableAt) revert JobEscrowRefundNotClaimableYet(jobId, claimableAt);
+        // A settlement that paid nobody refunds the whole escrow at once: it leaves backers what
+        // `reclaim` would (no window), so waiting would only hold the customer's money.
+        if (amount != head.amount) {
+            uint256 claimableAt = uint256(head.time) + _disputeWindowAt(head.time);
+            if (block.timestamp < claimableAt) revert JobEscrowRefundNotClaimableYet(jobId, claimableAt);
+        }
         head.refund = 0;
         job.head = _packHead(head);
         address customer = job.customer;

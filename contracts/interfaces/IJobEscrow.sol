@@ -185,8 +185,10 @@ interface IJobEscrow {
     /// @return amount Token units paid.
     function claim() external returns (uint256 amount);
 
-    /// @notice Pays a settled job's refund to its customer once the dispute window has passed.
-    /// Anyone may call; the refund always goes to the customer.
+    /// @notice Pays a settled job's refund to its customer once the dispute window has passed,
+    /// or at once when the settlement paid nobody and nothing of the refund is frozen (the refund
+    /// is the whole escrow: a failed, cancelled or unplaceable job). Anyone may call; the refund
+    /// always goes to the customer.
     /// @return amount Token units paid.
     function claimRefund(bytes32 jobId) external returns (uint256 amount);
 

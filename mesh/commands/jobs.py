@@ -43,7 +43,10 @@ from mesh.submissions import Step, Submission, Submissions, request_key
 from orchestrator.domain.ids import JobId
 
 if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+
     from orchestrator.chain.sdk import MeshChain
+    from orchestrator.domain.chain_views import EscrowedJob
     from protocol.client import Wallet
 
 app = typer.Typer(help="A customer's render jobs (signed with the customer's wallet).",
@@ -427,10 +430,15 @@ def _show_jobs(rows: list[dict[str, Any]]) -> None:
 def cancel(job: JobIdArg, wallet: WalletOption, password_file: PasswordFile = None,
            directory: WalletDir = None, orchestrator: OrchestratorUrl = None,
            orchestrator_id: OrchestratorId = None, rpc_url: RpcUrl = None,
-           data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
-    """Withdraw a job no node has taken, and take its escrow back once the chain allows
-    (after the deadline's grace period; run it again then)."""
-    from orchestrator.domain.chain_views import EscrowStatus
+           data_dir: DataDir = None,
+           wait_s: Annotated[float, typer.Option(
+               "--wait-s", help="Seconds to wait for the orchestrator's settlement on chain "
+               "(run the command again if it takes longer).")] = 120.0,
+           as_json: JsonFlag = False) -> None:
+    """Stop a job, started or not, and take back what it did not spend. The orchestrator
+    stops its tasks and settles it on chain (verified frames paid, the rest refunded); the
+    refund then comes to this wallet: at once when nothing was paid, else after the dispute
+    window (run it again then). A failed or expired job is refunded the same way."""
     from protocol.client import ApiCallError, expect
 
     with user_errors("job cancel"):
@@ -452,24 +460,76 @@ def cancel(job: JobIdArg, wallet: WalletOption, password_file: PasswordFile = No
                 status = "unknown to the orchestrator"
         finally:
             client.close()
-        result: dict[str, Any] = {"job_id": job, "status": status, "reclaimed": 0}
-        if escrow is not None and escrow.status == EscrowStatus.FUNDED:
-            reclaimable_at = escrow.deadline + chain.grace_period()
-            if chain.w3.eth.get_block("latest")["timestamp"] > reclaimable_at:
-                with progress("reclaiming the escrow", quiet=as_json):
-                    result["reclaim_tx"] = chain.account(account).reclaim(job_id).tx_hash
-                result["reclaimed"] = escrow.amount
-            else:
-                result["reclaimable_at"] = reclaimable_at
+        result: dict[str, Any] = {"job_id": job, "status": status, "refunded": 0}
+        if escrow is not None and status in STOPPED:
+            with progress("waiting for the orchestrator's settlement on chain", quiet=as_json):
+                escrow = _wait_settled(chain, job_id, wait_s)
+        if escrow is not None:
+            result.update(_take_back(chain, account, escrow, as_json=as_json))
     emit(result, as_json, _show_cancel)
+
+
+def _wait_settled(chain: MeshChain, job_id: bytes, wait_s: float) -> EscrowedJob | None:
+    """The job's escrow once it is no longer funded, or as it is after `wait_s`."""
+    from orchestrator.domain.chain_views import EscrowStatus
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        escrow = chain.escrowed_job(job_id)
+        if escrow is None or escrow.status != EscrowStatus.FUNDED or time.monotonic() > deadline:
+            return escrow
+        time.sleep(1.0)
+
+
+def _take_back(chain: MeshChain, account: LocalAccount, escrow: EscrowedJob, *,
+               as_json: bool) -> dict[str, Any]:
+    """What the chain lets the customer take back of `escrow` now: a settled job's refund
+    (and what the settlement paid providers), or a funded one's whole escrow once it is
+    reclaimable; otherwise when it will be."""
+    from orchestrator.chain.errors import ContractError
+    from orchestrator.domain.chain_views import EscrowStatus
+
+    job_id = escrow.job_id
+    if escrow.status == EscrowStatus.RECLAIMED:
+        return {"escrow": "reclaimed before"}
+    if escrow.status == EscrowStatus.FUNDED:
+        reclaimable_at = escrow.deadline + chain.grace_period()
+        if chain.w3.eth.get_block("latest")["timestamp"] <= reclaimable_at:
+            return {"escrow": "funded", "reclaimable_at": reclaimable_at}
+        with progress("reclaiming the escrow", quiet=as_json):
+            tx_hash = chain.account(account).reclaim(job_id).tx_hash
+        return {"escrow": "reclaimed", "refunded": escrow.amount, "refund_tx": tx_hash}
+    owed = chain.refund_owed(job_id)
+    if owed == 0:
+        return {"escrow": "settled", "refund_owed": 0}
+    taken: dict[str, Any] = {"escrow": "settled", "paid": escrow.amount - owed,
+                             "refund_owed": owed}
+    try:
+        with progress("claiming the refund", quiet=as_json):
+            refunded, receipt = chain.account(account).claim_refund(job_id)
+    except ContractError as error:
+        if error.name != "JobEscrowRefundNotClaimableYet":
+            raise
+        return taken | {"refund_claimable_at": int(error.arguments["claimable_at"])}
+    return taken | {"refunded": refunded, "refund_tx": receipt.tx_hash}
 
 
 def _show_cancel(result: dict[str, Any]) -> None:
     line = f"job {result['job_id']}: {result['status']}"
-    if result["reclaimed"]:
-        line += f"; {show_tokens(result['reclaimed'])} tokens back in {result['reclaim_tx']}"
-    elif "reclaimable_at" in result:
-        line += (f"; the escrow can be reclaimed from {when(result['reclaimable_at'])}: run "
+    if result.get("paid"):
+        line += f"; {show_tokens(result['paid'])} tokens paid for verified work"
+    if result["refunded"]:
+        line += f"; {show_tokens(result['refunded'])} tokens back in {result['refund_tx']}"
+    elif "refund_claimable_at" in result:
+        line += (f"; {show_tokens(result['refund_owed'])} tokens refundable from "
+                 f"{when(result['refund_claimable_at'])} (the dispute window): run "
                  f"`mesh job cancel {result['job_id']}` again then")
+    elif result.get("refund_owed") == 0:
+        line += "; its refund was claimed before"
+    elif result.get("escrow") == "reclaimed before":
+        line += "; its escrow was reclaimed before"
+    elif "reclaimable_at" in result:
+        line += (f"; not settled on chain yet: run `mesh job cancel {result['job_id']}` again "
+                 f"in a minute (or from {when(result['reclaimable_at'])} it reclaims the "
+                 "escrow itself)")
     typer.echo(line)
-

@@ -246,6 +246,7 @@ class JobOut(BaseModel):
     tasks: dict[str, int]
     merkle_root: str | None
     reason: str | None = None  # why it stopped, when it failed, was cancelled or expired
+    warning: str | None = None  # why a funded job may never start (no node can take it)
 
 
 class LeaseOut(BaseModel):

@@ -90,6 +90,8 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
         J.FAILED,
         # The deadline passed while tasks were still waiting for nodes.
         J.EXPIRED,
+        # The customer cancelled: leases are released, the escrow refunded.
+        J.CANCELLED,
     }),
     J.RUNNING: frozenset({
         # All tasks are done; verification (spot checks / redundancy) starts.
@@ -98,6 +100,8 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
         J.FAILED,
         # The deadline passed with unfinished tasks.
         J.EXPIRED,
+        # The customer cancelled: leases are released, verified tasks paid, the rest refunded.
+        J.CANCELLED,
     }),
     J.VERIFYING: frozenset({
         # Every verification check passed: the result is accepted.
@@ -127,7 +131,8 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
         # stands as the rulings changed it.
         J.SETTLED,
     }),
-    # Terminal: the escrow is refunded (or reclaimed) and nothing runs any more.
+    # Terminal: nothing runs any more; verified work is paid and the rest of the escrow
+    # refunded by one settlement (`services.settlement.queue_refund`).
     J.FAILED: frozenset(),
     J.CANCELLED: frozenset(),
     J.EXPIRED: frozenset(),

@@ -1,5 +1,6 @@
 """What a customer (or an operator) asks about jobs: submit one backed by an on-chain escrow,
-cancel it before work starts, and read its status and results.
+cancel it (running or not: verified work is paid, the rest refunded), and read its status and
+results.
 
 Each function is one request's use case: it commits what it changes and returns a plain
 result; refusals are typed (`Missing`, `Forbidden`, `Unfunded`, `Refused`) and the API gives
@@ -16,15 +17,26 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import blobs as blob_db
 from orchestrator.db import jobs as job_db
+from orchestrator.db import leases as lease_db
+from orchestrator.db import nodes as node_db
 from orchestrator.db import session as db_session
 from orchestrator.db import statuses as status_db
+from orchestrator.db import verification as verification_db
 from orchestrator.db.models import Blob, Job, Task
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused, Unfunded
 from orchestrator.domain.ids import JobId, hex0x
 from orchestrator.domain.jobs import NewJob, input_blobs, split_tasks
-from orchestrator.domain.lifecycle import JOB_TRANSITIONS, JobStatus, TaskStatus
+from orchestrator.domain.lifecycle import (
+    JOB_TRANSITIONS,
+    TASK_TRANSITIONS,
+    JobStatus,
+    TaskStatus,
+    VerificationStatus,
+)
+from orchestrator.domain.matching import eligible
 from orchestrator.domain.types import TaskNeeds
+from orchestrator.services import settlement
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,24 +48,38 @@ class JobView:
     tasks: dict[str, int]  # task status -> how many
     merkle_root: str | None
     reason: str | None = None  # why a job stopped (failed, cancelled, expired)
-
-
-STOPPED = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.EXPIRED.value})
+    warning: str | None = None  # why a funded job may never start (no node can take it)
 
 
 def stop_reason(session: Session, job: Job) -> str | None:
     """Why a failed, cancelled or expired job stopped (its last move's reason); None for a
     job that did not stop."""
-    if job.status not in STOPPED:
+    if job.status not in settlement.STOPPED:
         return None
     history = status_db.status_history(session, entity="job", entity_id=job.id)
     return history[-1].reason if history else None
 
 
+def unplaceable(session: Session, job: Job) -> str | None:
+    """Why no node can take a job waiting for its first placement (no registered node that
+    accepts work fits its needs, e.g. it names providers with no nodes); None when one can,
+    or the job is past waiting."""
+    if job.status != JobStatus.FUNDED.value:
+        return None
+    needs = job_db.needs_from_json(job_db.job_tasks(session, job_id=job.id)[0].needs)
+    if any(not node.draining and eligible(node_db.node_spec(node), needs)
+           for node in node_db.all_nodes(session)):
+        return None
+    restricted = (f" among providers {', '.join(sorted(needs.providers))}"
+                  if needs.providers is not None else "")
+    return (f"no registered node{restricted} can take this job: it waits until one "
+            "registers; `mesh job cancel` refunds its escrow at once")
+
+
 def view(session: Session, job: Job) -> JobView:
     return JobView(job_id=job.id, status=job.status, customer=job.customer, amount=job.amount,
                    tasks=job_db.task_counts(session, job_id=job.id), merkle_root=job.merkle_root,
-                   reason=stop_reason(session, job))
+                   reason=stop_reason(session, job), warning=unplaceable(session, job))
 
 
 def job_named(session: Session, *, job_id: str) -> Job:
@@ -139,22 +165,47 @@ def submit(session: Session, *, job: Submission,
 
 
 def cancel(session: Session, *, job_id: str, customer: str, now: float) -> JobView:
-    """The customer withdraws a job no node has started: its tasks fail so nothing is placed,
-    and the escrow stays the customer's to reclaim on chain after the deadline's grace (the
-    orchestrator never settles it). Cancelling a cancelled job answers the same."""
+    """The customer stops a job, started or not: leases are released (each agent learns it on
+    its next call, which finds its lease gone, and abandons the task), unfinished tasks fail,
+    open re-checks are void, and the settlement is queued: verified tasks paid, the rest of
+    the escrow refunded (`settlement.queue_refund`; the whole escrow at once when nothing was
+    verified). A job already stopped (failed, expired, cancelled) is refunded the same way,
+    once; one whose every task is done (verifying, settling, settled) cannot be cancelled:
+    its results are being checked and paid."""
     job = _customer_job(session, job_id=job_id, customer=customer)
-    if job.status == JobStatus.CANCELLED.value:
-        return view(session, job)
-    if JobStatus.CANCELLED not in JOB_TRANSITIONS[JobStatus(job.status)]:
-        raise Refused("job_not_cancellable",
-                      f"the job is {job.status}: only a job no node has taken can be cancelled")
-    for task in job_db.job_tasks(session, job_id=job.id):
-        status_db.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
-                             reason="job cancelled by its customer")
-    status_db.set_job_status(session, job=job, target=JobStatus.CANCELLED, now=now,
-                        reason="cancelled by its customer")
+    locked = job_db.lock_job(session, job_id=job.id)
+    assert locked is not None
+    job = locked
+    if job.status not in settlement.STOPPED:
+        if JobStatus.CANCELLED not in JOB_TRANSITIONS[JobStatus(job.status)]:
+            raise Refused("job_not_cancellable",
+                          f"the job is {job.status}: every task is done, so it is "
+                          "verified and paid as delivered; it cannot be cancelled")
+        _stop_tasks(session, job=job, now=now)
+        status_db.set_job_status(session, job=job, target=JobStatus.CANCELLED, now=now,
+                                 reason="cancelled by its customer")
+    settlement.queue_refund(session, job=job, now=now)
     db_session.commit_or_conflict(session)
     return view(session, job)
+
+
+def _stop_tasks(session: Session, *, job: Job, now: float) -> None:
+    """Release every live lease of the job, fail its unfinished tasks and void the re-checks
+    of its undecided results (a done task keeps its result, paid if it verified)."""
+    undecided = {VerificationStatus.COMMITTED.value, VerificationStatus.CHECKING.value,
+                 VerificationStatus.DISPUTED.value}
+    for row in verification_db.latest_commitments(session, job_id=job.id).values():
+        if row.status in undecided:
+            verification_db.void_open_checks(session, commitment=row, now=now,
+                                             reason="job cancelled by its customer")
+    for task in job_db.job_tasks(session, job_id=job.id):
+        lease = lease_db.live_lease_for_task(session, task_id=task.id)
+        if lease is not None:
+            lease_db.release_lease(session, lease=lease, now=now, reason="job cancelled")
+        if (task.status != TaskStatus.DONE.value
+                and TaskStatus.FAILED in TASK_TRANSITIONS[TaskStatus(task.status)]):
+            status_db.set_task_status(session, task=task, target=TaskStatus.FAILED, now=now,
+                                      reason="job cancelled by its customer")
 
 
 def _customer_job(session: Session, *, job_id: str, customer: str) -> Job:

@@ -1,4 +1,5 @@
-"""Settlement: a verified job's payouts queued in the outbox (exactly once), and the one move
+"""Settlement: a verified job's payouts queued in the outbox (exactly once), a stopped job's
+verified work paid and the rest of its escrow refunded the same way, and the one move
 settling -> settled, made only when the escrow on chain shows the job Settled.
 
 `mark_settled` is the move's only owner. The outbox sender calls it when the chain proves a
@@ -19,16 +20,24 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from orchestrator.db import blobs as blob_db
 from orchestrator.db import jobs as job_db
 from orchestrator.db import nodes as node_db
 from orchestrator.db import outbox
 from orchestrator.db import statuses as status_db
-from orchestrator.db.models import Job
+from orchestrator.db import verification as verification_db
+from orchestrator.db.models import Job, Task
 from orchestrator.domain.chain_actions import SettleJob
 from orchestrator.domain.chain_events import ChainEvent
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
-from orchestrator.domain.ids import JobId, unhex
-from orchestrator.domain.lifecycle import JobStatus, TaskStatus
+from orchestrator.domain.ids import JobId, hex0x, unhex
+from orchestrator.domain.lifecycle import (
+    SETTLEABLE_VERIFICATION,
+    JobStatus,
+    TaskStatus,
+    VerificationStatus,
+)
+from orchestrator.domain.merkle import MerkleTree
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator")
@@ -42,24 +51,73 @@ def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
     status_db.set_job_status(session, job=job, target=JobStatus.COMPLETED, now=now,
                         reason="verification passed")
     tasks = job_db.job_tasks(session, job_id=job.id)
-    delivered: dict[str, int] = {}
     for task in tasks:
         status_db.set_task_status(session, task=task, target=TaskStatus.VERIFIED, now=now,
                              reason="job accepted")
+    queued = _queue_payouts(session, job=job, tasks=len(tasks), paid=tasks, now=now,
+                            merkle_root=job.merkle_root)
+    status_db.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
+                        reason="settlement queued")
+    return queued
+
+
+def queue_refund(session: Session, *, job: Job, now: float) -> bool:
+    """A stopped job (failed, cancelled, expired): its verified tasks are paid as a completed
+    job pays each task, and the rest of the escrow goes back to the customer, by the one
+    settle action (same idempotency key as `queue_settlement`, so exactly once whoever asks
+    again). With nothing verified the settlement pays nobody, and the escrow refunds the
+    whole amount at once (`JobEscrow.claimRefund`); otherwise after the dispute window.
+    The job keeps its status. False when its settlement was already queued."""
+    if job.status not in STOPPED:
+        raise ValueError(f"job {job.id} is {job.status}: only a stopped job is refunded")
+    paid = verified_tasks(session, job_id=job.id)
+    return _queue_payouts(session, job=job, tasks=len(job_db.job_tasks(session, job_id=job.id)),
+                          paid=paid, now=now,
+                          merkle_root=job_merkle_root(session, job_id=job.id) if paid else None)
+
+
+STOPPED = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.EXPIRED.value})
+"""Terminal job statuses whose escrow `queue_refund` settles."""
+
+
+def verified_tasks(session: Session, *, job_id: str) -> list[Task]:
+    """The job's tasks that may be paid for: done, and the latest commitment of their
+    result passed verification, was not drawn for it, or an operator accepted it."""
+    latest = verification_db.latest_commitments(session, job_id=job_id)
+    verified = []
+    for task in job_db.job_tasks(session, job_id=job_id):
+        row = latest.get(task.id)
+        if (task.status in (TaskStatus.DONE.value, TaskStatus.VERIFIED.value)
+                and row is not None and row.result_sha256 == task.result_sha256
+                and VerificationStatus(row.status) in SETTLEABLE_VERIFICATION):
+            verified.append(task)
+    return verified
+
+
+def job_merkle_root(session: Session, *, job_id: str) -> str | None:
+    """Root over every checkpoint and result hash of the job (sha256 digests as leaves)."""
+    hashes = blob_db.job_artifact_hashes(session, job_id=job_id)
+    if not hashes:
+        return None
+    return hex0x(MerkleTree.build([bytes.fromhex(h) for h in hashes]).root)
+
+
+def _queue_payouts(session: Session, *, job: Job, tasks: int, paid: Sequence[Task], now: float,
+                   merkle_root: str | None) -> bool:
+    """The settle action paying each provider job.amount / `tasks` per task of `paid` it
+    delivered (the rest is the customer's refund), queued once per job."""
+    delivered: dict[str, int] = {}
+    for task in paid:
         node = node_db.get_node(session, node_id=task.node_id) if task.node_id else None
         if node is not None:
             delivered[node.provider] = delivered.get(node.provider, 0) + 1
     providers = sorted(delivered)
-    payouts = [job.amount * delivered[p] // len(tasks) for p in providers]
-    queued = outbox.queue_action(
+    payouts = [job.amount * delivered[p] // tasks for p in providers]
+    return outbox.queue_action(
         session, idempotency_key=f"settle:{job.id}", now=now,
         action=SettleJob(job_id=JobId(job.id).raw, providers=tuple(providers),
                          payouts=tuple(payouts),
-                         merkle_root=None if job.merkle_root is None
-                         else unhex(job.merkle_root)))
-    status_db.set_job_status(session, job=job, target=JobStatus.SETTLING, now=now,
-                        reason="settlement queued")
-    return queued
+                         merkle_root=None if merkle_root is None else unhex(merkle_root)))
 
 
 def mark_settled(session: Session, *, job_id: str, escrow: EscrowStatus, now: float,

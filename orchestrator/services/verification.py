@@ -32,7 +32,6 @@ from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.errors import Invalid, Missing, Refused
 from orchestrator.domain.ids import hex0x
 from orchestrator.domain.lifecycle import (
-    SETTLEABLE_VERIFICATION,
     CheckStatus,
     JobStatus,
     TaskStatus,
@@ -64,7 +63,7 @@ from orchestrator.domain.verification import (
     window_rows,
     windows_for,
 )
-from orchestrator.services import work
+from orchestrator.services import settlement, work
 from orchestrator.services.pls import PlsService
 from orchestrator.storage.blobs import BlobStore
 from protocol.images import OutputInvalid, exr_pixels, image_pixels
@@ -546,13 +545,8 @@ class Verifier:
         if job is None or job.status != JobStatus.VERIFYING.value:
             return False
         tasks = job_db.job_tasks(session, job_id=job_id)
-        latest = store.latest_commitments(session, job_id=job_id)
-        for task in tasks:
-            row = latest.get(task.id)
-            if (task.status != TaskStatus.DONE.value or row is None
-                    or row.result_sha256 != task.result_sha256
-                    or VerificationStatus(row.status) not in SETTLEABLE_VERIFICATION):
-                return False
+        if len(settlement.verified_tasks(session, job_id=job_id)) != len(tasks):
+            return False
         work.accept_job(session, job=job, pls=self.pls, now=now)
         log.info("job %s verified: settlement queued", job_id)
         return True

@@ -32,7 +32,6 @@ from orchestrator.db.placement import (
 )
 from orchestrator.domain.errors import Invalid, NotFound, Refused
 from orchestrator.domain.failure_detector import PhiAccrualDetector
-from orchestrator.domain.ids import hex0x
 from orchestrator.domain.jobs import input_blobs
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
@@ -42,7 +41,6 @@ from orchestrator.domain.lifecycle import (
     TaskStatus,
 )
 from orchestrator.domain.matching import eligible
-from orchestrator.domain.merkle import MerkleTree
 from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.domain.types import NodeHealth, NodeSpec
 from orchestrator.services import settlement
@@ -257,18 +255,10 @@ def complete_task(session: Session, *, task_id: int, node_id: str, result_sha256
     assert job is not None
     counts = job_db.task_counts(session, job_id=job.id)
     if set(counts) == {TaskStatus.DONE.value}:
-        job.merkle_root = job_merkle_root(session, job_id=job.id)
+        job.merkle_root = settlement.job_merkle_root(session, job_id=job.id)
         status_db.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
                             reason="all tasks done")
     return task
-
-
-def job_merkle_root(session: Session, *, job_id: str) -> str | None:
-    """Root over every checkpoint and result hash of the job (sha256 digests as leaves)."""
-    hashes = blob_db.job_artifact_hashes(session, job_id=job_id)
-    if not hashes:
-        return None
-    return hex0x(MerkleTree.build([bytes.fromhex(h) for h in hashes]).root)
 
 
 def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now: float,
@@ -289,6 +279,7 @@ def fail_task(session: Session, *, task_id: int, node_id: str, reason: str, now:
             status_db.set_job_status(session, job=job, target=JobStatus.FAILED, now=now,
                                 reason=f"frame task {task.index} failed {task.attempts} "
                                        f"times{said}")
+            settlement.queue_refund(session, job=job, now=now)
         return task
     cause = "drain" if reason == "drain" else None
     requeue_task(session, task=task, lease=lease, now=now, reason=reason, cause=cause,
@@ -472,7 +463,8 @@ OPEN_JOB_STATUSES = (JobStatus.SUBMITTED, JobStatus.FUNDED, JobStatus.SCHEDULED,
 
 def expire_overdue_jobs(session: Session, *, now: float) -> list[str]:
     """Jobs past their deadline stop: leases are released and unfinished tasks fail, so no
-    slot stays held for work nobody will pay for (the escrow refund is the chain's side)."""
+    slot stays held for work nobody will pay for; verified work is paid and the rest of the
+    escrow refunded (`settlement.queue_refund`)."""
     overdue = job_db.jobs_in_status(session, statuses=OPEN_JOB_STATUSES, deadline_before=now)
     for job in overdue:
         for task in job_db.job_tasks(session, job_id=job.id):
@@ -485,6 +477,7 @@ def expire_overdue_jobs(session: Session, *, now: float) -> list[str]:
                                  reason="job deadline passed")
         status_db.set_job_status(session, job=job, target=JobStatus.EXPIRED, now=now,
                             reason="deadline passed")
+        settlement.queue_refund(session, job=job, now=now)
     return [job.id for job in overdue]
 
 

@@ -27,7 +27,7 @@ from orchestrator.main import create_app
 from orchestrator.services import settlement
 from orchestrator.services.blobs import collect_expired
 from protocol.client import Wallet
-from tests.clients import VirtualClock, make_wallet
+from tests.clients import VirtualClock, join, make_wallet
 
 pytestmark = pytest.mark.anvil
 PAYMENT = 5 * 10**18
@@ -97,6 +97,33 @@ def test_submit_withMatchingEscrow_createsAFundedJobWithOneTaskPerFrame(
     other = dict(body, spec=spec(frames=2))
     reused = wallet.send("POST", "/v1/jobs", other, headers={"idempotency-key": "key-0001"})
     assert reused.json()["error"]["code"] == "idempotency_key_reused"
+
+
+def test_submit_flags_a_job_no_registered_node_can_take(
+        chain_client: TestClient, mesh_chain: MeshChain, settings: Settings,
+        clock: VirtualClock) -> None:
+    """Restricted to a provider with no nodes, the job would wait forever: the answer to
+    submit says so (and that cancelling refunds it at once); an open job is not flagged
+    while a node that fits is registered."""
+    join(make_wallet(chain_client, clock, chain_id=settings.chain_id,
+                     orchestrator_id=settings.orchestrator_id), "node-elsewhere")
+    wallet = customer(chain_client, settings, clock)
+    lonely = dev_account(7).address
+    restricted = dict(spec(frames=1), needs=dict(spec()["needs"], providers=[lonely]))
+    answers = []
+    for job_spec, key in ((restricted, "flag-0001"), (spec(frames=1), "flag-0002")):
+        response = wallet.send("POST", "/v1/jobs", {"job_id": escrow(mesh_chain, job_spec),
+                                                    "spec": job_spec},
+                               headers={"idempotency-key": key})
+        assert response.status_code == 200, response.text
+        answers.append(response.json())
+    flagged, open_job = answers
+    assert flagged["warning"] == (f"no registered node among providers {lonely} can take this "
+                                  "job: it waits until one registers; `mesh job cancel` "
+                                  "refunds its escrow at once")
+    assert open_job["warning"] is None
+    assert wallet.send("GET", f"/v1/jobs/{flagged['job_id']}").json()["warning"] == (
+        flagged["warning"])
 
 
 def test_a_customer_lists_its_own_jobs_newest_first_and_no_one_elses(

@@ -400,6 +400,31 @@ def test_claimRefund_paysTheCustomerAfterTheWindowOnce(
         escrow.claimRefund(funded_job, sender=customer)
 
 
+def test_claimRefund_paysAtOnceWhenTheSettlementPaidNobody(
+    escrow: Any, token: Any, orchestrator: Any, customer: Any, stranger: Any, funded_job: bytes
+) -> None:
+    """A failed, cancelled or unplaceable job settles paying nobody: the whole escrow comes
+    back without waiting for the dispute window (nobody was paid, so no payee can dispute)."""
+    escrow.settle(funded_job, [], [], ROOT, sender=orchestrator)
+    before = token.balanceOf(customer)
+
+    escrow.claimRefund(funded_job, sender=stranger)
+
+    assert token.balanceOf(customer) - before == AMOUNT
+    with ape.reverts(escrow.JobEscrowNoRefund, jobId=funded_job):
+        escrow.claimRefund(funded_job, sender=customer)
+
+
+def test_claimRefund_waitsForTheWindowWhenAnyoneWasPaid(
+    escrow: Any, orchestrator: Any, stranger: Any, funded_job: bytes, workers: list[Any]
+) -> None:
+    receipt = escrow.settle(funded_job, workers[:1], [1], ROOT, sender=orchestrator)
+
+    with ape.reverts(escrow.JobEscrowRefundNotClaimableYet, jobId=funded_job,
+                     claimableAt=receipt.timestamp + DISPUTE_WINDOW):
+        escrow.claimRefund(funded_job, sender=stranger)
+
+
 def test_claimRefund_revertsForAJobNotSettled(
     escrow: Any, customer: Any, funded_job: bytes
 ) -> None:

@@ -59,6 +59,7 @@ ALLOWED_JOB_MOVES = {
     ("submitted", "funded"), ("submitted", "cancelled"), ("submitted", "expired"),
     ("funded", "scheduled"), ("funded", "cancelled"), ("funded", "expired"),
     ("scheduled", "running"), ("scheduled", "failed"), ("scheduled", "expired"),
+    ("scheduled", "cancelled"), ("running", "cancelled"),
     ("running", "verifying"), ("running", "failed"), ("running", "expired"),
     ("verifying", "completed"), ("verifying", "failed"), ("verifying", "running"),
     ("completed", "settling"),

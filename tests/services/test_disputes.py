@@ -40,7 +40,7 @@ from orchestrator.domain.score_commitment import EpochEntry, commit_epoch
 from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.scheduling.periodic import LeaderRunner
-from orchestrator.services import disputes, pls_chain, settlement, work
+from orchestrator.services import disputes, pls_chain, settlement
 from orchestrator.services.outbox.sender import LEASE_NAME, OutboxSender
 from orchestrator.services.pls import PlsService
 from orchestrator.telemetry.metrics import MeshMetrics
@@ -127,7 +127,7 @@ def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient
                                     progress=progress, is_result=progress == 1.0, now=now)
                 hashes.append(digest)
             task.result_sha256 = hashes[-1]
-        job.merkle_root = work.job_merkle_root(session, job_id=hex_id)
+        job.merkle_root = settlement.job_merkle_root(session, job_id=hex_id)
         status_db.set_job_status(session, job=job, target=JobStatus.VERIFYING, now=now,
                             reason="all tasks done")
         assert settlement.queue_settlement(session, job=job, now=now)

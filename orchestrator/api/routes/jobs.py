@@ -33,7 +33,7 @@ IdempotencyKey = Annotated[str, Header(min_length=8, max_length=128, pattern=r"^
 def job_out(job: JobView) -> JobOut:
     return JobOut(job_id=job.job_id, status=job.status, customer=job.customer,
                   amount=job.amount, tasks=job.tasks, merkle_root=job.merkle_root,
-                  reason=job.reason)
+                  reason=job.reason, warning=job.warning)
 
 
 @router.post("/jobs", response_model=JobOut,
