@@ -228,7 +228,10 @@ def submit(
         journal.save(record.after(Step.SUBMITTED))
         result = {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
                   "budget": amount, "deadline": deadline, "escrow_tx": record.escrow_tx,
-                  "blend_sha256": workload["blend_sha256"], "scene": scene.as_json()}
+                  "blend_sha256": workload["blend_sha256"], "scene": scene.as_json(),
+                  "warning": job.get("warning")}
+        if job.get("warning"):  # on stderr, under --json too
+            typer.secho(f"warning: {job['warning']}", err=True, fg=typer.colors.YELLOW)
         if wait:
             result["status"] = _follow(lambda: _job(client, job_hex), job_hex,
                                        quiet=as_json)["status"]
@@ -343,6 +346,8 @@ def _show_job(job: dict[str, Any]) -> None:
             "result root": job.get("merkle_root")}
     if job.get("reason"):
         rows["reason"] = job["reason"]
+    if job.get("warning"):
+        rows["warning"] = job["warning"]
     if escrow is not None:
         rows["escrow"] = (f"{escrow['status']}, {show_tokens(escrow['amount'])} tokens, due "
                           f"{when(escrow['deadline'])}")

@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from eth_utils import keccak
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from mesh.commands import jobs as jobs_command
 from mesh.cutproxy import CutProxy
 from mesh.processes import OrchestratorProcess
 from orchestrator.api.schemas import JobSpec
@@ -47,6 +49,8 @@ def test_submit_escrowsAndSubmitsInOneStep_withTheProviderAndRegionConstraint(
     assert done.exit_code == 0, done.output
     job = json.loads(done.stdout)
     assert (job["status"], job["tasks"]) == ("funded", {"pending": 3})
+    # TRUSTED has no node: the answer says the job would wait, and how to get the money back.
+    assert job["warning"].startswith(f"no registered node among providers {TRUSTED} can take")
     assert job["scene"] == {"blender": "5.0.1", "frames": [1, 72], "resolution": [160, 120],
                             "engine": "CYCLES"}  # as the pinned Blender read the file
     escrow = chain.escrowed_job(bytes.fromhex(job["job_id"][2:]))
@@ -72,6 +76,7 @@ def test_submit_escrowsAndSubmitsInOneStep_withTheProviderAndRegionConstraint(
     assert (shown["status"], shown["escrow"]["status"]) == ("funded", "funded")
     human = served("job", "status", job["job_id"])
     assert "3 pending" in human.stdout
+    assert "`mesh job cancel` refunds its escrow at once" in human.stdout
 
 
 def service_db(service: OrchestratorProcess) -> Path:
@@ -98,6 +103,23 @@ def test_cancel_ofAJobNoNodeTook_refundsTheWholeEscrowAtOnce(
     assert again.exit_code == 0, again.output
     assert again.stdout.strip() == (f"job {job['job_id']}: cancelled; its refund was claimed "
                                     "before")
+
+
+def test_cancel_says_what_was_paid_and_what_comes_back_in_tokens(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A running job cancelled after one verified frame: what the frame was paid, and when
+    the rest can be claimed (someone was paid, so after the dispute window)."""
+    job = "0x" + "ab" * 32
+    jobs_command._show_cancel({"job_id": job, "status": "cancelled", "refunded": 0,
+                               "escrow": "settled", "paid": 2 * TOKEN,
+                               "refund_owed": 6 * TOKEN, "refund_claimable_at": 0})
+    jobs_command._show_cancel({"job_id": job, "status": "failed", "refunded": 8 * TOKEN,
+                               "escrow": "settled", "paid": 0, "refund_owed": 8 * TOKEN,
+                               "refund_tx": "0x99"})
+    assert capsys.readouterr().out.splitlines() == [
+        f"job {job}: cancelled; 2 tokens paid for verified work; 6 tokens refundable from "
+        f"1970-01-01 00:00:00 UTC (the dispute window): run `mesh job cancel {job}` again then",
+        f"job {job}: failed; 8 tokens back in 0x99"]
 
 
 def test_cancel_byAnotherWallet_isOneLine(scene: Path, served: Mesh) -> None:
