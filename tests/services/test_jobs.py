@@ -149,6 +149,19 @@ def test_a_failed_job_settles_paying_nobody_and_its_escrow_comes_back_at_once(
     assert len(rows(factory)) == 1
 
 
+def test_an_expired_job_that_no_node_took_is_refunded_at_once(
+        factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
+        clock: VirtualClock) -> None:
+    job_id = job_on_chain(factory, mesh, frames=1, status=JobStatus.FUNDED, now=clock.now)
+    with factory.begin() as session:
+        assert work.expire_overdue_jobs(session, now=clock.now + 2e6) == [job_id]
+
+    settle_all(factory, mesh, sender, clock)
+
+    refund, _ = mesh.account(CUSTOMER).claim_refund(bytes.fromhex(job_id[2:]))
+    assert refund == AMOUNT
+
+
 def test_a_cancelled_job_that_never_started_is_refunded_at_once(
         factory: sessionmaker[Session], mesh: MeshChain, sender: OutboxSender,
         clock: VirtualClock) -> None:
