@@ -44,6 +44,9 @@ log = logging.getLogger("orchestrator")
 
 REORGED = "settlement reorged out of the chain"
 
+STOPPED = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.EXPIRED.value})
+"""Terminal job statuses whose escrow `queue_refund` settles."""
+
 
 def queue_settlement(session: Session, *, job: Job, now: float) -> bool:
     """Verified: pay providers by tasks delivered, via the chain outbox, exactly once; the
@@ -74,10 +77,6 @@ def queue_refund(session: Session, *, job: Job, now: float) -> bool:
     return _queue_payouts(session, job=job, tasks=len(job_db.job_tasks(session, job_id=job.id)),
                           paid=paid, now=now,
                           merkle_root=job_merkle_root(session, job_id=job.id) if paid else None)
-
-
-STOPPED = frozenset({JobStatus.FAILED.value, JobStatus.CANCELLED.value, JobStatus.EXPIRED.value})
-"""Terminal job statuses whose escrow `queue_refund` settles."""
 
 
 def verified_tasks(session: Session, *, job_id: str) -> list[Task]:

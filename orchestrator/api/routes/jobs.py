@@ -74,7 +74,8 @@ def status(job_id: JobIdPath, session: SessionDep) -> JobOut:
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut,
              responses=errors(Missing, Forbidden, Refused),
-             summary="Cancel a job no node has taken yet (signed, the job's customer only)")
+             summary="Stop a job, started or not, and settle it: verified tasks paid, the rest "
+                     "refunded (signed, the job's customer only)")
 def cancel(job_id: JobIdPath, signed: SignedDep, session: SessionDep, ctx: CtxDep) -> JobOut:
     return job_out(jobs.cancel(session, job_id=job_id, customer=signed.address, now=ctx.now()))
 
