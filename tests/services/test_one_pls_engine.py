@@ -465,6 +465,14 @@ def test_the_simulators_world_events_meet_the_services_guards(
                  sessions_and_departures(driver.engine, node_ids, end))
     assert ours["online"] == node_ids[:3]
     assert [len(ours["sessions"][n][0]) for n in node_ids] == [0, 2, 1, 1]  # type: ignore[index]
+    # A service restarted from the DB replays those sessions the same way (the end stored
+    # before its start included); the staking policy's departures are not replayed.
+    restarted = PlsService(CONFIG, stake_reader=FixedStake, metrics=MeshMetrics())
+    with factory() as session:
+        restarted.replay.rebuild(session, now=end)
+    rebuilt = sessions_and_departures(restarted.state.engine, node_ids, end)
+    assert_equal("rebuilt sessions", (rebuilt["online"], rebuilt["sessions"]),
+                 (ours["online"], ours["sessions"]))
 
 
 def test_a_simulated_runs_observations_give_the_services_engine_the_drivers_state(
