@@ -5,7 +5,9 @@ that slashes and re-tiers), fed on a virtual clock.
 
 It sees only what a real orchestrator observes: detector verdicts (session starts and
 abrupt ends), signed probes (RTT, loss), agent GPU telemetry, measured upload throughput and
-checkpoint times, and task outcomes. Ground truth enters only through those samples; the
+checkpoint times, and task outcomes. Each reaches the engine as the typed observation the
+service logs for it (`domain.pls_observations`), through `PlsEngine.apply` (`observe`), so the
+engine's guards are the service's. Ground truth enters only through those samples; the
 driver models only the world (stake on chain, the handshake's judgement of a true link)."""
 
 from __future__ import annotations
@@ -22,8 +24,23 @@ from mesh.simulation.jobs import VALUE_PER_REF_GPU_HOUR
 from mesh.simulation.models import GPU_CLASSES, THROTTLE_SLOWDOWN, TOKEN, NodeProfile
 from mesh.simulation.policies import Choice, Grid, TaskView, Wait
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
+from orchestrator.domain.pls_observations import (
+    Abandoned,
+    AttemptEnded,
+    CheckpointCost,
+    Departed,
+    GpuReport,
+    Handshake,
+    NodeKnown,
+    Observation,
+    Probe,
+    SessionEnded,
+    SessionStarted,
+    TierDecided,
+    Upload,
+)
 from orchestrator.domain.popw import PopwConfig, PopwVerdict
-from orchestrator.domain.reliability import GpuSample, ProbeSample, UploadSample
+from orchestrator.domain.reliability import GpuSample, TaskOutcome
 from orchestrator.domain.slashing import SlashReason
 from orchestrator.domain.types import NodeSpec, Tier
 
@@ -36,6 +53,12 @@ MAX_SM_CLOCK_MHZ = 1900.0
 def provider_address(node_index: int) -> str:
     """One staking wallet per simulated node."""
     return to_checksum_address(f"0x{node_index + 1:040x}")
+
+
+def attempt_task_id(attempt: Attempt) -> int:
+    """The id an attempt's collateral and slashes go by: its task and attempt number, as the
+    service's placement id packs them (`task << 32 | attempt`)."""
+    return attempt.task.key << 32 | attempt.task.attempts
 
 
 def handshake_tier(profile: NodeProfile, config: PopwConfig) -> Tier:
@@ -69,7 +92,6 @@ class PlsDriver(PlacementObserver):
         self.prices = np.asarray([float(p.price_per_gpu_hour) for p in profiles])
         self.providers = [spec.provider for spec in specs]
         self.verdict_expires = np.zeros(n)
-        self.online = np.zeros(n, dtype=bool)
         self._lease_hold_s = np.zeros(n)  # per node, decided at its last DEAD verdict
         self._collateral: dict[int, int] = {}  # node -> collateral locked for its task
         self._raw_rs: dict[int, float] = {}  # node -> raw RS its running task was placed at
@@ -77,8 +99,9 @@ class PlsDriver(PlacementObserver):
         self._abandoned: dict[str, tuple[int, bool]] = {}  # task id -> (node, blameless)
         self.slashes_by_reason: dict[str, int] = {r.name.lower(): 0 for r in SlashReason}
         for row, (profile, spec) in enumerate(zip(profiles, specs, strict=True)):
-            if self.engine.register(profile.node_id, spec.provider, region=profile.region,
-                                    network=profile.network, at=0.0, tier=spec.tier) != row:
+            self.observe(NodeKnown(profile.node_id, spec.provider, profile.region, 0.0,
+                                   int(spec.tier), None, profile.network))
+            if self.book.index_of(profile.node_id) != row:
                 raise RuntimeError("book rows must follow node order")
 
     @property
@@ -120,10 +143,19 @@ class PlsDriver(PlacementObserver):
         return float(self._lease_hold_s[node])
 
     # ----- observations ---------------------------------------------------------------
+    def observe(self, *observations: Observation) -> None:
+        """The one way the driver feeds the engine: what the service would log, in order."""
+        for observation in observations:
+            self.engine.apply(observation)
+
+    def online_mask(self) -> NDArray[np.bool_]:
+        """Per node, whether the engine holds it in a session now."""
+        mask = np.zeros(len(self.profiles), dtype=bool)
+        mask[self.book.online_rows()] = True
+        return mask
+
     def node_up(self, node: int, now: float) -> None:
-        node_id = self.profiles[node].node_id
-        self.online[node] = True
-        self.engine.session_started(node_id, now)
+        self.observe(SessionStarted(self.profiles[node].node_id, now))
         self._contact(node, now)
         self._handshake(node, now)
 
@@ -131,10 +163,10 @@ class PlsDriver(PlacementObserver):
         """A DEAD verdict. A silence its peers share (`LeaseHold`) keeps the lease and ends
         the session censored, as `PlsService` does: not the node's own departure."""
         node_id = self.profiles[node].node_id
-        self.online[node] = False
-        hold = self.engine.departed([node_id], now)[node_id]
+        self.observe(Departed((node_id,), now))
+        hold = self.engine.lease_holds([node_id], now)[node_id]
         self._lease_hold_s[node] = hold
-        self.engine.session_ended(node_id, now, abrupt=hold == 0.0)
+        self.observe(SessionEnded(node_id, now, abrupt=hold == 0.0))
 
     def placed(self, sim: Simulation, attempt: Attempt) -> None:
         """The lease started: lock the collateral priced at the choice."""
@@ -147,37 +179,39 @@ class PlsDriver(PlacementObserver):
         self.locked[node] += collateral
 
     def completed(self, sim: Simulation, attempt: Attempt) -> None:
-        _, raw = self._unlock(attempt.node)
+        collateral, raw = self._unlock(attempt.node)
         node_id = self.profiles[attempt.node].node_id
-        self.engine.completed(node_id, raw)
+        self.observe(AttemptEnded(node_id, attempt_task_id(attempt),
+                                  TaskOutcome.COMPLETED.value, raw, collateral, sim.now))
         if attempt.checkpoints:
-            self.engine.checkpoint_measured(node_id, attempt.cost_s)
-        self.engine.upload(node_id, UploadSample(sim.now, self._measured_upload(attempt.node)))
+            self.observe(CheckpointCost(node_id, attempt.cost_s))
+        self.observe(Upload(node_id, sim.now, self._measured_upload(attempt.node)))
         self._contact(attempt.node, sim.now)
 
     def attempt_lost(self, sim: Simulation, attempt: Attempt, blameless: bool) -> None:
         collateral, raw = self._unlock(attempt.node)
         node_id = self.profiles[attempt.node].node_id
-        task_id = f"{attempt.task.key}:{attempt.task.attempts}"
-        self._abandoned[task_id] = (attempt.node, blameless)
+        task_id = attempt_task_id(attempt)
+        self._abandoned[str(task_id)] = (attempt.node, blameless)
         # Dated at the DEAD verdict, also when the lease was held past it: the staking
         # policy judges the departure (partition? outage?), not the revocation.
         left_at = sim.now if attempt.held_since is None else attempt.held_since
         # The task as leased: the work left when it started, and the share of it lost now.
         leased_s = attempt.compute_s * attempt.speed
-        self.engine.abandoned(node_id, task_id, collateral, raw, left_at,
-                              value=round(leased_s / 3600.0 * VALUE_PER_REF_GPU_HOUR),
-                              rework_share=attempt.lost_s / leased_s if leased_s > 0 else 1.0)
+        self.observe(Abandoned(node_id, task_id, collateral, raw, left_at,
+                               value=round(leased_s / 3600.0 * VALUE_PER_REF_GPU_HOUR),
+                               rework_share=attempt.lost_s / leased_s if leased_s > 0 else 1.0))
 
     def verification_failed(self, sim: Simulation, attempt: Attempt) -> None:
         collateral, raw = self._unlock(attempt.node)
         node_id = self.profiles[attempt.node].node_id
-        self.engine.verification_failed(node_id, f"{attempt.task.key}:{attempt.task.attempts}",
-                                        collateral, raw, sim.now)
+        self.observe(AttemptEnded(node_id, attempt_task_id(attempt),
+                                  TaskOutcome.FAILED_VERIFICATION.value, raw, collateral,
+                                  sim.now))
 
     def epoch(self, sim: Grid, now: float) -> None:
         """Score every online node, let the staking policy decide, apply its verdicts."""
-        rows = np.flatnonzero(self.online)
+        rows = self.book.online_rows()
         node_ids = [self.profiles[row].node_id for row in rows.tolist()]
         readings = self.engine.readings(node_ids, now, all_digests=False)
         for row in rows.tolist():
@@ -196,13 +230,15 @@ class PlsDriver(PlacementObserver):
         for change in actions.tier_changes:
             node = node_of[change.node_id]
             sim.set_spec(node, dataclasses.replace(sim.specs[node], tier=change.new))
+            # logged for every replica as the service does (the deciding engine has it)
+            self.observe(TierDecided(change.node_id, int(change.new), change.at))
 
     # ----- helpers --------------------------------------------------------------------
     def _fastest_busy(self, task: TaskView, idle: NDArray[np.intp]) -> float:
         """The verified speed of the fastest node online, able to take the task (its tier
         and VRAM, as the service's `PlsPlacement.rank` reads them) and not idle now (0 when
         there is none)."""
-        busy = self.online & task.able
+        busy = self.online_mask() & task.able
         busy[idle] = False
         rows = np.flatnonzero(busy)
         return float(self.engine.speeds(rows).max()) if rows.size else 0.0
@@ -232,20 +268,20 @@ class PlsDriver(PlacementObserver):
         node_id = profile.node_id
         lost = self.rng.random(PROBES_PER_CONTACT) < profile.loss
         rtts = profile.rtt_ms + np.abs(self.rng.normal(0.0, profile.jitter_ms, PROBES_PER_CONTACT))
-        for is_lost, rtt in zip(lost.tolist(), rtts.tolist(), strict=True):
-            self.engine.probe(node_id, ProbeSample(now, None if is_lost else rtt))
+        self.observe(*(Probe(node_id, now, None if is_lost else rtt)
+                       for is_lost, rtt in zip(lost.tolist(), rtts.tolist(), strict=True)))
         throttled = self.rng.random(GPU_SAMPLES_PER_CONTACT) < profile.throttle_rate
         # Consumer GPUs run warmer the more they throttle; throttling starts in the 80s.
         temperatures = 65.0 + 25.0 * profile.throttle_rate + self.rng.normal(
             0.0, 3.0, GPU_SAMPLES_PER_CONTACT)
-        for hot, temperature in zip(throttled.tolist(), temperatures.tolist(), strict=True):
-            self.engine.gpu(node_id, GpuSample(
-                at=now, temperature_c=temperature,
-                sm_clock_mhz=MAX_SM_CLOCK_MHZ * (1.0 - THROTTLE_SLOWDOWN if hot else 1.0),
-                max_sm_clock_mhz=MAX_SM_CLOCK_MHZ,
-                throttle_reasons=THROTTLED_REASON if hot else 0, utilization_pct=98.0,
-                memory_used_mb=6000.0, memory_total_mb=profile.vram_gb * 1024.0,
-                power_w=300.0, power_limit_w=350.0))
+        self.observe(GpuReport(node_id, tuple(GpuSample(
+            at=now, temperature_c=temperature,
+            sm_clock_mhz=MAX_SM_CLOCK_MHZ * (1.0 - THROTTLE_SLOWDOWN if hot else 1.0),
+            max_sm_clock_mhz=MAX_SM_CLOCK_MHZ,
+            throttle_reasons=THROTTLED_REASON if hot else 0, utilization_pct=98.0,
+            memory_used_mb=6000.0, memory_total_mb=profile.vram_gb * 1024.0,
+            power_w=300.0, power_limit_w=350.0)
+            for hot, temperature in zip(throttled.tolist(), temperatures.tolist(), strict=True))))
 
     def _handshake(self, node: int, now: float) -> None:
         profile = self.profiles[node]
@@ -253,6 +289,6 @@ class PlsDriver(PlacementObserver):
         validity = (self.popw.high_validity_s if tier is Tier.HIGH
                     else self.popw.standard_validity_s)
         self.verdict_expires[node] = now + validity
-        self.engine.handshake(PopwVerdict(profile.node_id, tier is not Tier.BACKGROUND, tier,
+        self.observe(Handshake(PopwVerdict(profile.node_id, tier is not Tier.BACKGROUND, tier,
                                            now, now + validity, (),
-                                           GPU_CLASSES[profile.gpu].popw_class))
+                                           GPU_CLASSES[profile.gpu].popw_class)))

@@ -7,9 +7,13 @@ expected cost, probation, exploration, the RS floor and risk-priced collateral),
 through shared silences, Young/Daly checkpoint intervals from each node's measured checkpoint
 cost, and the `StakingPolicy` (handshakes, slashes, tiers) with its epoch readings.
 
-Two drivers feed it the same observations: `services.pls.PlsService` (adds persistence,
-locking and the outbox) and `simulation.pls_driver.PlsDriver` (adds a virtual clock and a
-modelled world). Whatever the churn benchmark credits to PLS runs here, hence in both.
+Two drivers feed it the same typed observations (`domain.pls_observations`), through one
+door, `PlsEngine.apply`: `services.pls.PlsService` (adds persistence, locking and the outbox;
+its observation log applies each committed row) and `simulation.pls_driver.PlsDriver` (adds a
+virtual clock and a modelled world). The guards on what an observation may change (a session
+starts only for a node not in one, ends only for one that is, nothing is learnt about a node
+the engine does not know) live in `apply`, so they cannot differ between the two. Whatever
+the churn benchmark credits to PLS runs here, hence in both.
 
 The prior is refitted before the first session event at or past each `prior_refit_s`
 boundary (UTC midnight by default), so replaying the stored session events in time order
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from orchestrator.domain import pls_observations as obs
 from orchestrator.domain.calibration import OnlineRecalibrator
 from orchestrator.domain.checkpointing import CheckpointCost, CheckpointPolicy
 from orchestrator.domain.collateral import CollateralPolicy
@@ -135,6 +140,80 @@ class PlsEngine:
         # proved (`GpuClass.render_speed`); the reference card's until one passes.
         self._speeds: NDArray[np.float64] = np.empty(0)
 
+    # ----- the one way in -----------------------------------------------------------
+    def apply(self, observation: obs.Observation) -> None:
+        """Learn one observation: the transition table every driver feeds the engine through.
+        An observation about a node the engine does not know changes nothing (a node is
+        known from its `NodeKnown` on), and neither does one that repeats what the engine
+        already holds (a start for a node in a session, an end for one in none); an end
+        dated before its session's start (logged by a replica whose clock is behind) ends
+        the session at its start."""
+        match observation:
+            case obs.NodeKnown():  # (re)registered or logged in: known (idempotent)
+                self.register(observation.node_id, observation.provider,
+                              region=observation.region,
+                              network=observation.network or observation.region,
+                              at=observation.registered_at, tier=Tier(observation.tier))
+                if observation.session_key is not None:  # its process's ephemeral key
+                    self.staking.session_bound(observation.node_id, observation.session_key)
+            case obs.Departed():  # one sweep's DEAD verdicts, together (unknown: skipped)
+                self.departed(observation.node_ids, observation.at)
+            case obs.Heartbeats():  # each known node's beat
+                for node_id, at in observation.beats:
+                    if self.knows(node_id):
+                        self.heartbeat(node_id, at)
+            case obs.Handshake():  # the verdict: its tier, and the speed placement plans with
+                if self.knows(observation.verdict.node_id):
+                    self.handshake(observation.verdict)
+            case _ if not self.knows(observation.node_id):
+                pass  # about a node never registered here: nothing to learn
+            case obs.Probe():  # a timed probe, or a lost one (no RTT)
+                self.probe(observation.node_id, ProbeSample(observation.sent, observation.rtt_ms))
+            case obs.GpuReport():  # agent GPU samples, in time order
+                for sample in observation.samples:
+                    self.gpu(observation.node_id, sample)
+            case obs.SessionStarted():  # offline -> online; one in a session stays in it
+                if not self.online(observation.node_id, observation.at):
+                    self.session_started(observation.node_id, observation.at)
+            case obs.SessionEnded():  # online -> offline; a node in no session stays out
+                began = self.book.session_start(observation.node_id)
+                if began is not None:  # never before it began (a replica's clock behind)
+                    self.session_ended(observation.node_id, max(observation.at, began),
+                                       observation.abrupt)
+            case obs.Abandoned():  # a revoked lease: the recalibrator, then the staking policy
+                self.abandoned(observation.node_id, str(observation.task_id),
+                               observation.collateral, observation.raw_rs, observation.at,
+                               value=observation.value, rework_share=observation.rework_share,
+                               announced=observation.announced)
+            case obs.LoneHeld():  # a lone silent node's lease kept for the grace
+                self.hold_lone(observation.node_id, LoneHold(
+                    str(observation.task_id), observation.collateral, observation.raw_rs,
+                    observation.at, observation.value, observation.rework_share))
+            case obs.Upload():  # an upload the orchestrator timed
+                self.upload(observation.node_id, UploadSample(observation.at, observation.mbps))
+            case obs.CheckpointCost():  # Young/Daly's C for this node
+                self.checkpoint_measured(observation.node_id, observation.seconds)
+            case obs.AttemptEnded():  # the record, the recalibrator, and a failed check's slash
+                self._attempt_ended(observation)
+            case obs.TierDecided():  # a tier decided by the leader's policy or the chain
+                self.staking.adopt_tier(observation.node_id, Tier(observation.tier),
+                                        observation.at)
+
+    def _attempt_ended(self, ended: obs.AttemptEnded) -> None:
+        """A completed attempt counts toward the record and teaches the recalibrator; a failed
+        verification goes to the staking policy with the collateral locked for the task; any
+        other outcome counts toward the record and teaches the recalibrator a failure."""
+        outcome = TaskOutcome(ended.outcome)
+        if outcome is TaskOutcome.COMPLETED:
+            self.completed(ended.node_id, ended.raw_rs)
+        elif outcome is TaskOutcome.FAILED_VERIFICATION:
+            self.verification_failed(
+                ended.node_id, str(ended.task_id), ended.collateral, ended.raw_rs, ended.at,
+                evidence=None if ended.evidence is None else bytes.fromhex(ended.evidence))
+        else:
+            self.outcome(ended.node_id, outcome)
+            self.attempt_ended(ended.raw_rs, False)
+
     # ----- nodes ----------------------------------------------------------------------
     def register(self, node_id: str, provider: str, *, region: str, network: str, at: float,
                  tier: Tier) -> int:
@@ -179,8 +258,13 @@ class PlsEngine:
         known = [node_id for node_id in node_ids if node_id in self._providers]
         for node_id in known:
             self.staking.node_departed(node_id, now)
+        return self.lease_holds(known, now)
+
+    def lease_holds(self, node_ids: Iterable[str], now: float) -> dict[str, float]:
+        """How long to keep each known node's leases after its DEAD verdict, its departure
+        recorded (`departed`, or `apply` of a `Departed`): 0 revokes now."""
         return {node_id: self.config.lease_hold.for_node(self.staking, node_id, now)
-                for node_id in known}
+                for node_id in node_ids if node_id in self._providers}
 
     def hold_lone(self, node_id: str, hold: LoneHold) -> None:
         """A lone silent node's lease is kept for the grace instead of revoked at once."""

@@ -25,10 +25,13 @@ class NodeKnown:
 
     node_id: str
     provider: str
-    region: str  # also its network group
+    region: str
     registered_at: float
     tier: int
     session_key: str | None
+    # The group a shared silence is read in (`LeaseHold`); None: the region. The service
+    # knows no finer one; the simulator models each host's ISP network.
+    network: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -478,9 +478,14 @@ class ReliabilityBook:
         """Rows of the nodes in a session now."""
         return np.flatnonzero(~np.isnan(self._session_start[:len(self._ids)]))
 
-    def uptime(self, node_id: str, now: float) -> float | None:
+    def session_start(self, node_id: str) -> float | None:
+        """When the node's running session started; None: it is in none."""
         start = self._session_start[self.index_of(node_id)]
-        return None if np.isnan(start) else max(now - float(start), 0.0)
+        return None if np.isnan(start) else float(start)
+
+    def uptime(self, node_id: str, now: float) -> float | None:
+        start = self.session_start(node_id)
+        return None if start is None else max(now - start, 0.0)
 
     def histories(self) -> list[tuple[list[float], list[bool]]]:
         return [(list(h.sessions), list(h.abrupt)) for h in self._history]

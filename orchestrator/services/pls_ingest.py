@@ -71,7 +71,8 @@ class PlsIngest:
         leader's sweep asks mid-transaction, so they go to its engine at once; `after_sweep`
         logs them for the other replicas, and applying them again changes nothing)."""
         with self.state.lock:
-            holds = self.state.engine.departed(node_ids, now)
+            self.state.engine.apply(Departed(tuple(node_ids), now))
+            holds = self.state.engine.lease_holds(node_ids, now)
         return {node_id: seconds for node_id, seconds in holds.items() if seconds > 0.0}
 
     def sweep_holds(self, node_ids: Sequence[str], now: float) -> dict[str, float]:

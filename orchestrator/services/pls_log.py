@@ -22,28 +22,15 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import pls as store
 from orchestrator.db.models import Node
-from orchestrator.domain.pls_engine import LoneHold, PlsEngine
 from orchestrator.domain.pls_observations import (
-    Abandoned,
-    AttemptEnded,
-    CheckpointCost,
-    Departed,
-    GpuReport,
     Handshake,
     Heartbeats,
-    LoneHeld,
     NodeKnown,
     Observation,
     Probe,
-    SessionEnded,
-    SessionStarted,
-    TierDecided,
-    Upload,
     decode,
     encode,
 )
-from orchestrator.domain.reliability import ProbeSample, TaskOutcome, UploadSample
-from orchestrator.domain.types import Tier
 from orchestrator.services.pls_state import PlsState
 
 log = logging.getLogger("orchestrator.pls")
@@ -92,7 +79,7 @@ class PlsLog:
                     state.stale = True
                     break
                 for row_id, kind, body in fresh:
-                    self._apply(decode(kind, body))
+                    self.apply(decode(kind, body))
                     state.cursor = row_id
                 applied += len(fresh)
             if len(rows) < READ_BATCH:
@@ -105,71 +92,20 @@ class PlsLog:
         return store.prune_observations(session, live_since=now - LIVE_REPLICA_S,
                                         forget_before=now - FORGET_REPLICA_S)
 
-    def _apply(self, observation: Observation) -> None:
-        """Feed one observation to the engine, exactly as its use case describes it."""
+    def apply(self, observation: Observation) -> None:
+        """Feed one observation to the engine (`PlsEngine.apply`, the simulator's door too),
+        then keep what only a live service holds beside it: each node's last heartbeat, its
+        latest handshake verdict and its recent probe RTTs (the handshakes' ping rounds).
+        The caller holds the engine lock."""
         state = self.state
         engine = state.engine
-        if isinstance(observation, NodeKnown):
-            state.know(observation)
-            return
-        if isinstance(observation, Departed):
-            engine.departed(observation.node_ids, observation.at)
-            return
+        engine.apply(observation)
         if isinstance(observation, Heartbeats):
             for node_id, at in observation.beats:
                 if engine.knows(node_id):
                     last = state.last_beat.get(node_id)
                     state.last_beat[node_id] = at if last is None else max(at, last)
-                    engine.heartbeat(node_id, at)
-            return
-        if isinstance(observation, Handshake):
+        elif isinstance(observation, Handshake):
             state.verdicts[observation.verdict.node_id] = observation.verdict
-            if engine.knows(observation.verdict.node_id):
-                engine.handshake(observation.verdict)
-            return
-        node_id = observation.node_id
-        if not engine.knows(node_id):
-            return
-        if isinstance(observation, SessionStarted):
-            if not engine.online(node_id, observation.at):
-                engine.session_started(node_id, observation.at)
-        elif isinstance(observation, SessionEnded):
-            if engine.online(node_id, observation.at):
-                engine.session_ended(node_id, observation.at, observation.abrupt)
-        elif isinstance(observation, Abandoned):
-            engine.abandoned(node_id, str(observation.task_id), observation.collateral,
-                             observation.raw_rs, observation.at, value=observation.value,
-                             rework_share=observation.rework_share,
-                             announced=observation.announced)
-        elif isinstance(observation, LoneHeld):
-            engine.hold_lone(node_id, LoneHold(
-                str(observation.task_id), observation.collateral, observation.raw_rs,
-                observation.at, observation.value, observation.rework_share))
-        elif isinstance(observation, Probe):
-            state.record_probe(node_id, ProbeSample(observation.sent, observation.rtt_ms))
-        elif isinstance(observation, GpuReport):
-            for sample in observation.samples:
-                engine.gpu(node_id, sample)
-        elif isinstance(observation, Upload):
-            engine.upload(node_id, UploadSample(observation.at, observation.mbps))
-        elif isinstance(observation, CheckpointCost):
-            engine.checkpoint_measured(node_id, observation.seconds)
-        elif isinstance(observation, AttemptEnded):
-            self._attempt_ended(engine, observation)
-        elif isinstance(observation, TierDecided):
-            engine.staking.adopt_tier(node_id, Tier(observation.tier), observation.at)
-
-    @staticmethod
-    def _attempt_ended(engine: PlsEngine, ended: AttemptEnded) -> None:
-        """A completed attempt counts toward the record and teaches the recalibrator; a failed
-        verification goes to the staking policy with the collateral locked for the task."""
-        outcome = TaskOutcome(ended.outcome)
-        if outcome is TaskOutcome.COMPLETED:
-            engine.completed(ended.node_id, ended.raw_rs)
-        elif outcome is TaskOutcome.FAILED_VERIFICATION:
-            engine.verification_failed(
-                ended.node_id, str(ended.task_id), ended.collateral, ended.raw_rs, ended.at,
-                evidence=None if ended.evidence is None else bytes.fromhex(ended.evidence))
-        else:
-            engine.outcome(ended.node_id, outcome)
-            engine.attempt_ended(ended.raw_rs, False)
+        elif isinstance(observation, Probe) and engine.knows(observation.node_id):
+            state.recent_rtts[observation.node_id].append((observation.sent, observation.rtt_ms))

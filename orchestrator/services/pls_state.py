@@ -29,10 +29,8 @@ from typing import Protocol
 
 from orchestrator.domain.chain_views import ProviderStake
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
-from orchestrator.domain.pls_observations import NodeKnown
 from orchestrator.domain.popw import ChallengeBook, PopwVerdict
-from orchestrator.domain.reliability import GpuSample, ProbeSample, ReliabilityBook
-from orchestrator.domain.types import Tier
+from orchestrator.domain.reliability import GpuSample, ReliabilityBook
 from orchestrator.telemetry.metrics import MeshMetrics
 
 GPU_FIELDS = tuple(f.name for f in fields(GpuSample) if f.name != "at")
@@ -164,15 +162,3 @@ class PlsState:
         self.recent_rtts.clear()
         self.last_beat.clear()
         self.cursor, self.stale = cursor, False
-
-    def know(self, node: NodeKnown) -> None:
-        """Register a node with the engine (its region is also its network group)."""
-        self.engine.register(node.node_id, node.provider, region=node.region,
-                             network=node.region, at=node.registered_at, tier=Tier(node.tier))
-        if node.session_key is not None:
-            self.engine.staking.session_bound(node.node_id, node.session_key)
-
-    def record_probe(self, node_id: str, sample: ProbeSample) -> None:
-        """A probe's outcome, for the engine and for the handshakes' recent RTTs."""
-        self.engine.probe(node_id, sample)
-        self.recent_rtts[node_id].append((sample.at, sample.rtt_ms))

@@ -2,7 +2,11 @@
 the collateral locks) and through the simulator's path (a bare `PlsEngine`, fed the way
 `PlsDriver` feeds it) give the same scores, the same placement decisions (node, collateral,
 raw RS), the same slashes and tier changes, the same recalibration map and population prior;
-and a service restarted from the DB rebuilds the same scores, map and prior.
+and a service restarted from the DB rebuilds the same scores, map and prior. The simulator's
+own `PlsDriver` feeds its engine the typed observations the service logs, through the same
+`PlsEngine.apply`: its world events meet the service's guards (duplicates, an end dated before
+its start), and a whole simulated run's observations, written to the service's log on the DB,
+give the service's engine the driver's state.
 
 The script is drawn once from a seeded generator; each side keeps its own view of which node
 runs which task, so a decision that diverges shows up at once as a different node, and every
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,17 +26,26 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from mesh.bench import churn
+from mesh.simulation.engine import Simulation
+from mesh.simulation.jobs import generate_jobs
+from mesh.simulation.models import NodeProfile
+from mesh.simulation.pls_driver import PlsDriver
+from mesh.simulation.world import World
 from orchestrator.db import jobs as job_db
 from orchestrator.db import nodes as node_db
 from orchestrator.db.models import CollateralLock, Lease
 from orchestrator.domain.matching import eligible
+from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
+from orchestrator.domain.pls_observations import Observation
 from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services.pls import PlsService, SweepFacts
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.builders import TOKEN, make_job
+from tests.mesh.simulation.test_sim_engine import profile, spec
 from tests.services.pls_harness import FixedStake
 
 START = 1_700_000_000.0
@@ -389,3 +402,118 @@ def test_a_side_that_skips_the_recalibrator_is_caught(
     sim = SimulatorSide(hosts, feed_recalibrator=False)
     with pytest.raises(AssertionError, match=r"service .* != simulator"):
         run_script(factory, service, sim, hosts, assert_equal)
+
+
+class RecordingDriver(PlsDriver):
+    """`PlsDriver` as the churn benchmark runs it, keeping every observation it feeds."""
+
+    def __init__(self, profiles: Sequence[NodeProfile], specs: Sequence[NodeSpec],
+                 rng: np.random.Generator, seed: int) -> None:
+        self.fed: list[Observation] = []
+        super().__init__(profiles, specs, rng, seed, CONFIG)
+
+    def observe(self, *observations: Observation) -> None:
+        self.fed.extend(observations)
+        super().observe(*observations)
+
+
+def sessions_and_departures(engine: PlsEngine, node_ids: Sequence[str], now: float
+                            ) -> dict[str, object]:
+    """What the engine holds of the nodes' sessions: who is online, every ended session's
+    length and abruptness, and how long a DEAD verdict now would keep each one's leases."""
+    histories = engine.book.histories()
+    return {"online": [n for n in node_ids if engine.online(n, now)],
+            "sessions": {n: histories[engine.book.index_of(n)] for n in node_ids},
+            "holds": engine.lease_holds(node_ids, now)}
+
+
+def test_the_simulators_world_events_meet_the_services_guards(
+        factory: sessionmaker[Session]) -> None:
+    """The same world through the service's use cases (registration, the failure sweep's
+    verdicts and returns, on the DB) and through `PlsDriver`'s `node_up` / `node_down`,
+    including what the guards absorb: the return of a node already online, a second DEAD
+    verdict for a node already gone, and a verdict dated before the return it ends (a
+    replica whose clock is behind). Both engines hold the same sessions and departures."""
+    profiles = [profile(f"node-{i}") for i in range(4)]
+    specs = [spec(p) for p in profiles]
+    node_ids = [p.node_id for p in profiles]
+    driver = PlsDriver(profiles, specs, np.random.default_rng(0), seed=0, config=CONFIG)
+    service = ServiceSide(factory, FixedStake())
+    for host_spec in specs:
+        service.register(Host(host_spec, 0, 0.0, 1.0, 0.0, 0.0), 0.0)
+    script: list[tuple[float, str, list[int]]] = [
+        (0.0, "up", [0, 1, 2, 3]),
+        (50.0, "up", [0]),  # already online
+        (1_000.0, "down", [1]),  # a lone silence
+        (1_005.0, "down", [2]),  # a peer's on the same network: shared, held
+        (1_010.0, "down", [1]),  # already gone
+        (2_000.0, "up", [1, 2]),
+        (1_999.0, "down", [1]),  # dated before the return it ends
+        (3_000.0, "up", [1]),
+        (3_500.0, "down", [3]),
+    ]
+    for at, event, nodes in script:
+        for node in nodes:
+            (driver.node_up if event == "up" else driver.node_down)(node, at)
+        if event == "down":
+            service.sweep([node_ids[n] for n in nodes], [], at)
+        elif at > 0.0:
+            service.sweep([], [node_ids[n] for n in nodes], at)
+    end = 4_000.0
+    ours = sessions_and_departures(service.engine, node_ids, end)
+    assert_equal("sessions and departures", ours,
+                 sessions_and_departures(driver.engine, node_ids, end))
+    assert ours["online"] == node_ids[:3]
+    assert [len(ours["sessions"][n][0]) for n in node_ids] == [0, 2, 1, 1]  # type: ignore[index]
+    # A service restarted from the DB replays those sessions the same way (the end stored
+    # before its start included); the staking policy's departures are not replayed.
+    restarted = PlsService(CONFIG, stake_reader=FixedStake, metrics=MeshMetrics())
+    with factory() as session:
+        restarted.replay.rebuild(session, now=end)
+    rebuilt = sessions_and_departures(restarted.state.engine, node_ids, end)
+    assert_equal("rebuilt sessions", (rebuilt["online"], rebuilt["sessions"]),
+                 (ours["online"], ours["sessions"]))
+
+
+def test_a_simulated_runs_observations_give_the_services_engine_the_drivers_state(
+        factory: sessionmaker[Session]) -> None:
+    """A day of the churn benchmark's world under `PlsDriver`; every observation it fed its
+    engine is written to the service's observation log on the DB, which applies them (the
+    codec, the log's order, the service's `apply`). The service's engine then holds what the
+    driver's does: scores, sessions, telemetry digests, checkpoint intervals, the
+    recalibration map, the prior, speeds and tiers. A driver that
+    fed its engine anything past `observe` would leave the service's engine behind."""
+    horizon_s = 86_400.0
+    streams = churn._streams(3)
+    trace, profiles = churn.build_inputs(None, None, 24, horizon_s, streams, "homes-short")
+    world = World(trace, {p.node_id: p for p in profiles}, horizon_s, streams["world"])
+    specs = churn._node_specs(profiles)
+    driver = RecordingDriver(profiles, specs, streams["pls-telemetry"], 3)
+    Simulation(world, profiles, specs, generate_jobs(streams["jobs"], 40, horizon_s), driver,
+               streams["pls"], [driver], lone_grace_s=LeaseHold().lone_grace_s).run()
+    kinds = Counter(type(o).__name__ for o in driver.fed)
+    assert {"NodeKnown", "SessionStarted", "SessionEnded", "Departed", "AttemptEnded",
+            "Abandoned", "Probe", "GpuReport", "Upload", "CheckpointCost", "Handshake"
+            } <= set(kinds), kinds
+
+    service = PlsService(driver.engine.config, stake_reader=FixedStake, metrics=MeshMetrics())
+    for first in range(0, len(driver.fed), 500):
+        with factory.begin() as session:
+            service.log.observe(session, *driver.fed[first:first + 500])
+    ours, theirs = service.state.engine, driver.engine
+    assert service.state.cursor > 0
+    node_ids = [p.node_id for p in profiles]
+    assert_equal("node ids", ours.node_ids(), theirs.node_ids())
+    assert_equal("scores", scores(ours, horizon_s), scores(theirs, horizon_s))
+    assert_equal("sessions and departures", sessions_and_departures(ours, node_ids, horizon_s),
+                 sessions_and_departures(theirs, node_ids, horizon_s))
+    assert_equal("telemetry digests", [ours.digest(n, horizon_s).hex() for n in node_ids],
+                 [theirs.digest(n, horizon_s).hex() for n in node_ids])
+    assert_equal("checkpoint intervals",
+                 [ours.checkpoint_interval_s(n, horizon_s, 3600.0) for n in node_ids],
+                 [theirs.checkpoint_interval_s(n, horizon_s, 3600.0) for n in node_ids])
+    assert_equal("recalibration map", ours.recalibrator.fitted, theirs.recalibrator.fitted)
+    assert_equal("population prior", ours.book.prior, theirs.book.prior)
+    assert_equal("speeds", [ours.speed(n) for n in node_ids], [theirs.speed(n) for n in node_ids])
+    assert_equal("tiers", [ours.staking.tier(n) for n in node_ids],
+                 [theirs.staking.tier(n) for n in node_ids])
