@@ -66,7 +66,8 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     uint256 private constant _REFUND_SHIFT = 96;
     uint256 private constant _SETTLED_AT_SHIFT = 192; // the `time` field
     uint256 private constant _STATUS_SHIFT = 232;
-    // A proven assignment word: this flag | collateral (uint96), non-zero even for no collateral.
+    // A proven assignment word: this flag | collateral (uint96) | the latest commit time of a root
+    // it was proven from (uint40) << _FROZEN_SHIFT; non-zero even for no collateral.
     // A proven payout word: this flag | paid (uint96) | frozen so far (uint96) << _FROZEN_SHIFT.
     uint256 private constant _PROVEN = 1 << 255;
     uint256 private constant _FROZEN_SHIFT = 96;
@@ -208,13 +209,20 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     ) external {
         if (placement == 0) revert JobEscrowZeroPlacement(jobId, provider);
         bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, placement, collateral))));
+        uint256 committedAt = _assignmentRoots[MerkleProof.processProofCalldata(proof, leaf)];
         // slither-disable-next-line incorrect-equality
-        if (_assignmentRoots[MerkleProof.processProofCalldata(proof, leaf)] == 0) {
-            revert JobEscrowInvalidAssignmentProof(jobId, provider, placement, collateral);
-        }
+        if (committedAt == 0) revert JobEscrowInvalidAssignmentProof(jobId, provider, placement, collateral);
         mapping(uint256 => uint256) storage placements = _assignments[jobId][provider];
-        if (placements[placement] != 0) return; // proven before: a placement has one collateral
-        placements[placement] = _PROVEN | collateral.toUint96();
+        uint256 word = placements[placement];
+        if (word != 0) {
+            // Proven before: a placement has one collateral (its first proof fixes it), and keeps
+            // the latest commit of a root holding that leaf (the reservation live then backs it).
+            if (uint96(word) == collateral && committedAt > uint40(word >> _FROZEN_SHIFT)) {
+                placements[placement] = _PROVEN | uint96(word) | (committedAt << _FROZEN_SHIFT);
+            }
+            return;
+        }
+        placements[placement] = _PROVEN | collateral.toUint96() | (committedAt << _FROZEN_SHIFT);
         if (!_backers[jobId][provider]) _backers[jobId][provider] = true;
         emit AssignmentProven(jobId, provider, placement, collateral);
     }
@@ -478,10 +486,10 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     function assignmentOf(bytes32 jobId, address provider, uint256 placement)
         external
         view
-        returns (bool proven, uint256 collateral)
+        returns (bool proven, uint256 collateral, uint256 committedAt)
     {
         uint256 word = _assignments[jobId][provider][placement];
-        return (word != 0, uint96(word));
+        return (word != 0, uint96(word), uint40(word >> _FROZEN_SHIFT));
     }
 
     /// @inheritdoc IJobEscrow

@@ -337,7 +337,9 @@ interface IStakeManager {
 
     /// @notice Slashes collateral of `provider` for its placement `placement` on `jobId`: placement
     /// 0 is its job lock; any other a proven placement (`IJobEscrow.assignmentOf`), taken from its
-    /// live reservation. Proceeds go to the job's customer after the dispute window.
+    /// live reservation if that reservation was already live when the placement's root was
+    /// committed (one made after a lapse backs no older leaf). Proceeds go to the job's customer
+    /// after the dispute window.
     /// @dev SLASHER_ROLE only. Capped at the job lock still held (a placement: at what is left of
     /// that placement's collateral, whatever other placements lost, and of the reservation);
     /// reverts if nothing is, and once the job's collateral slash window has closed

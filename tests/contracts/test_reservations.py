@@ -219,8 +219,8 @@ def test_proveAssignment_makesTheProviderABackerOnceAndOnlyWithAValidProof(
                                 collateral=5 * TOKEN)
     ]
     assert escrow.isBacker(jid, first) and not escrow.isBacker(jid, second)
-    assert escrow.assignmentOf(jid, first, PLACEMENT) == (True, 5 * TOKEN)
-    assert escrow.assignmentOf(jid, first, 2) == (False, 0)
+    assert escrow.assignmentOf(jid, first, PLACEMENT)[:2] == (True, 5 * TOKEN)
+    assert escrow.assignmentOf(jid, first, 2) == (False, 0, 0)
     assert not _prove(escrow, tree, jid, first, 5 * TOKEN).events.filter(escrow.AssignmentProven)
 
 

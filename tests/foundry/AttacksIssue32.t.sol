@@ -238,6 +238,28 @@ contract AttacksIssue32Test is Compat {
         assertEq(after_, until, "extended past what the provider allows");
     }
 
+    // Design point: a placement is backed only by the reservation that was live when its root
+    // was committed; a reservation made after that one lapsed does not pay for old leaves.
+    function test_issue32_newReservationDoesNotBackOldLeaves() public {
+        _stake(provider, 1_000 * TOKEN);
+        _reserve7Days(provider, 100 * TOKEN);
+        _jobFor(customer, JOB, 10 * TOKEN, 30 days);
+        _assignAndProve(JOB, provider, 1, 100 * TOKEN);
+        _skip(8 days); // the reservation lapsed; the job's slash window is still open
+        _reserve7Days(provider, 100 * TOKEN); // a new reservation, for new work
+
+        uint256 before = sm.stakeOf(provider).bonded;
+        _slashPlacement(JOB, provider, 1, 100 * TOKEN);
+        assertEq(before - sm.stakeOf(provider).bonded, 0, "a later reservation paid for an old leaf");
+
+        // A leaf committed under the new reservation is backed by it, and so is the old leaf
+        // once the orchestrator commits it again under the new one.
+        _commitRoot(_pair(_assignLeaf(JOB, provider, 1, 100 * TOKEN), ROOT));
+        _proveAs(stranger, JOB, provider, 1, 100 * TOKEN, _one32(ROOT));
+        _slashPlacement(JOB, provider, 1, 100 * TOKEN);
+        assertEq(before - sm.stakeOf(provider).bonded, 100 * TOKEN, "re-committed under the live reservation");
+    }
+
     // ------------------------------------------------------------------ helpers
 
     function _reserve7Days(address who, uint256 amount) internal {
@@ -255,9 +277,13 @@ contract AttacksIssue32Test is Compat {
     }
 
     function _jobFor(address who, bytes32 jobId, uint256 amount) internal {
+        _jobFor(who, jobId, amount, 1 hours);
+    }
+
+    function _jobFor(address who, bytes32 jobId, uint256 amount, uint256 runs) internal {
         _fund(who, amount);
         vm.prank(who);
-        escrow.createJob(jobId, amount, uint64(block.timestamp + 1 hours), ROOT);
+        escrow.createJob(jobId, amount, uint64(block.timestamp + runs), ROOT);
     }
 
     function _assignAndProve(bytes32 jobId, address who, uint256 placement, uint256 collateral) internal {
