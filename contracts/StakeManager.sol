@@ -408,7 +408,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         uint256 taken = _takeUnlockedStake(provider, amount);
         // slither-disable-next-line incorrect-equality
         if (taken == 0) revert StakeManagerNothingToSlash(provider);
-        slashId = _recordSlash(provider, bytes32(0), reason, evidence, _treasury, taken, address(0), 0);
+        slashId = _recordSlash(provider, bytes32(0), 0, reason, evidence, _treasury, taken, address(0), 0);
     }
 
     /// @inheritdoc IStakeManager
@@ -459,7 +459,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         _providers[provider].bonded -= uint128(taken);
         _checkpoint(provider); // a later score slash sizes on the stake left
         address customer = IJobEscrow(escrow).jobOf(jobId).customer;
-        slashId = _recordSlash(provider, jobId, reason, evidence, customer, taken, address(0), 0);
+        slashId = _recordSlash(provider, jobId, placement, reason, evidence, customer, taken, address(0), 0);
     }
 
     /// @inheritdoc IStakeManager
@@ -760,7 +760,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         if (taken != 0) {
             uint256 finderAmount = taken * _finderBps / BPS;
             slashId = _recordSlash(
-                provider, bytes32(0), SlashReason.LowScore, telemetryDigest, _treasury, taken - finderAmount,
+                provider, bytes32(0), 0, SlashReason.LowScore, telemetryDigest, _treasury, taken - finderAmount,
                 msg.sender, finderAmount
             );
             _slashes[slashId].priorTier = priorTier;
@@ -830,6 +830,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     function _recordSlash(
         address provider,
         bytes32 jobId,
+        uint256 placement,
         SlashReason reason,
         bytes32 evidence,
         address beneficiary,
@@ -852,7 +853,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             evidence: evidence
         });
         emit Slashed(
-            slashId, provider, jobId, reason, evidence, beneficiary, amount, finder, finderAmount, releasableAt
+            slashId, provider, jobId, placement, reason, evidence, beneficiary, amount, finder, finderAmount, releasableAt
         );
     }
 

@@ -175,11 +175,14 @@ interface IStakeManager {
     /// @notice The score root of `epoch` was committed.
     event EpochCommitted(uint64 indexed epoch, bytes32 scoreRoot);
     /// @notice Slash `slashId` took `amount + finderAmount` from `provider`; proceeds are pending
-    /// until `releasableAt`. `jobId` is zero for slashes not tied to a job.
+    /// until `releasableAt`. `jobId` is zero for slashes not tied to a job; `placement` names
+    /// what a collateral slash took from: 0 the job lock, any other that placement (out of the
+    /// reservation).
     event Slashed(
         uint256 indexed slashId,
         address indexed provider,
         bytes32 indexed jobId,
+        uint256 placement,
         SlashReason reason,
         bytes32 evidence,
         address beneficiary,

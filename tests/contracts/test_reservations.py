@@ -254,9 +254,12 @@ def test_slashCollateral_takesAProvenAssignmentFromTheReservationForTheCustomerU
     jid, tree = assigned
     _prove(escrow, tree, jid, bonded, 50 * TOKEN)
 
-    _slash(stake_manager, orchestrator, jid, bonded, 30 * TOKEN)
+    first = _slash(stake_manager, orchestrator, jid, bonded, 30 * TOKEN)
     _slash(stake_manager, orchestrator, jid, bonded, 30 * TOKEN)
 
+    # the event names the placement (0 would be the job lock), for the index and the evidence
+    (slashed,) = first.events.filter(stake_manager.Slashed)
+    assert (slashed.jobId, slashed.placement) == (jid, PLACEMENT)
     assert [stake_manager.slashOf(i).amount for i in (1, 2)] == [30 * TOKEN, 20 * TOKEN]
     assert stake_manager.slashOf(1).beneficiary == customer.address
     assert stake_manager.assignmentSlashed(jid, bonded, PLACEMENT) == 50 * TOKEN
