@@ -77,7 +77,6 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
 
     mapping(bytes32 jobId => JobRecord) private _jobs;
     mapping(address account => uint256) private _frozen;
-    mapping(bytes32 jobId => mapping(address provider => bool)) private _backers;
     mapping(bytes32 root => uint256 committedAt) private _assignmentRoots;
     // _PROVEN | collateral, per placement
     mapping(bytes32 jobId => mapping(address provider => mapping(uint256 placement => uint256))) private _assignments;
@@ -223,7 +222,6 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
             return;
         }
         placements[placement] = _PROVEN | collateral.toUint96() | (committedAt << _FROZEN_SHIFT);
-        if (!_backers[jobId][provider]) _backers[jobId][provider] = true;
         emit AssignmentProven(jobId, provider, placement, collateral);
     }
 
@@ -244,7 +242,6 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         }
         if (!listed) revert JobEscrowNotAPayee(jobId, provider);
         _payees[jobId][provider] = _PROVEN | paid; // paid <= the job's uint96 amount
-        if (!_backers[jobId][provider]) _backers[jobId][provider] = true;
         emit PayoutProven(jobId, provider, paid);
     }
 
@@ -268,10 +265,6 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         if (head.status != JobStatus.Funded) revert JobEscrowJobNotFunded(jobId, head.status);
         uint256 closedAt = head.time;
         if (block.timestamp > closedAt) revert JobEscrowSettlementClosed(jobId, closedAt);
-        mapping(address => bool) storage backers = _backers[jobId];
-        for (uint256 i; i < providers.length; ++i) {
-            if (!backers[providers[i]]) backers[providers[i]] = true;
-        }
         _stakeManager.lockCollateral(jobId, providers, amounts);
     }
 
@@ -479,7 +472,9 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
 
     /// @inheritdoc IJobEscrow
     function isBacker(bytes32 jobId, address provider) external view returns (bool) {
-        return _backers[jobId][provider];
+        // Something the provider did: the job's settlement listed it (proven with `provePayout`).
+        // A leaf or a lock the orchestrator alone put on chain makes no party to disputes.
+        return _payees[jobId][provider] != 0;
     }
 
     /// @inheritdoc IJobEscrow

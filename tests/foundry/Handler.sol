@@ -643,7 +643,10 @@ contract Handler {
             vm.prank(k == 0 ? stranger : p); // anyone may prove
             escrow.proveAssignment(job.id, p, id, amounts[i], proof);
             (bool proven, uint256 onChain,) = escrow.assignmentOf(job.id, p, id);
-            if (!proven || !escrow.isBacker(job.id, p)) _fail("a proven assignee is not a backer");
+            if (!proven) _fail("a proven assignment reads as unproven");
+            (bool listed,,) = escrow.payeeOf(job.id, p);
+            // Rule: backer status needs the provider's part (the job listed it), not a leaf alone.
+            if (escrow.isBacker(job.id, p) != listed) _fail("a backer the job's settlement never listed");
             if (ghostAssigned[job.id][p][id] == 0 && onChain == amounts[i]) ghostAssigned[job.id][p][id] = amounts[i];
             if (onChain != ghostAssigned[job.id][p][id] && ghostAssigned[job.id][p][id] != 0) _fail("a proven placement changed");
             if (onChain == amounts[i]) {
@@ -765,15 +768,20 @@ contract Handler {
         }
         amount = 1 + amount % (amount % 2 == 0 ? job.amount / 4 + 1 : job.amount + 1);
         token.mint(opener, disputes.bond());
-        if (respondent != job.customer && _payoutList[job.id].length != 0) {
-            vm.prank(stranger); // anyone may prove what the job paid the respondent
-            try escrow.provePayout(job.id, respondent, _payoutList[job.id]) {} catch {}
+        address party = opener == job.customer ? respondent : opener;
+        for (uint256 k; k < 2 && _payoutList[job.id].length != 0; ++k) {
+            address who = k == 0 ? respondent : opener; // anyone may prove what the job paid either
+            if (who == job.customer) continue;
+            vm.prank(stranger);
+            try escrow.provePayout(job.id, who, _payoutList[job.id]) {} catch {}
         }
         (, uint256 paidToRespondent,) = escrow.payeeOf(job.id, respondent);
         if (respondent == job.payee && respondent != job.customer && _payoutList[job.id].length != 0 && paidToRespondent != job.paid) {
             _fail("a proven payout is not what the job paid");
         }
-        bool backer = escrow.isBacker(job.id, opener == job.customer ? respondent : opener);
+        bool backer = escrow.isBacker(job.id, party);
+        (bool listed,,) = escrow.payeeOf(job.id, party);
+        if (backer != listed) _fail("a party to disputes the job's settlement never listed");
         vm.prank(opener);
         try disputes.disputeSettlement(job.id, respondent, amount, ROOT) returns (uint256 id) {
             if (!backer) _fail("a dispute named someone who did not back the job");
