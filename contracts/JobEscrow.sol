@@ -66,7 +66,8 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     uint256 private constant _REFUND_SHIFT = 96;
     uint256 private constant _SETTLED_AT_SHIFT = 192; // the `time` field
     uint256 private constant _STATUS_SHIFT = 232;
-    // A proven assignment word: this flag | collateral (uint96), non-zero even for no collateral.
+    // A proven assignment word: this flag | collateral (uint96) | the latest commit time of a root
+    // it was proven from (uint40) << _FROZEN_SHIFT; non-zero even for no collateral.
     // A proven payout word: this flag | paid (uint96) | frozen so far (uint96) << _FROZEN_SHIFT.
     uint256 private constant _PROVEN = 1 << 255;
     uint256 private constant _FROZEN_SHIFT = 96;
@@ -76,7 +77,6 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
 
     mapping(bytes32 jobId => JobRecord) private _jobs;
     mapping(address account => uint256) private _frozen;
-    mapping(bytes32 jobId => mapping(address provider => bool)) private _backers;
     mapping(bytes32 root => uint256 committedAt) private _assignmentRoots;
     // _PROVEN | collateral, per placement
     mapping(bytes32 jobId => mapping(address provider => mapping(uint256 placement => uint256))) private _assignments;
@@ -212,14 +212,20 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
     ) external {
         if (placement == 0) revert JobEscrowZeroPlacement(jobId, provider);
         bytes32 leaf = keccak256(bytes.concat(keccak256(abi.encode(jobId, provider, placement, collateral))));
+        uint256 committedAt = _assignmentRoots[MerkleProof.processProofCalldata(proof, leaf)];
         // slither-disable-next-line incorrect-equality
-        if (_assignmentRoots[MerkleProof.processProofCalldata(proof, leaf)] == 0) {
-            revert JobEscrowInvalidAssignmentProof(jobId, provider, placement, collateral);
-        }
+        if (committedAt == 0) revert JobEscrowInvalidAssignmentProof(jobId, provider, placement, collateral);
         mapping(uint256 => uint256) storage placements = _assignments[jobId][provider];
-        if (placements[placement] != 0) return; // proven before: a placement has one collateral
-        placements[placement] = _PROVEN | collateral.toUint96();
-        if (!_backers[jobId][provider]) _backers[jobId][provider] = true;
+        uint256 word = placements[placement];
+        if (word != 0) {
+            // Proven before: a placement has one collateral (its first proof fixes it), and keeps
+            // the latest commit of a root holding that leaf (the reservation live then backs it).
+            if (uint96(word) == collateral && committedAt > uint40(word >> _FROZEN_SHIFT)) {
+                placements[placement] = _PROVEN | uint96(word) | (committedAt << _FROZEN_SHIFT);
+            }
+            return;
+        }
+        placements[placement] = _PROVEN | collateral.toUint96() | (committedAt << _FROZEN_SHIFT);
         emit AssignmentProven(jobId, provider, placement, collateral);
     }
 
@@ -240,7 +246,6 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         }
         if (!listed) revert JobEscrowNotAPayee(jobId, provider);
         _payees[jobId][provider] = _PROVEN | paid; // paid <= the job's uint96 amount
-        if (!_backers[jobId][provider]) _backers[jobId][provider] = true;
         emit PayoutProven(jobId, provider, paid);
     }
 
@@ -264,10 +269,6 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
         if (head.status != JobStatus.Funded) revert JobEscrowJobNotFunded(jobId, head.status);
         uint256 closedAt = head.time;
         if (block.timestamp > closedAt) revert JobEscrowSettlementClosed(jobId, closedAt);
-        mapping(address => bool) storage backers = _backers[jobId];
-        for (uint256 i; i < providers.length; ++i) {
-            if (!backers[providers[i]]) backers[providers[i]] = true;
-        }
         _stakeManager.lockCollateral(jobId, providers, amounts);
     }
 
@@ -475,17 +476,19 @@ contract JobEscrow is IJobEscrow, AccessControlDefaultAdminRules, Pausable, Reen
 
     /// @inheritdoc IJobEscrow
     function isBacker(bytes32 jobId, address provider) external view returns (bool) {
-        return _backers[jobId][provider];
+        // Something the provider did: the job's settlement listed it (proven with `provePayout`).
+        // A leaf or a lock the orchestrator alone put on chain makes no party to disputes.
+        return _payees[jobId][provider] != 0;
     }
 
     /// @inheritdoc IJobEscrow
     function assignmentOf(bytes32 jobId, address provider, uint256 placement)
         external
         view
-        returns (bool proven, uint256 collateral)
+        returns (bool proven, uint256 collateral, uint256 committedAt)
     {
         uint256 word = _assignments[jobId][provider][placement];
-        return (word != 0, uint96(word));
+        return (word != 0, uint96(word), uint40(word >> _FROZEN_SHIFT));
     }
 
     /// @inheritdoc IJobEscrow

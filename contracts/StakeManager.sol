@@ -73,8 +73,11 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     // `_maturing` words use the same layout with locked = 0.
     uint256 private constant _PENDING_SHIFT = 96;
     uint256 private constant _RELEASE_AT_SHIFT = 200;
-    // A reservation word: amount (uint96) | until (uint40) << _UNTIL_SHIFT.
+    // A reservation word: amount (uint96) | until (uint40) << _UNTIL_SHIFT | since (uint40) <<
+    // _SINCE_SHIFT, since = when this run of live reservation began (raises and extensions of a
+    // live one keep it; one made after a lapse starts a new run).
     uint256 private constant _UNTIL_SHIFT = 96;
+    uint256 private constant _SINCE_SHIFT = 136;
     // Reservation terms: ceiling (uint96) | horizon (uint40) << _UNTIL_SHIFT | this flag (set).
     uint256 private constant _TERMS_SET = 1 << 255;
 
@@ -367,13 +370,15 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             uint256 amount = amounts[i];
             uint256 lapsesAt = until;
             uint256 word = _reservations[provider];
-            uint256 reservedUntil = word >> _UNTIL_SHIFT;
-            uint256 reserved = reservedUntil > block.timestamp ? uint96(word) : 0;
-            if (reserved != 0) {
+            uint256 reservedUntil = uint40(word >> _UNTIL_SHIFT);
+            uint256 since = block.timestamp;
+            if (reservedUntil > block.timestamp) {
                 // A live reservation is raised to at least the request, never lowered or
-                // shortened: requests commute, so replicas may send them in any order.
-                amount = Math.max(amount, reserved);
+                // shortened: requests commute, so replicas may send them in any order. It keeps
+                // its start, so it goes on backing the placements committed while it was live.
+                amount = Math.max(amount, uint96(word));
                 lapsesAt = Math.max(lapsesAt, reservedUntil);
+                since = word >> _SINCE_SHIFT;
             }
             uint256 free = _providers[provider].bonded - uint96(_ledgers[provider]); // less its job locks
             if (amount > free) revert StakeManagerInsufficientFreeStake(provider, amount, free);
@@ -385,7 +390,8 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
                 _checkRange(amount, 0, uint96(terms));
                 _checkRange(lapsesAt, 0, block.timestamp + uint40(terms >> _UNTIL_SHIFT));
             }
-            _reservations[provider] = uint256(amount.toUint96()) | (lapsesAt << _UNTIL_SHIFT);
+            _reservations[provider] =
+                uint256(amount.toUint96()) | (lapsesAt << _UNTIL_SHIFT) | (since << _SINCE_SHIFT);
             emit CollateralReserved(provider, amount, lapsesAt);
         }
     }
@@ -402,7 +408,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         uint256 taken = _takeUnlockedStake(provider, amount);
         // slither-disable-next-line incorrect-equality
         if (taken == 0) revert StakeManagerNothingToSlash(provider);
-        slashId = _recordSlash(provider, bytes32(0), reason, evidence, _treasury, taken, address(0), 0);
+        slashId = _recordSlash(provider, bytes32(0), 0, reason, evidence, _treasury, taken, address(0), 0);
     }
 
     /// @inheritdoc IStakeManager
@@ -425,8 +431,13 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             locked = _lockedFor[jobId][provider];
             if (locked == 0) revert StakeManagerNothingToSlash(provider);
         } else {
-            (bool proven, uint256 collateral) = IJobEscrow(escrow).assignmentOf(jobId, provider, placement);
-            if (proven) left = collateral - _assignmentSlashed[jobId][provider][placement];
+            (bool proven, uint256 collateral, uint256 committedAt) =
+                IJobEscrow(escrow).assignmentOf(jobId, provider, placement);
+            // Backed only by the reservation that was live when the placement's root was
+            // committed: one made after that one lapsed started later and backs no old leaf.
+            if (proven && committedAt >= _reservations[provider] >> _SINCE_SHIFT) {
+                left = collateral - _assignmentSlashed[jobId][provider][placement];
+            }
             if (left == 0) revert StakeManagerNothingToSlash(provider);
         }
         // Views on the escrow set by the admin: the job's slash window and the customer it protects.
@@ -448,7 +459,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         _providers[provider].bonded -= uint128(taken);
         _checkpoint(provider); // a later score slash sizes on the stake left
         address customer = IJobEscrow(escrow).jobOf(jobId).customer;
-        slashId = _recordSlash(provider, jobId, reason, evidence, customer, taken, address(0), 0);
+        slashId = _recordSlash(provider, jobId, placement, reason, evidence, customer, taken, address(0), 0);
     }
 
     /// @inheritdoc IStakeManager
@@ -617,7 +628,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
 
     /// @inheritdoc IStakeManager
     function reservationOf(address provider) external view returns (uint256 amount, uint256 until) {
-        return (_liveReserved(provider), _reservations[provider] >> _UNTIL_SHIFT);
+        return (_liveReserved(provider), uint40(_reservations[provider] >> _UNTIL_SHIFT));
     }
 
     /// @inheritdoc IStakeManager
@@ -749,7 +760,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         if (taken != 0) {
             uint256 finderAmount = taken * _finderBps / BPS;
             slashId = _recordSlash(
-                provider, bytes32(0), SlashReason.LowScore, telemetryDigest, _treasury, taken - finderAmount,
+                provider, bytes32(0), 0, SlashReason.LowScore, telemetryDigest, _treasury, taken - finderAmount,
                 msg.sender, finderAmount
             );
             _slashes[slashId].priorTier = priorTier;
@@ -778,14 +789,16 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
         _providers[provider].unbonding -= uint128(amount);
         delete _unbondingLocks[provider][lockId];
         uint64[] storage open = _openLockIds[provider];
-        uint256 last = open.length - 1;
-        for (uint256 i; i <= last; ++i) {
-            if (open[i] == lockId) {
-                open[i] = open[last];
-                open.pop();
-                return amount;
-            }
+        for (uint256 i; i < open.length; ++i) {
+            if (open[i] == lockId) return _dropOpen(open, i, amount);
         }
+    }
+
+    /// @dev Removes `open[i]` (the last one takes its place); returns `amount`.
+    function _dropOpen(uint64[] storage open, uint256 i, uint256 amount) private returns (uint256) {
+        open[i] = open[open.length - 1];
+        open.pop();
+        return amount;
     }
 
     /// @dev Takes up to `amount` from free bonded stake, then from the unbonding locks (the last
@@ -807,8 +820,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             // slither-disable-next-line incorrect-equality
             if (lock.amount == 0) {
                 delete _unbondingLocks[provider][lockId];
-                open[i - 1] = open[open.length - 1];
-                open.pop();
+                _dropOpen(open, i - 1, 0);
             }
         }
         p.unbonding -= uint128(taken - fromBonded);
@@ -818,6 +830,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     function _recordSlash(
         address provider,
         bytes32 jobId,
+        uint256 placement,
         SlashReason reason,
         bytes32 evidence,
         address beneficiary,
@@ -840,7 +853,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
             evidence: evidence
         });
         emit Slashed(
-            slashId, provider, jobId, reason, evidence, beneficiary, amount, finder, finderAmount, releasableAt
+            slashId, provider, jobId, placement, reason, evidence, beneficiary, amount, finder, finderAmount, releasableAt
         );
     }
 
@@ -852,7 +865,7 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     /// @dev `provider`'s reservation while it is live; a lapsed one locks nothing.
     function _liveReserved(address provider) private view returns (uint256) {
         uint256 word = _reservations[provider];
-        return word >> _UNTIL_SHIFT > block.timestamp ? uint96(word) : 0;
+        return uint40(word >> _UNTIL_SHIFT) > block.timestamp ? uint96(word) : 0;
     }
 
     /// @dev `locked` as the ledger's low field; reverts if it does not fit.

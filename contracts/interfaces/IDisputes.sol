@@ -12,8 +12,8 @@ pragma solidity ^0.8.28;
 /// No ruling by the ruling deadline: anyone applies the default, which is a dismissal (status quo,
 /// bond to the respondent): the opener carries the burden of proof, so a dispute never decided costs
 /// the opener its bond, and freezing someone's money is never free. A settlement dispute names a
-/// party of that job: the customer names a provider that backed the job with collateral; only such
-/// a provider may dispute the customer's refund.
+/// party of that job: the customer names a provider the job's settlement listed
+/// (`IJobEscrow.isBacker`: its payout proven); only such a provider may dispute the customer's refund.
 interface IDisputes {
     /// @notice What is disputed.
     enum DisputeKind {
@@ -97,8 +97,8 @@ interface IDisputes {
     // ------------------------------------------------------------------ parties
 
     /// @notice Disputes the settlement of job `jobId`, freezing `amount` of `respondent`'s pending
-    /// payout. The customer names a provider that backed the job (`IJobEscrow.isBacker`); a
-    /// provider that backed the job names the customer.
+    /// payout. The customer names a provider the job's settlement listed (`IJobEscrow.isBacker`);
+    /// such a provider names the customer.
     /// @dev Pulls the bond from the caller. Reverts after the escrow's dispute window and beyond
     /// the escrow's per-job caps (all disputes of a job freeze at most the job's amount).
     /// @return disputeId Id of the new dispute, from 1.

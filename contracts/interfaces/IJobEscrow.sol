@@ -312,14 +312,17 @@ interface IJobEscrow {
     /// @notice From when collateral still locked for job `jobId` may be released (and no longer
     /// slashed); zero for an unknown job.
     function collateralReleasableAt(bytes32 jobId) external view returns (uint256);
-    /// @notice Whether `provider` backs job `jobId`: it locked collateral for it, a placement of it
-    /// was proven ({proveAssignment}) or its payout from it was ({provePayout}); a party to disputes.
+    /// @notice Whether `provider` is a party to job `jobId`'s disputes: the job's settlement listed
+    /// it, proven with {provePayout} (paid, or paid nothing for work it took). A proven placement
+    /// or a job lock alone (the orchestrator's acts, not the provider's) does not make one.
     function isBacker(bytes32 jobId, address provider) external view returns (bool);
-    /// @notice Whether `provider`'s placement `placement` on `jobId` was proven, and with what collateral.
+    /// @notice Whether `provider`'s placement `placement` on `jobId` was proven, with what collateral,
+    /// and the latest commit time of a root it was proven from: only a reservation live since then
+    /// backs it (`IStakeManager.slashCollateral`).
     function assignmentOf(bytes32 jobId, address provider, uint256 placement)
         external
         view
-        returns (bool proven, uint256 collateral);
+        returns (bool proven, uint256 collateral, uint256 committedAt);
     /// @notice When assignment root `root` was committed (zero: never).
     function assignmentsCommittedAt(bytes32 root) external view returns (uint256);
     /// @notice Whether what job `jobId` paid `provider` was proven, what it paid, and what disputes

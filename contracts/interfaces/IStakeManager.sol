@@ -175,11 +175,14 @@ interface IStakeManager {
     /// @notice The score root of `epoch` was committed.
     event EpochCommitted(uint64 indexed epoch, bytes32 scoreRoot);
     /// @notice Slash `slashId` took `amount + finderAmount` from `provider`; proceeds are pending
-    /// until `releasableAt`. `jobId` is zero for slashes not tied to a job.
+    /// until `releasableAt`. `jobId` is zero for slashes not tied to a job; `placement` names
+    /// what a collateral slash took from: 0 the job lock, any other that placement (out of the
+    /// reservation).
     event Slashed(
         uint256 indexed slashId,
         address indexed provider,
         bytes32 indexed jobId,
+        uint256 placement,
         SlashReason reason,
         bytes32 evidence,
         address beneficiary,
@@ -337,7 +340,9 @@ interface IStakeManager {
 
     /// @notice Slashes collateral of `provider` for its placement `placement` on `jobId`: placement
     /// 0 is its job lock; any other a proven placement (`IJobEscrow.assignmentOf`), taken from its
-    /// live reservation. Proceeds go to the job's customer after the dispute window.
+    /// live reservation if that reservation was already live when the placement's root was
+    /// committed (one made after a lapse backs no older leaf). Proceeds go to the job's customer
+    /// after the dispute window.
     /// @dev SLASHER_ROLE only. Capped at the job lock still held (a placement: at what is left of
     /// that placement's collateral, whatever other placements lost, and of the reservation);
     /// reverts if nothing is, and once the job's collateral slash window has closed

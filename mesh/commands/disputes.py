@@ -197,9 +197,8 @@ def _bundle(party: Party, *, job: str | None, slash: int | None) -> dict[str, An
 
 def _prove_backers(party: Party, job_id: bytes, addresses: set[str]) -> None:
     """Put on chain what a dispute of the job needs about `addresses` (anyone may send it):
-    what the job paid each of them (`provePayout`, from the settlement's own calldata: a
-    dispute freezes at most that), and for one still not a backer, its placement's proof from
-    the evidence bundle."""
+    what the job paid each of them (`provePayout`, from the settlement's own calldata). That
+    makes a provider a party to the job's disputes, and a dispute freezes at most that."""
     bundle: dict[str, Any] = _get(party, f"/v1/jobs/0x{job_id.hex()}/evidence")
     settlement_tx = bundle.get("settlement_tx")
     pairs = party.chain.settlement_pairs(settlement_tx) if settlement_tx else []
@@ -207,13 +206,6 @@ def _prove_backers(party: Party, job_id: bytes, addresses: set[str]) -> None:
     for address in addresses:
         if address.lower() in paid and not party.chain.payout_proven(job_id, address):
             party.account.prove_payout(job_id, address, pairs)
-    wanted = {address.lower() for address in addresses}
-    for assignment in bundle.get("assignments", []):
-        provider = assignment["provider"]
-        if provider.lower() in wanted and not party.chain.is_backer(job_id, provider):
-            party.account.prove_assignment(job_id, provider, int(assignment["placement"]),
-                                           int(assignment["collateral"]),
-                                           [unhex(p) for p in assignment["proof"]])
 
 
 @dispute_app.command("open")

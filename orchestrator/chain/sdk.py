@@ -261,12 +261,6 @@ class MeshChain:
     def dispute_bond(self) -> int:
         return int(self._read(self.disputes, "bond"))
 
-    def is_backer(self, job_id: bytes, provider: str) -> bool:
-        """Whether `provider` backs `job_id` on chain (a proven placement or payout, or a
-        lock): who may be named in, or open, a dispute of its settlement."""
-        return bool(self._read(self.job_escrow, "isBacker", job_id,
-                               Web3.to_checksum_address(provider)))
-
     def payout_proven(self, job_id: bytes, provider: str) -> bool:
         """Whether what `job_id` paid `provider` is proven on chain (`provePayout`): what a
         dispute of that payout may freeze at most."""
@@ -440,11 +434,6 @@ class MeshAccount:
 
     def commit_assignments(self, root: bytes) -> Receipt:
         return self._send(self.chain.job_escrow, "commitAssignments", root)
-
-    def prove_assignment(self, job_id: bytes, provider: str, placement: int, collateral: int,
-                         proof: Sequence[bytes]) -> Receipt:
-        return self._send(self.chain.job_escrow, "proveAssignment", job_id, provider, placement,
-                          collateral, list(proof))
 
     def prove_payout(self, job_id: bytes, provider: str,
                      pairs: Sequence[tuple[bytes, str, int, bytes]]) -> Receipt:

@@ -32,8 +32,8 @@ def provider_stake(provider: str, events: Iterable[ChainEvent], *,
     own StakeManager events.
 
     Settlement touches no collateral: a job lock is released only by `CollateralReleased`
-    (after the job's collateral slash window). A collateral slash takes from the job's lock
-    while there is one, else (a placement) from the standing reservation. The
+    (after the job's collateral slash window). A collateral slash names what it took from:
+    placement 0 is the job's lock, any other placement the standing reservation. The
     reservation counts until `reserved_until`; given the chain's `now`, a lapsed one is 0, as
     the contract reports it."""
     bonded = unbonding = reserved = reserved_until = 0
@@ -68,9 +68,9 @@ def provider_stake(provider: str, events: Iterable[ChainEvent], *,
             taken = args["amount"] + args["finderAmount"]
             bonded -= taken
             job_id = args["jobId"]
-            if locks.get(job_id, 0) > 0:  # a collateral slash of the job's lock
-                locks[job_id] -= taken
-            elif job_id != bytes(32):  # of an assignment, which the reservation backs
+            if job_id != bytes(32) and args["placement"] == 0:  # of the job's lock
+                locks[job_id] = locks.get(job_id, 0) - taken
+            elif job_id != bytes(32):  # of a placement, which the reservation backs
                 reserved -= taken
         elif name == "SlashReversed":
             bonded += args["amount"]

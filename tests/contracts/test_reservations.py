@@ -218,9 +218,9 @@ def test_proveAssignment_makesTheProviderABackerOnceAndOnlyWithAValidProof(
         escrow.AssignmentProven(jobId=jid, provider=first, placement=PLACEMENT,
                                 collateral=5 * TOKEN)
     ]
-    assert escrow.isBacker(jid, first) and not escrow.isBacker(jid, second)
-    assert escrow.assignmentOf(jid, first, PLACEMENT) == (True, 5 * TOKEN)
-    assert escrow.assignmentOf(jid, first, 2) == (False, 0)
+    assert not escrow.isBacker(jid, first)  # a proof alone (the orchestrator's leaf) makes no party
+    assert escrow.assignmentOf(jid, first, PLACEMENT)[:2] == (True, 5 * TOKEN)
+    assert escrow.assignmentOf(jid, first, 2) == (False, 0, 0)
     assert not _prove(escrow, tree, jid, first, 5 * TOKEN).events.filter(escrow.AssignmentProven)
 
 
@@ -254,9 +254,12 @@ def test_slashCollateral_takesAProvenAssignmentFromTheReservationForTheCustomerU
     jid, tree = assigned
     _prove(escrow, tree, jid, bonded, 50 * TOKEN)
 
-    _slash(stake_manager, orchestrator, jid, bonded, 30 * TOKEN)
+    first = _slash(stake_manager, orchestrator, jid, bonded, 30 * TOKEN)
     _slash(stake_manager, orchestrator, jid, bonded, 30 * TOKEN)
 
+    # the event names the placement (0 would be the job lock), for the index and the evidence
+    (slashed,) = first.events.filter(stake_manager.Slashed)
+    assert (slashed.jobId, slashed.placement) == (jid, PLACEMENT)
     assert [stake_manager.slashOf(i).amount for i in (1, 2)] == [30 * TOKEN, 20 * TOKEN]
     assert stake_manager.slashOf(1).beneficiary == customer.address
     assert stake_manager.assignmentSlashed(jid, bonded, PLACEMENT) == 50 * TOKEN
@@ -324,7 +327,7 @@ def test_slashCollateral_ofAnAssignmentStaysOpenAfterAReclaimForTheSlashWindow(
 # ---------------------------------------------------------------- disputes name proven backers
 
 
-def test_disputeSettlement_namesOnlyAProvenAssignee(
+def test_disputeSettlement_namesOnlyAPayeeTheSettlementListed(
     escrow: Any, disputes: Any, orchestrator: Any, customer: Any, providers: list[Any],
     staked: Callable[..., None], fund: Callable[..., None], chain: Any,
     create_job: Callable[..., bytes],
@@ -343,8 +346,8 @@ def test_disputeSettlement_namesOnlyAProvenAssignee(
         disputes.disputeSettlement(jid, worker, TOKEN, EVIDENCE, sender=customer)
     with ape.reverts(disputes.DisputesInvalidRespondent, respondent=bystander):
         disputes.disputeSettlement(jid, bystander, TOKEN, EVIDENCE, sender=customer)
-    _prove(escrow, tree, jid, worker, 5 * TOKEN)
-    with ape.reverts(escrow.JobEscrowPayoutNotProven, jobId=jid, account=worker):
+    _prove(escrow, tree, jid, worker, 5 * TOKEN)  # the orchestrator's leaf alone makes no party
+    with ape.reverts(disputes.DisputesInvalidRespondent, respondent=worker):
         disputes.disputeSettlement(jid, worker, TOKEN, EVIDENCE, sender=customer)
     pairs = [(jid, worker.address, 60 * TOKEN, b"\x00" * 32)]
     with ape.reverts(escrow.JobEscrowNotAPayee, jobId=jid, provider=bystander):

@@ -91,8 +91,8 @@ def test_an_assignment_slash_takes_from_the_reservation_and_a_lapsed_one_reads_z
         stake("CollateralReserved", amount=400, until=5_000),
         stake("CollateralLocked", jobId=JOB_2, amount=100),
         # job 1 has no lock: its assignment is backed by the reservation, which pays 60
-        stake("Slashed", jobId=JOB_1, amount=50, finderAmount=10),
-        stake("Slashed", jobId=JOB_2, amount=30, finderAmount=0),  # job 2's lock pays 30
+        stake("Slashed", jobId=JOB_1, placement=7, amount=50, finderAmount=10),
+        stake("Slashed", jobId=JOB_2, placement=0, amount=30, finderAmount=0),  # its lock: 30
     ]
     view = chain_ledger.provider_stake(ALICE, history)
     assert (view.bonded, view.locked, view.reserved, view.reserved_until) == (910, 70, 340,
@@ -104,11 +104,23 @@ def test_an_assignment_slash_takes_from_the_reservation_and_a_lapsed_one_reads_z
     raised = [*history, stake("CollateralReserved", amount=600, until=9_000)]
     assert chain_ledger.provider_stake(ALICE, raised, now=5_000).reserved == 600
     # a slash of unlocked stake (no job) leaves the reservation; a 1-wei lock pays its own slash
-    edges = [*history, stake("Slashed", jobId=NO_JOB, amount=5, finderAmount=0),
+    edges = [*history, stake("Slashed", jobId=NO_JOB, placement=0, amount=5, finderAmount=0),
              stake("CollateralLocked", jobId=b"\x03" * 32, amount=1),
-             stake("Slashed", jobId=b"\x03" * 32, amount=1, finderAmount=0)]
+             stake("Slashed", jobId=b"\x03" * 32, placement=0, amount=1, finderAmount=0)]
     view = chain_ledger.provider_stake(ALICE, edges)
     assert (view.bonded, view.locked, view.reserved) == (904, 70, 340)
+
+
+def test_a_placement_slash_takes_from_the_reservation_even_where_the_job_has_a_lock() -> None:
+    history = [
+        stake("Staked", amount=1_000),
+        stake("CollateralReserved", amount=400, until=5_000),
+        stake("CollateralLocked", jobId=JOB_1, amount=100),
+        stake("Slashed", jobId=JOB_1, placement=3, amount=60, finderAmount=0),  # a placement
+        stake("Slashed", jobId=JOB_1, placement=0, amount=10, finderAmount=0),  # the job lock
+    ]
+    view = chain_ledger.provider_stake(ALICE, history)
+    assert (view.bonded, view.locked, view.reserved) == (930, 90, 340)
 
 
 def test_slashes_take_stake_and_the_collateral_of_their_job_and_a_reversal_gives_it_back(
@@ -117,11 +129,11 @@ def test_slashes_take_stake_and_the_collateral_of_their_job_and_a_reversal_gives
         stake("Staked", amount=1_000),
         stake("CollateralLocked", jobId=JOB_1, amount=300),
         # a collateral slash of 100 to the customer and 20 to the finder, from job 1's lock
-        stake("Slashed", jobId=JOB_1, amount=100, finderAmount=20),
+        stake("Slashed", jobId=JOB_1, placement=0, amount=100, finderAmount=20),
     ]
     view = chain_ledger.provider_stake(ALICE, history)
     assert (view.bonded, view.locked) == (880, 180)
-    free_slash = [*history, stake("Slashed", jobId=NO_JOB, amount=50, finderAmount=0)]
+    free_slash = [*history, stake("Slashed", jobId=NO_JOB, placement=0, amount=50, finderAmount=0)]
     assert chain_ledger.provider_stake(ALICE, free_slash).locked == 180  # not from a lock
     assert chain_ledger.provider_stake(ALICE, free_slash).bonded == 830
     reversed_ = [*free_slash, stake("SlashReversed", amount=50)]
@@ -133,7 +145,8 @@ def test_a_slash_of_an_unbonding_lock_counts_once() -> None:
         stake("Staked", amount=1_000),
         stake("UnbondRequested", amount=600),                     # bonded 400, unbonding 600
         stake("UnbondingLockSlashed", amount=200),                # the cut comes from unbonding
-        stake("Slashed", jobId=NO_JOB, amount=200, finderAmount=0),  # counted once, in bonded
+        # counted once, in bonded
+        stake("Slashed", jobId=NO_JOB, placement=0, amount=200, finderAmount=0),
     ]
     view = chain_ledger.provider_stake(ALICE, history)
     assert (view.bonded, view.unbonding) == (400, 400)

@@ -76,6 +76,28 @@ contract AttacksIssue32Test is Compat {
         assertEq(before - sm.stakeOf(provider).bonded, 5 * TOKEN, "score slash (10% of the 50 at the commit)");
     }
 
+    // 2, decided: a score slash is sized on min(stake at the commit, stake now), never the least
+    // stake since the commit. Stake that left and came back pays at most the liability it carried
+    // at the commit (10 % of 100 here), never more; a walk over every checkpoint since the commit
+    // would cost the finder gas the provider itself could grow (one checkpoint per block), an
+    // escape. What no rule lets it do: pay less than its stake at the commit while holding it.
+    function test_issue32_02_scoreSlashIsTheLiabilityAtTheCommitNeverMore() public {
+        _stake(provider, 100 * TOKEN);
+        vm.prank(provider);
+        uint256 lockId = sm.requestUnbond(90 * TOKEN);
+        _skip(UNBONDING_PERIOD);
+        _commitScore(1, provider, 1_000); // holds 100 (10 bonded, 90 unbonding)
+        _skip(1 hours);
+        vm.prank(provider);
+        sm.withdraw(lockId); // 10 left ...
+        _stake(provider, 90 * TOKEN); // ... and 90 back
+
+        uint256 before = sm.stakeOf(provider).bonded;
+        _findAndSlash(finder, provider, 1, 1_000, ROOT);
+
+        assertEq(before - sm.stakeOf(provider).bonded, 10 * TOKEN, "score slash (10% of the 100 at the commit)");
+    }
+
     // 3. A customer whose job paid the provider nothing cannot freeze the provider's payout from
     // another customer's job (whose own window has closed).
     function test_issue32_03_disputeFreezesOnlyWhatTheJobPaidThePayee() public {
@@ -238,6 +260,48 @@ contract AttacksIssue32Test is Compat {
         assertEq(after_, until, "extended past what the provider allows");
     }
 
+    // Design point: a placement is backed only by the reservation that was live when its root
+    // was committed; a reservation made after that one lapsed does not pay for old leaves.
+    function test_issue32_newReservationDoesNotBackOldLeaves() public {
+        _stake(provider, 1_000 * TOKEN);
+        _reserve7Days(provider, 100 * TOKEN);
+        _jobFor(customer, JOB, 10 * TOKEN, 30 days);
+        _assignAndProve(JOB, provider, 1, 100 * TOKEN);
+        _skip(8 days); // the reservation lapsed; the job's slash window is still open
+        _reserve7Days(provider, 100 * TOKEN); // a new reservation, for new work
+
+        uint256 before = sm.stakeOf(provider).bonded;
+        _slashPlacement(JOB, provider, 1, 100 * TOKEN);
+        assertEq(before - sm.stakeOf(provider).bonded, 0, "a later reservation paid for an old leaf");
+
+        // A leaf committed under the new reservation is backed by it, and so is the old leaf
+        // once the orchestrator commits it again under the new one.
+        _commitRoot(_pair(_assignLeaf(JOB, provider, 1, 100 * TOKEN), ROOT));
+        _proveAs(stranger, JOB, provider, 1, 100 * TOKEN, _one32(ROOT));
+        _slashPlacement(JOB, provider, 1, 100 * TOKEN);
+        assertEq(before - sm.stakeOf(provider).bonded, 100 * TOKEN, "re-committed under the live reservation");
+    }
+
+    // Design point: backer status (a party to the job's disputes) needs something the provider
+    // did: the job paid it (its settlement listed it). A leaf or a lock the orchestrator alone
+    // put on chain does not make a provider a party to another customer's disputes.
+    function test_issue32_backerStatusNeedsTheProvidersOwnPart() public {
+        _stake(provider, 1_000 * TOKEN);
+        _reserve(provider, 200 * TOKEN);
+        _job(JOB, 10 * TOKEN);
+        _assignAndProve(JOB, provider, 1, 5 * TOKEN); // named by the orchestrator alone
+        _lock(JOB, provider, 5 * TOKEN);
+        assertTrue(!escrow.isBacker(JOB, provider), "an assignment or a lock alone made a backer");
+        _settle(JOB, provider2, 10 * TOKEN); // the job paid someone else
+        assertTrue(!escrow.isBacker(JOB, provider), "a provider the job never listed is a backer");
+        _fund(provider, BOND);
+        vm.prank(provider);
+        try disputes.disputeSettlement(JOB, customer, TOKEN, ROOT) {
+            assertTrue(false, "a provider the job never listed disputed its refund");
+        } catch {}
+        assertTrue(escrow.isBacker(JOB, provider2), "the provider the job paid is a party");
+    }
+
     // ------------------------------------------------------------------ helpers
 
     function _reserve7Days(address who, uint256 amount) internal {
@@ -255,9 +319,13 @@ contract AttacksIssue32Test is Compat {
     }
 
     function _jobFor(address who, bytes32 jobId, uint256 amount) internal {
+        _jobFor(who, jobId, amount, 1 hours);
+    }
+
+    function _jobFor(address who, bytes32 jobId, uint256 amount, uint256 runs) internal {
         _fund(who, amount);
         vm.prank(who);
-        escrow.createJob(jobId, amount, uint64(block.timestamp + 1 hours), ROOT);
+        escrow.createJob(jobId, amount, uint64(block.timestamp + runs), ROOT);
     }
 
     function _assignAndProve(bytes32 jobId, address who, uint256 placement, uint256 collateral) internal {

@@ -81,6 +81,9 @@ contract Handler {
     // ---- ghost: standing reservations and proven assignments
     mapping(address => uint256) public ghostReserved; // as last set (before slashes)
     mapping(address => uint256) public ghostReservedUntil;
+    mapping(address => uint256) public ghostReservedSince; // when the live run of reservation began
+    mapping(bytes32 => uint256) public ghostRootAt; // when each assignment root was committed
+    mapping(bytes32 => mapping(address => mapping(uint256 => uint256))) public ghostAssignedAt; // latest root's
     // proven collateral and what was slashed of it, per (job, provider, placement)
     mapping(bytes32 => mapping(address => mapping(uint256 => uint256))) public ghostAssigned;
     mapping(bytes32 => mapping(address => mapping(uint256 => uint256))) public ghostAssignedSlashed;
@@ -575,8 +578,10 @@ contract Handler {
         uint256 free = info.bonded - (info.locked - live); // less its job locks
         uint256 amount = share % (free + 1);
         uint256 until = block.timestamp + 1 + days_ % 30 days;
-        // A live reservation is raised to at least the request (never lowered or shortened).
-        if (live != 0) (amount, until) = (_max(amount, live), _max(until, liveUntil));
+        // A live reservation is raised to at least the request (never lowered or shortened);
+        // one made after a lapse starts a new run.
+        bool running = liveUntil > block.timestamp;
+        if (running) (amount, until) = (_max(amount, live), _max(until, liveUntil));
         bool allowed = _withinTerms(p, amount, until);
         vm.prank(orchestrator);
         try sm.reserveCollateral(_one(p), _amounts(share % (free + 1)), uint64(block.timestamp + 1 + days_ % 30 days)) {
@@ -586,6 +591,7 @@ contract Handler {
             // Rule: what the orchestrator role alone can pin is bounded by what the provider allowed.
             if (!allowed) _fail("a reservation beyond the provider's terms");
             (ghostReserved[p], ghostReservedUntil[p]) = (live, liveUntil);
+            if (!running) ghostReservedSince[p] = block.timestamp;
         } catch {
             if (amount <= free && allowed) _fail("a covered reservation was refused");
         }
@@ -629,7 +635,9 @@ contract Handler {
             ? keccak256(abi.encode(leaves[0], leaves[1]))
             : keccak256(abi.encode(leaves[1], leaves[0]));
         vm.prank(orchestrator);
-        try escrow.commitAssignments(root) {} catch {}
+        try escrow.commitAssignments(root) {
+            ghostRootAt[root] = block.timestamp;
+        } catch {}
         for (uint256 k; k < 2; ++k) {
             uint256 i = (collateral >> 200) % 2 == 0 ? k : 1 - k;
             uint256 id = placement + 4 * i;
@@ -637,10 +645,16 @@ contract Handler {
             proof[0] = leaves[1 - i];
             vm.prank(k == 0 ? stranger : p); // anyone may prove
             escrow.proveAssignment(job.id, p, id, amounts[i], proof);
-            (bool proven, uint256 onChain) = escrow.assignmentOf(job.id, p, id);
-            if (!proven || !escrow.isBacker(job.id, p)) _fail("a proven assignee is not a backer");
+            (bool proven, uint256 onChain,) = escrow.assignmentOf(job.id, p, id);
+            if (!proven) _fail("a proven assignment reads as unproven");
+            (bool listed,,) = escrow.payeeOf(job.id, p);
+            // Rule: backer status needs the provider's part (the job listed it), not a leaf alone.
+            if (escrow.isBacker(job.id, p) != listed) _fail("a backer the job's settlement never listed");
             if (ghostAssigned[job.id][p][id] == 0 && onChain == amounts[i]) ghostAssigned[job.id][p][id] = amounts[i];
             if (onChain != ghostAssigned[job.id][p][id] && ghostAssigned[job.id][p][id] != 0) _fail("a proven placement changed");
+            if (onChain == amounts[i]) {
+                ghostAssignedAt[job.id][p][id] = _max(ghostAssignedAt[job.id][p][id], ghostRootAt[root]);
+            }
         }
     }
 
@@ -658,6 +672,8 @@ contract Handler {
         _sameWindows(job);
         (uint256 live,) = sm.reservationOf(p);
         uint256 left = ghostAssigned[job.id][p][placement] - ghostAssignedSlashed[job.id][p][placement];
+        // Backed only by the reservation live when the placement's (latest) root was committed.
+        bool backed = ghostAssignedAt[job.id][p][placement] >= ghostReservedSince[p];
         (uint256[3] memory u, uint256[3] memory s) = (_unbondings(), _stakes());
         vm.prank(orchestrator);
         try sm.slashCollateral(job.id, p, placement, 1 + amount % (100 * TOKEN), IStakeManager.SlashReason.Abandonment, ROOT) returns (uint256 id) {
@@ -665,13 +681,14 @@ contract Handler {
             uint256 taken = sm.slashOf(id).amount;
             if (!open) _fail("assigned collateral slashed after its slash window");
             if (taken > left || taken > live) _fail("a slash took more than the assignment or the live reservation");
+            if (!backed) _fail("a reservation made after a placement's root paid for it");
             if (sm.slashOf(id).beneficiary != job.customer) _fail("an assignment slash did not go to the customer");
             ghostAssignedSlashed[job.id][p][placement] += taken;
             _slashIds.push(id);
         } catch {
             // Rule: each placement is slashable up to its own amount while its window is open,
             // whatever else was proven or slashed.
-            if (open && left != 0 && live != 0) _fail("a proven placement not slashable inside its window");
+            if (open && left != 0 && live != 0 && backed) _fail("a proven placement not slashable inside its window");
         }
         _noteSlashes(u, s);
     }
@@ -754,15 +771,20 @@ contract Handler {
         }
         amount = 1 + amount % (amount % 2 == 0 ? job.amount / 4 + 1 : job.amount + 1);
         token.mint(opener, disputes.bond());
-        if (respondent != job.customer && _payoutList[job.id].length != 0) {
-            vm.prank(stranger); // anyone may prove what the job paid the respondent
-            try escrow.provePayout(job.id, respondent, _payoutList[job.id]) {} catch {}
+        address party = opener == job.customer ? respondent : opener;
+        for (uint256 k; k < 2 && _payoutList[job.id].length != 0; ++k) {
+            address who = k == 0 ? respondent : opener; // anyone may prove what the job paid either
+            if (who == job.customer) continue;
+            vm.prank(stranger);
+            try escrow.provePayout(job.id, who, _payoutList[job.id]) {} catch {}
         }
         (, uint256 paidToRespondent,) = escrow.payeeOf(job.id, respondent);
         if (respondent == job.payee && respondent != job.customer && _payoutList[job.id].length != 0 && paidToRespondent != job.paid) {
             _fail("a proven payout is not what the job paid");
         }
-        bool backer = escrow.isBacker(job.id, opener == job.customer ? respondent : opener);
+        bool backer = escrow.isBacker(job.id, party);
+        (bool listed,,) = escrow.payeeOf(job.id, party);
+        if (backer != listed) _fail("a party to disputes the job's settlement never listed");
         vm.prank(opener);
         try disputes.disputeSettlement(job.id, respondent, amount, ROOT) returns (uint256 id) {
             if (!backer) _fail("a dispute named someone who did not back the job");

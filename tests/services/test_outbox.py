@@ -609,7 +609,9 @@ def test_reserve_assign_prove_then_slash_with_the_slasher_key_then_settle_in_que
     assert sample(metrics, "mesh_outbox_confirmed_total", kind="assign") == 3
     stake = mesh.provider_stake(PROVIDER)
     assert (stake.bonded, stake.reserved) == (45 * TOKEN, 35 * TOKEN)  # 5 of the reservation
-    assert mesh.job_escrow.functions.isBacker(bytes.fromhex(job_id[2:]), PROVIDER).call()
+    proven, collateral, _at = mesh.job_escrow.functions.assignmentOf(
+        bytes.fromhex(job_id[2:]), PROVIDER, 1).call()
+    assert (proven, collateral) == (True, 20 * TOKEN)
     assert settled_on_chain(mesh, job_id)
 
 
