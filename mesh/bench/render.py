@@ -32,17 +32,16 @@ from orchestrator.domain.checkpointing import plan_chunks
 
 CHUNK_LINE = re.compile(r"chunk (\d+)\+(\d+) rendered in ([0-9.]+) s")
 TASK_CHUNK_LINE = re.compile(r"task (\d+): chunk (\d+)\+\d+ rendered in ([0-9.]+) s")
-STAGES = ("placement", "pull_to_start", "first_chunk_overhead", "checkpoint_overhead",
-          "delivery", "between_tasks", "rechecks", "verification")
+STAGES = ("placement", "pull_to_start", "start_and_checkpoints", "delivery", "between_tasks",
+          "rechecks", "verification")
 """Where a task's time goes, from the service's records (`history.job_times`) and the chunk
 render times the agents log:
 - placement: the task ready (new, or back in the queue) -> its lease reserved (placement,
   the wait for a faster node);
 - pull_to_start: reserved -> started (the lease reaching the agent, its start report);
-- first_chunk_overhead: started -> first checkpoint, less that chunk's render (the scene
-  fetch, the worker and scene start, the first chunk's upload);
-- checkpoint_overhead: first -> last checkpoint, less the other chunks' renders (uploads and
-  records between chunks);
+- start_and_checkpoints: started -> last checkpoint, less the chunks' renders (the scene
+  fetch, the worker and scene start, the checkpoint uploads and records the render did not
+  hide: the worker renders the next chunk while the agent uploads the last one);
 - delivery: last checkpoint -> done (the frame merged, the result uploaded and completed);
 - between_tasks: a node's task done -> its next lease reserved, less the re-checks it ran
   meanwhile (poll sleeps, pulls that found nothing);
@@ -83,8 +82,7 @@ def stage_times(times: history.JobTimes, chunk_s: Mapping[int, Sequence[float]]
         totals["placement"] += lease.created_at - ready
         totals["pull_to_start"] += started - lease.created_at
         if points and renders:
-            totals["first_chunk_overhead"] += points[0] - started - renders[0]
-            totals["checkpoint_overhead"] += points[-1] - points[0] - sum(renders[1:])
+            totals["start_and_checkpoints"] += points[-1] - started - sum(renders)
             totals["delivery"] += done - points[-1]
         verified = [at for status, at in history_of if status == "verified"]
         if verified:

@@ -42,8 +42,7 @@ def test_stage_times_split_each_task_between_ready_and_done_from_the_records() -
     assert found["stages_s"] == pytest.approx({
         "placement": 1.0 + 5.0,  # task 2 waited from its retry at 3.0, not its creation
         "pull_to_start": 0.5 + 0.1,
-        "first_chunk_overhead": (4.0 - 1.5 - 2.0) + (9.1 - 8.1 - 0.9),
-        "checkpoint_overhead": (2.5 - 2.2) + (1.0 - 0.95),
+        "start_and_checkpoints": (6.5 - 1.5 - 4.2) + (10.1 - 8.1 - 1.85),
         "delivery": 0.5 + 0.1,
         "between_tasks": 1.0 - 0.5,  # n1 idle 7.0 -> 8.0, but half of it on a re-check
         "rechecks": 0.5,
