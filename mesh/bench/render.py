@@ -31,7 +31,8 @@ from orchestrator.db.session import make_engine, make_session_factory
 from orchestrator.domain.checkpointing import plan_chunks
 
 CHUNK_LINE = re.compile(r"chunk (\d+)\+(\d+) rendered in ([0-9.]+) s")
-TASK_CHUNK_LINE = re.compile(r"task (\d+): chunk (\d+)\+\d+ rendered in ([0-9.]+) s")
+TASK_CHUNK_LINE = re.compile(
+    r"lease \d+: task (\d+) |task (\d+): chunk \d+\+\d+ rendered in ([0-9.]+) s")
 STAGES = ("placement", "pull_to_start", "start_and_checkpoints", "delivery", "between_tasks",
           "rechecks", "verification")
 """Where a task's time goes, from the service's records (`history.job_times`) and the chunk
@@ -50,10 +51,11 @@ render times the agents log:
   when its job is)."""
 
 
-def stage_times(times: history.JobTimes, chunk_s: Mapping[int, Sequence[float]]
-                ) -> dict[str, Any]:
+def stage_times(times: history.JobTimes,
+                chunk_s: Mapping[tuple[str, int], Sequence[float]]) -> dict[str, Any]:
     """Seconds per stage (`STAGES`) summed over the job's tasks, from the service's record of
-    one finished job and each task's chunk render seconds (by task id, in the order rendered);
+    one finished job and the chunk render seconds of each task's last lease on each node (by
+    node and task id, `chunk_seconds`);
     with the render time itself and the job's own waits (submitted -> first lease, last task
     done -> settlement queued)."""
     moves: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
@@ -65,6 +67,7 @@ def stage_times(times: history.JobTimes, chunk_s: Mapping[int, Sequence[float]]
             checkpoints[point.task_id].append(point.created_at)
     totals = dict.fromkeys(STAGES, 0.0)
     done_at: dict[int, float] = {}
+    rendered: list[tuple[str, int]] = []  # (node, task) of each completing lease
     runs: dict[str, list[tuple[float, float]]] = defaultdict(list)  # node -> (reserved, done)
     for task in times.tasks:
         lease = next((lease for lease in reversed(times.leases)
@@ -78,7 +81,7 @@ def stage_times(times: history.JobTimes, chunk_s: Mapping[int, Sequence[float]]
                       if status == "running" and at >= lease.created_at)
         done = max(at for status, at in history_of if status == "done")
         points = sorted(at for at in checkpoints[task.id] if started <= at <= done)
-        renders = list(chunk_s.get(task.id, ()))
+        renders = list(chunk_s.get((lease.node_id, task.id), ()))
         totals["placement"] += lease.created_at - ready
         totals["pull_to_start"] += started - lease.created_at
         if points and renders:
@@ -88,6 +91,7 @@ def stage_times(times: history.JobTimes, chunk_s: Mapping[int, Sequence[float]]
         if verified:
             totals["verification"] += verified[-1] - done
         done_at[task.id] = done
+        rendered.append((lease.node_id, task.id))
         runs[lease.node_id].append((lease.created_at, done))
     checks: dict[str, list[tuple[float, float]]] = defaultdict(list)  # node -> (leased, done)
     for check in times.checks:
@@ -108,7 +112,8 @@ def stage_times(times: history.JobTimes, chunk_s: Mapping[int, Sequence[float]]
     last_done = max(done_at.values(), default=None)
     return {
         "tasks": len(done_at),
-        "render_s": round(sum(sum(chunk_s.get(task, ())) for task in done_at), 3),
+        "render_s": round(sum(sum(chunk_s.get((node, task), ())) for node, task in rendered),
+                          3),
         "stages_s": {name: round(value, 3) for name, value in totals.items()},
         "submitted_to_first_lease_s": None if submitted is None or first_lease is None
         else round(first_lease - submitted, 3),
@@ -117,13 +122,18 @@ def stage_times(times: history.JobTimes, chunk_s: Mapping[int, Sequence[float]]
     }
 
 
-def chunk_seconds(logs: Sequence[str]) -> dict[int, list[float]]:
-    """Each task's chunk render seconds, from the agents' logs."""
-    found: dict[int, list[float]] = defaultdict(list)
-    for log in logs:
+def chunk_seconds(logs: Mapping[str, str]) -> dict[tuple[str, int], list[float]]:
+    """The chunk render seconds of each task's last lease on each node, from the agents' logs
+    (by node id): a lease lost and taken again starts the count over."""
+    found: dict[tuple[str, int], list[float]] = {}
+    for node, log in logs.items():
         for match in TASK_CHUNK_LINE.finditer(log):
-            found[int(match.group(1))].append(float(match.group(3)))
-    return dict(found)
+            leased, task, seconds = match.groups()
+            if leased is not None:
+                found[(node, int(leased))] = []
+            else:
+                found.setdefault((node, int(task)), []).append(float(seconds))
+    return found
 
 
 SETTLED = {"settling", "settled"}  # verified, its settlement queued or confirmed
@@ -189,9 +199,10 @@ def run(*, frames: int = 8, samples: int = 256, chunk_samples: int = 64,
                                                  direct_pixels))
             wait_for("the job's settlement", lambda: grid.job(job)["status"] in SETTLED,
                      timeout_s=600)
-            logs = [w.log() for w in workers]
-            chunk_times = [float(m.group(3)) for log in logs for m in CHUNK_LINE.finditer(log)]
-            ready = [float(x) for log in logs
+            logs = {w.name: w.log() for w in workers}
+            chunk_times = [float(m.group(3)) for log in logs.values()
+                           for m in CHUNK_LINE.finditer(log)]
+            ready = [float(x) for log in logs.values()
                      for x in re.findall(r"scene ready in ([0-9.]+) s", log)]
             for worker in workers:
                 worker.terminate()

@@ -36,7 +36,8 @@ def test_stage_times_split_each_task_between_ready_and_done_from_the_records() -
     times = JobTimes(tasks=tasks, moves=history, leases=leases, checkpoints=points,
                      checks=[check])
 
-    found = render.stage_times(times, {1: [2.0, 2.2], 2: [0.9, 0.95]})
+    found = render.stage_times(times, {("n1", 1): [2.0, 2.2], ("n1", 2): [0.9, 0.95],
+                                       ("n2", 2): [1.7]})  # n2 lost its lease of task 2
 
     assert found["tasks"] == 2 and found["render_s"] == pytest.approx(6.05)
     assert found["stages_s"] == pytest.approx({
@@ -52,10 +53,13 @@ def test_stage_times_split_each_task_between_ready_and_done_from_the_records() -
         pytest.approx(1.0), pytest.approx(1.8))
 
 
-def test_chunk_seconds_are_read_per_task_from_the_agents_logs() -> None:
-    logs = ["task 5: chunk 0+16 rendered in 1.250 s\ntask 5: checkpoint 1/4 abc\n"
-            "task 5: chunk 16+16 rendered in 1.500 s\n", "task 6: chunk 0+16 rendered in 2.000 s"]
-    assert render.chunk_seconds(logs) == {5: [1.25, 1.5], 6: [2.0]}
+def test_chunk_seconds_are_those_of_each_tasks_last_lease_on_each_node() -> None:
+    logs = {"n1": 'lease 3: task 5 {"kind": "blender"}\ntask 5: chunk 0+16 rendered in 9.000 s\n'
+                  "task 5: lease lost (lease_not_held); frame abandoned\n"
+                  'lease 4: task 5 {"kind": "blender"}\ntask 5: chunk 0+16 rendered in 1.250 s\n'
+                  "task 5: checkpoint 1/4 abc\ntask 5: chunk 16+16 rendered in 1.500 s\n",
+            "n2": 'lease 9: task 6 {}\ntask 6: chunk 0+16 rendered in 2.000 s'}
+    assert render.chunk_seconds(logs) == {("n1", 5): [1.25, 1.5], ("n2", 6): [2.0]}
 
 
 @pytest.mark.anvil
