@@ -26,4 +26,7 @@ class AgentConfig:
     popw_class: str | None = None  # answer a PoPW handshake of this GPU class at start
     max_backoff_s: float = 30.0
     exit_when_idle_s: float | None = None  # leave after this long without work (bench, tests)
+    # re-checks of other providers' results run when no lease waits for this node, and at
+    # least once this often before its next lease (a busy grid still verifies)
+    check_every_s: float = 60.0
     cpu_kernel: str | None = None  # "sse42": Cycles without its AVX2 kernel (a cross-kernel grid)

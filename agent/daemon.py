@@ -2,9 +2,11 @@
 
 The agent joins (`agent.presence`: register, login naming the session key of
 `agent.connection`, heartbeats, telemetry, probes, the PoPW handshake, progress shown after a
-network cut), then loops: it delivers the results left in the spool (`agent.delivery`), runs a
-re-check when one waits for this node, else pulls a lease and runs its task in the sandbox
-(`agent.worker`). Network and server errors are retried with capped exponential backoff.
+network cut), then loops: it delivers the results left in the spool (`agent.delivery`), pulls a
+lease and runs its task in the sandbox (`agent.worker`), and runs a re-check of another
+provider's result when no lease waits for it, or first when `CheckPacing` says one is due: a
+customer waits on a frame, while a re-check only gates a settlement. Network and server
+errors are retried with capped exponential backoff.
 SIGTERM drains: no new leases, the running frame stops after its next checkpoint and is handed
 back (`fail(drain)`), the orchestrator is told (`POST .../drain`), then the agent exits.
 """
@@ -15,6 +17,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 from eth_account.signers.local import LocalAccount
@@ -29,6 +32,23 @@ from agent.worker import Worker
 from protocol.client import ApiCallError
 
 log = logging.getLogger("mesh.agent")
+
+
+class CheckPacing:
+    """When re-checks go before the node's own leases: once `every_s` has passed since the
+    node last asked for one (a pull that found no lease asks too), so re-checks are not
+    starved on a grid that always has a frame for this node."""
+
+    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.clock = clock
+        self.asked_at = clock()
+
+    def due(self) -> bool:
+        return self.clock() - self.asked_at >= self.every_s
+
+    def asked(self) -> None:
+        self.asked_at = self.clock()
 
 
 class Agent:
@@ -55,15 +75,22 @@ class Agent:
         self.worker.warm()
         node, session = self.config.node_id, self.connection.session
         idle_since = time.monotonic()
+        pacing = CheckPacing(self.config.check_every_s)
         try:
             while not self.draining.is_set():
                 self.delivery.deliver_spooled()
-                if self.worker.run_check():
-                    idle_since = time.monotonic()
-                    continue
+                if pacing.due():
+                    pacing.asked()
+                    if self.worker.run_check():
+                        idle_since = time.monotonic()
+                        continue
                 lease = self.connection.retry("pull a lease", lambda: session.request(
                     "POST", f"/v1/nodes/{node}/lease", ok=(200, 204)))
                 if lease.status_code == 204:
+                    pacing.asked()
+                    if self.worker.run_check():
+                        idle_since = time.monotonic()
+                        continue
                     limit = self.config.exit_when_idle_s
                     if limit is not None and time.monotonic() - idle_since > limit:
                         log.info("idle for %.0f s: leaving", limit)

@@ -103,9 +103,12 @@ class Worker:
             self._spare = box
 
     def take_warm(self) -> Sandbox:
+        """The warm worker for the task about to run; the next one starts importing bpy now,
+        while this one renders, so the next lease does not wait for it."""
         self.warm()
         box, self._spare = self._spare, None
         assert box is not None
+        self.warm()
         return box
 
     def render(self, lease: dict[str, Any]) -> None:

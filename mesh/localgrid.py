@@ -32,6 +32,7 @@ from orchestrator.chain.anvil import Anvil, dev_account, set_balance
 from orchestrator.chain.deploy import deploy_local
 from orchestrator.chain.sdk import MeshChain
 from orchestrator.chain.tx import Receipt, connect
+from orchestrator.config import Settings
 from orchestrator.domain.ids import JobId, hex0x
 from orchestrator.processes import stop_process
 from protocol import keystore
@@ -148,6 +149,11 @@ class Grid:
     def url(self) -> str:
         assert self.service is not None
         return self.service.base_url
+
+    @property
+    def database_url(self) -> str:
+        """The service's database, where its settings put it (SQLite in its data dir)."""
+        return Settings(data_dir=self.data_dir).sqlalchemy_url
 
     def client_env(self) -> Path:
         """What the `mesh` commands need to reach this grid, where they look: `mesh.env`

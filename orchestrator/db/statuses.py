@@ -47,3 +47,14 @@ def status_history(session: Session, *, entity: str, entity_id: str) -> list[Sta
         select(StatusHistory).where(StatusHistory.entity == entity,
                                     StatusHistory.entity_id == entity_id)
         .order_by(StatusHistory.id)))
+
+
+def ready_since(session: Session, *, task: Task) -> float:
+    """When the task last became ready to place: its latest move back into the queue
+    (`retry`), else its creation (a new task is queued as it is created)."""
+    requeued = session.scalar(
+        select(StatusHistory.at).where(StatusHistory.entity == "task",
+                                       StatusHistory.entity_id == str(task.id),
+                                       StatusHistory.to_status == TaskStatus.RETRY.value)
+        .order_by(StatusHistory.id.desc()).limit(1))
+    return task.created_at if requeued is None else float(requeued)

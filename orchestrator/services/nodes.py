@@ -147,11 +147,9 @@ def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
                          resume_from_sha256=task.checkpoint_sha256,
                          resume_progress=task.checkpoint_progress,
                          checkpoint_interval_s=grant.checkpoint_interval_s)
-    waited_s = lease.created_at - task.created_at
     session.commit()
     if grant.fresh:
         metrics.placements.inc()
-        metrics.time_to_assignment.observe(max(waited_s, 0.0))
     return pulled
 
 

@@ -18,12 +18,14 @@ from orchestrator.telemetry.metrics import MeshMetrics
 
 def progress(session: Session, *, task_id: int, node_id: str, progress: float,
              lease_ttl_s: float, metrics: MeshMetrics, now: float) -> Task:
-    task, recovery = work.report_progress(session, task_id=task_id, node_id=node_id,
-                                          progress=progress, now=now, lease_ttl_s=lease_ttl_s)
+    task, started = work.report_progress(session, task_id=task_id, node_id=node_id,
+                                         progress=progress, now=now, lease_ttl_s=lease_ttl_s)
     session.commit()
-    if recovery is not None:
-        metrics.recovery_time.observe(recovery.seconds)
-        metrics.rework.observe(recovery.rework)
+    if started is not None and started.waited_s is not None:
+        metrics.assigned(started.waited_s)
+    if started is not None and started.recovery is not None:
+        metrics.recovery_time.observe(started.recovery.seconds)
+        metrics.rework.observe(started.recovery.rework)
     return task
 
 

@@ -69,6 +69,14 @@ class RecoveryRecord:
     rework: float
 
 
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A lease a progress report started (its reservation taken up by the node)."""
+
+    waited_s: float | None  # the task ready -> this start; None for a lease taken back
+    recovery: RecoveryRecord | None  # the task resumed after a death, drain or lapse
+
+
 def _next_lease(session: Session, *, node: Node, clock: Callable[[], float],
                 reservation_ttl_s: float, gate: PlacementGate | None
                 ) -> tuple[Lease, bool] | None:
@@ -190,12 +198,16 @@ def held_lease(session: Session, *, task_id: int, node_id: str) -> tuple[Task, L
 
 
 def report_progress(session: Session, *, task_id: int, node_id: str, progress: float,
-                    now: float, lease_ttl_s: float) -> tuple[Task, RecoveryRecord | None]:
-    """The first report starts the task (reserved -> running); every report renews the lease."""
+                    now: float, lease_ttl_s: float) -> tuple[Task, Started | None]:
+    """The first report starts the task (reserved -> running); every report renews the lease.
+    Says what it started, if it started a lease."""
     task, lease = held_lease(session, task_id=task_id, node_id=node_id)
-    recovery = None
+    started = None
     if lease.state == LeaseState.RESERVED.value:  # a new placement, or one taken back
+        waited_s: float | None = None
+        recovery: RecoveryRecord | None = None
         if task.status == TaskStatus.RESERVED.value:
+            waited_s = now - status_db.ready_since(session, task=task)
             status_db.set_task_status(session, task=task, target=TaskStatus.RUNNING, now=now,
                                  reason=f"started on {node_id}")
             job = job_db.get_job(session, job_id=task.job_id)
@@ -209,10 +221,11 @@ def report_progress(session: Session, *, task_id: int, node_id: str, progress: f
             event.resumed_at = now
             event.resumed_on = node_id
             recovery = RecoveryRecord(task.id, now - event.lost_at, event.rework)
+        started = Started(waited_s, recovery)
     task.progress = max(task.progress, progress)
     task.node_id = node_id
     lease.expires_at = now + lease_ttl_s
-    return task, recovery
+    return task, started
 
 
 def add_checkpoint(session: Session, *, task_id: int, node_id: str, sha256: str,

@@ -2,11 +2,15 @@
 
 The service figures an operator reads to tell overload from a bad provider (`ServiceFigures`)
 are derived here from the counters themselves, and exported on `/metrics` as gauges too, so the
-dashboard and a Prometheus scrape show the same numbers."""
+dashboard and a Prometheus scrape show the same numbers. Quantiles are computed from the recorded
+times themselves (`RecentTimes`), never read off a histogram's bucket bounds."""
 
 from __future__ import annotations
 
+import math
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -15,6 +19,29 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+RECENT_ASSIGNMENTS = 4096  # the time-to-assignment quantiles are over this many latest starts
+
+
+class RecentTimes:
+    """The latest `size` durations recorded (thread-safe), for exact quantiles of recent
+    behaviour: a queue that drains shows in them within `size` assignments."""
+
+    def __init__(self, size: int) -> None:
+        self._times: deque[float] = deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def record(self, seconds: float) -> None:
+        with self._lock:
+            self._times.append(seconds)
+
+    def quantile(self, q: float) -> float | None:
+        """The nearest-rank `q` quantile (0 < q <= 1) of the kept times: the smallest time
+        that at least a share `q` of them do not exceed; None when none was recorded."""
+        with self._lock:
+            times = sorted(self._times)
+        if not times:
+            return None
+        return times[max(math.ceil(q * len(times)), 1) - 1]
 
 
 class MeshMetrics:
@@ -22,8 +49,10 @@ class MeshMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.time_to_assignment = Histogram(
-            "mesh_time_to_assignment_seconds", "Task creation to its first lease",
+            "mesh_time_to_assignment_seconds",
+            "A task ready (new, or back in the queue) to its lease started on a node",
             buckets=LATENCY_BUCKETS, registry=r)
+        self.recent_assignments = RecentTimes(RECENT_ASSIGNMENTS)
         self.placements = Counter("mesh_placements_total", "Leases granted", registry=r)
         self.retries = Counter("mesh_task_retries_total", "Tasks sent back to the queue",
                                ["reason"], registry=r)
@@ -66,6 +95,12 @@ class MeshMetrics:
         self.started_at = time.monotonic()
         r.register(_FiguresCollector(lambda: self.figures()))
 
+    def assigned(self, waited_s: float) -> None:
+        """A task's lease started `waited_s` after the task became ready."""
+        waited_s = max(waited_s, 0.0)
+        self.time_to_assignment.observe(waited_s)
+        self.recent_assignments.record(waited_s)
+
     def figures(self) -> ServiceFigures:
         """The operator's figures of this process, from its counters since it started."""
         assignments, assignment_s = _histogram_sum(self.time_to_assignment)
@@ -76,7 +111,8 @@ class MeshMetrics:
         return ServiceFigures(
             assignments=int(assignments),
             time_to_assignment_mean_s=assignment_s / assignments if assignments else None,
-            time_to_assignment_p95_s=_quantile(self.time_to_assignment, 0.95),
+            time_to_assignment_p50_s=self.recent_assignments.quantile(0.50),
+            time_to_assignment_p99_s=self.recent_assignments.quantile(0.99),
             placements=int(placements), retries=int(retries),
             rerun_share=retries / placements if placements else None,
             node_failures=int(failures), node_failures_per_hour=failures / hours,
@@ -92,7 +128,9 @@ class ServiceFigures:
 
     assignments: int
     time_to_assignment_mean_s: float | None
-    time_to_assignment_p95_s: float | None  # the bucket bound 95 % of assignments fall under
+    # of the latest `RECENT_ASSIGNMENTS` starts: task ready -> its lease started
+    time_to_assignment_p50_s: float | None
+    time_to_assignment_p99_s: float | None
     placements: int
     retries: int
     rerun_share: float | None  # tasks sent back to the queue per lease granted
@@ -105,8 +143,11 @@ class ServiceFigures:
 
 # The derived figures as gauges (the counters they come from are exported as they are).
 _GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("mesh_time_to_assignment_p95_seconds", "time_to_assignment_p95_s",
-     "Bucket bound 95 % of task assignments fall under"),
+    ("mesh_time_to_assignment_p50_seconds", "time_to_assignment_p50_s",
+     "Median time from a task ready to its lease started, over the latest starts"),
+    ("mesh_time_to_assignment_p99_seconds", "time_to_assignment_p99_s",
+     "99th percentile of the time from a task ready to its lease started, over the latest "
+     "starts"),
     ("mesh_task_rerun_share", "rerun_share", "Tasks sent back to the queue per lease granted"),
     ("mesh_node_failures_per_hour", "node_failures_per_hour",
      "Nodes declared dead per hour since this process started"),
@@ -138,13 +179,3 @@ def _histogram_sum(metric: Histogram) -> tuple[float, float]:
     """(count, sum) of an unlabelled histogram."""
     samples = {s.name: s.value for family in metric.collect() for s in family.samples}
     return samples.get(metric._name + "_count", 0.0), samples.get(metric._name + "_sum", 0.0)
-
-
-def _quantile(metric: Histogram, q: float) -> float | None:
-    """The smallest bucket bound under which a share `q` of the observations fall."""
-    buckets = [(float(s.labels["le"]), s.value) for family in metric.collect()
-               for s in family.samples if s.name.endswith("_bucket")]
-    total = buckets[-1][1] if buckets else 0.0
-    if total == 0:
-        return None
-    return next(bound for bound, cumulative in buckets if cumulative >= q * total)

@@ -96,7 +96,8 @@ def test_service_figures_are_the_ones_on_metrics(dash: TestClient, seeded: Seede
     assert service["placements"] == samples["mesh_placements_total"] == 5
     assert service["assignments"] == samples["mesh_time_to_assignment_seconds_count"]
     assert service["rerun_share"] == samples["mesh_task_rerun_share"] == 0.0
-    assert service["time_to_assignment_p95_s"] == samples["mesh_time_to_assignment_p95_seconds"]
+    assert service["time_to_assignment_p50_s"] == samples["mesh_time_to_assignment_p50_seconds"]
+    assert service["time_to_assignment_p99_s"] == samples["mesh_time_to_assignment_p99_seconds"]
     assert service["node_failures_per_hour"] == samples["mesh_node_failures_per_hour"] == 0.0
 
 

@@ -103,6 +103,33 @@ def test_failed_start_releases_the_slot(
     assert second["slot"] == first["slot"] == 0
 
 
+def test_time_to_assignment_runs_from_the_task_ready_to_its_lease_started(
+        live_node: Callable[..., LiveNode], make_job: JobMaker, client: TestClient,
+        clock: VirtualClock) -> None:
+    node = live_node("gpu-1")
+    make_job(1, now=clock())
+    clock.advance(3.0)
+    task_id = node.post("/v1/nodes/gpu-1/lease").json()["task_id"]
+    clock.advance(2.0)  # reserved, not started: the wait goes on
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.0})
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.5})  # a renewal starts nothing
+    clock.advance(30.0)
+    node.post(f"/v1/tasks/{task_id}/fail", {"reason": "error"})  # back in the queue now
+    clock.advance(1.0)
+    assert node.post("/v1/nodes/gpu-1/lease").json()["task_id"] == task_id
+    clock.advance(0.5)
+    node.post(f"/v1/tasks/{task_id}/progress", {"progress": 0.0})
+    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in
+               client.get("/metrics").text.splitlines() if line and not line.startswith("#")}
+    assert samples["mesh_time_to_assignment_seconds_count"] == 2
+    assert samples["mesh_time_to_assignment_seconds_sum"] == pytest.approx(5.0 + 1.5)
+    assert samples["mesh_time_to_assignment_p50_seconds"] == pytest.approx(1.5)
+    assert samples["mesh_time_to_assignment_p99_seconds"] == pytest.approx(5.0)
+    service = client.get("/v1/dashboard").json()["service"]
+    assert (service["time_to_assignment_p50_s"], service["time_to_assignment_p99_s"]) == (
+        pytest.approx(1.5), pytest.approx(5.0))
+
+
 def test_other_node_cannot_report_on_a_lease_it_does_not_hold(
         live_node: Callable[..., LiveNode], make_job: JobMaker) -> None:
     owner, intruder = live_node("gpu-1"), live_node("gpu-2")

@@ -79,6 +79,11 @@ def test_dashboard_in_chromium_shows_nodes_and_a_finished_job_with_thumbnails(
                                arg=first, timeout=6_000)  # it refreshed by itself
         assert time.time() - float(page.get_attribute("body", "data-generated-at") or 0) < 5
         assert page.locator("#settlements tbody tr").count() == 1
+        figures = {text.split("\n")[0]: text.split("\n")[1]
+                   for text in page.locator("#service .figure").all_inner_texts()}
+        # the seeded tasks started: quantiles of their recorded waits, in seconds
+        assert figures["time to assignment (p50)"].endswith(" s")
+        assert figures["time to assignment (p99)"].endswith(" s")
         shot = screenshot(page, "dashboard.png")
     print(f"dashboard screenshot: {shot}")
     assert not visit.outside, f"the page fetched from elsewhere: {visit.outside}"

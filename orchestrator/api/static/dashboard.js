@@ -80,7 +80,8 @@ function figure(label, value, metric) {
 function renderService(s) {
   document.getElementById("service").replaceChildren(
     figure("time to assignment (mean)", seconds(s.time_to_assignment_mean_s), "mesh_time_to_assignment_seconds"),
-    figure("time to assignment (p95)", seconds(s.time_to_assignment_p95_s), "mesh_time_to_assignment_p95_seconds"),
+    figure("time to assignment (p50)", seconds(s.time_to_assignment_p50_s), "mesh_time_to_assignment_p50_seconds"),
+    figure("time to assignment (p99)", seconds(s.time_to_assignment_p99_s), "mesh_time_to_assignment_p99_seconds"),
     figure("tasks re-run", pct(s.rerun_share) + ` (${s.retries}/${s.placements})`, "mesh_task_rerun_share"),
     figure("node failures", `${s.node_failures} (${num(s.node_failures_per_hour, 2)}/h)`, "mesh_node_failures_per_hour"),
     figure("upload errors", s.upload_errors, "mesh_upload_errors_total"),
