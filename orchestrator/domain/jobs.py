@@ -17,6 +17,12 @@ def input_blobs(payload: Mapping[str, Any]) -> set[str]:
     return {str(payload[key]) for key in ("blend_sha256", "input_sha256") if payload.get(key)}
 
 
+def asset_blobs(workload: Mapping[str, Any]) -> set[str]:
+    """The blobs a workload's pack names besides the .blend (`assets`: path -> sha256); its
+    tasks read them all."""
+    return {str(sha256) for sha256 in (workload.get("assets") or {}).values()}
+
+
 def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
     """Task payloads for a validated workload (see `api.schemas.JobSpec`)."""
     if workload["kind"] == "blender":
