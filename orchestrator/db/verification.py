@@ -21,6 +21,7 @@ from orchestrator.db.models import (
     VerificationEvidence,
     VerificationRecord,
 )
+from orchestrator.domain.jobs import asset_blobs
 from orchestrator.domain.lifecycle import (
     CheckStatus,
     TaskStatus,
@@ -187,12 +188,16 @@ def holds_check(session: Session, *, node_id: str, now: float) -> bool:
 
 
 def leased_blobs(session: Session, *, node_id: str, now: float) -> set[str]:
-    """Inputs of the checks leased to this node (the .blend it re-renders)."""
-    return {str(check.recipe["payload"]["blend_sha256"]) for check in session.scalars(
-        select(VerificationCheck).where(VerificationCheck.checker_node == node_id,
-                                        VerificationCheck.status == CheckStatus.LEASED.value,
-                                        VerificationCheck.expires_at >= now))
-            if check.recipe.get("payload", {}).get("blend_sha256")}
+    """Inputs of the checks leased to this node (the .blend it re-renders and its pack)."""
+    readable: set[str] = set()
+    for check in session.scalars(select(VerificationCheck).where(
+            VerificationCheck.checker_node == node_id,
+            VerificationCheck.status == CheckStatus.LEASED.value,
+            VerificationCheck.expires_at >= now)):
+        payload = check.recipe.get("payload", {})
+        if payload.get("blend_sha256"):
+            readable |= {str(payload["blend_sha256"])} | asset_blobs(payload)
+    return readable
 
 
 def record_of(session: Session, *, provider: str) -> ProviderRecord:

@@ -23,6 +23,14 @@ def asset_blobs(workload: Mapping[str, Any]) -> set[str]:
     return {str(sha256) for sha256 in (workload.get("assets") or {}).values()}
 
 
+def handed_payload(payload: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, Any]:
+    """What a node is handed to run (a lease) or re-run (a check) of a task: its payload, with
+    its job's pack (`assets`) when the job has one. The manifest stays in the job's spec, not in
+    each of its tasks' rows."""
+    assets = workload.get("assets")
+    return {**payload, "assets": dict(assets)} if assets else dict(payload)
+
+
 def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
     """Task payloads for a validated workload (see `api.schemas.JobSpec`)."""
     if workload["kind"] == "blender":

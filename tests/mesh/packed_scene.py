@@ -7,6 +7,9 @@
 - FOLDER/tex/seq_0001.png to seq_0003.png as one image sequence,
 - FOLDER/lib/lib.blend, a linked library whose material reads FOLDER/lib/libtex.png by a path
   relative to the library (`//libtex.png`).
+
+The cube's colour is the relative texture's, the ground plane's the library's (first image of
+each material into its base colour): a render shows whether they were found.
 """
 
 from __future__ import annotations
@@ -31,8 +34,12 @@ def _image(bpy: Any, path: Path, rgba: tuple[float, float, float, float]) -> Any
 def _textured(bpy: Any, name: str, images: list[Any]) -> Any:
     material = bpy.data.materials.new(name)
     material.use_nodes = True
+    nodes = material.node_tree.nodes
     for image in images:
-        material.node_tree.nodes.new("ShaderNodeTexImage").image = image
+        nodes.new("ShaderNodeTexImage").image = image
+    first = next(node for node in nodes if node.bl_idname == "ShaderNodeTexImage")
+    material.node_tree.links.new(first.outputs["Color"],
+                                 nodes["Principled BSDF"].inputs["Base Color"])
     return material
 
 
@@ -66,7 +73,8 @@ def build(folder: Path, elsewhere: Path) -> Path:
     cube.materials.append(_textured(bpy, "Local", [relative, absolute, udim, sequence]))
     with bpy.data.libraries.load("//lib/lib.blend", link=True, relative=True) as (_, linked):
         linked.materials = ["LibMat"]
-    cube.materials.append(linked.materials[0])
+    bpy.ops.mesh.primitive_plane_add(size=6, location=(0, 0, -1))
+    bpy.context.active_object.data.materials.append(linked.materials[0])
     bpy.ops.wm.save_as_mainfile(filepath=str(blend))
     return blend
 
