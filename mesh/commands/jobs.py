@@ -104,11 +104,19 @@ def _pack(blend: Path, scene: SceneInfo, *, allow_missing: bool, command: str) -
     """The scene's pack; before anything is sent or paid, a refusal with one line per file it
     reads that is not on this machine (unless `allow_missing`: then one warning each)."""
     from mesh.pack import PackError, pack_scene
+    from protocol.packs import OUTSIDE
 
     try:
         pack = pack_scene(blend, scene)
     except PackError as error:
         raise UserError(f"{error}; nothing was uploaded or escrowed") from None
+    for asset in pack.assets:
+        if asset.name.startswith(f"{OUTSIDE}/"):
+            typer.secho(f"warning: {asset.source} lies outside {blend.resolve().parent}: it is "
+                        "sent, but Blender on a provider looks for it by the path the scene "
+                        "names and will not find it; move it under the scene's folder and make "
+                        "the path relative (File > External Data > Make Paths Relative)",
+                        err=True, fg=typer.colors.YELLOW)
     for path in pack.missing:
         typer.secho(f"{'warning: ' if allow_missing else ''}missing: {path}", err=True,
                     fg=typer.colors.YELLOW if allow_missing else typer.colors.RED)

@@ -21,7 +21,6 @@ from orchestrator.db.models import (
     VerificationEvidence,
     VerificationRecord,
 )
-from orchestrator.domain.jobs import asset_blobs
 from orchestrator.domain.lifecycle import (
     CheckStatus,
     TaskStatus,
@@ -196,7 +195,8 @@ def leased_blobs(session: Session, *, node_id: str, now: float) -> set[str]:
             VerificationCheck.expires_at >= now)):
         payload = check.recipe.get("payload", {})
         if payload.get("blend_sha256"):
-            readable |= {str(payload["blend_sha256"])} | asset_blobs(payload)
+            readable.add(str(payload["blend_sha256"]))
+            readable.update(str(sha256) for sha256 in (payload.get("assets") or {}).values())
     return readable
 
 

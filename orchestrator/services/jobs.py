@@ -22,7 +22,7 @@ from orchestrator.db.models import Blob, Job, Task
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused, Unfunded
 from orchestrator.domain.ids import JobId, hex0x
-from orchestrator.domain.jobs import NewJob, asset_blobs, input_blobs, split_tasks
+from orchestrator.domain.jobs import NewJob, input_blobs, pack_of, split_tasks
 from orchestrator.domain.lifecycle import JOB_TRANSITIONS, JobStatus, TaskStatus
 from orchestrator.domain.types import TaskNeeds
 
@@ -109,7 +109,7 @@ def submit(session: Session, *, job: Submission,
         raise Refused("job_exists", "a job with this id was already submitted")
     payloads = split_tasks(job.spec["workload"])
     inputs = set().union(*(input_blobs(payload) for payload in payloads),
-                         asset_blobs(job.spec["workload"]))
+                         set(pack_of(job.spec).values()))
     uploader = blob_db.wallet_uploader(job.customer)
     missing = sorted(inputs - blob_db.uploaded(session, uploader=uploader, hashes=inputs,
                                                now=now))

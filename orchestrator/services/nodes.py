@@ -147,8 +147,7 @@ def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
     job = job_db.get_job(session, job_id=task.job_id)
     pulled = PulledLease(lease_id=lease.id, task_id=task.id, job_id=task.job_id,
                          slot=lease.slot, expires_at=lease.expires_at,
-                         payload=handed_payload(task.payload,
-                                                {} if job is None else job.spec["workload"]),
+                         payload=handed_payload(task.payload, {} if job is None else job.spec),
                          resume_from_sha256=task.checkpoint_sha256,
                          resume_progress=task.checkpoint_progress,
                          checkpoint_interval_s=grant.checkpoint_interval_s)

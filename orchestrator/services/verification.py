@@ -242,7 +242,7 @@ class Verifier:
         plan, resolution and pack, restricted to the window (a border render of strip
         `tile * windows + window` of `tiles * windows`)."""
         job = job_db.get_job(session, job_id=task.job_id)
-        payload = handed_payload(task.payload, {} if job is None else job.spec["workload"])
+        payload = handed_payload(task.payload, {} if job is None else job.spec)
         recipe: dict[str, Any] = {"task_id": task.id, "window": window, "windows": windows,
                                   "root": row.root, "env": row.env,
                                   "excluded_providers": [row.provider],

@@ -33,7 +33,7 @@ from orchestrator.db.placement import (
 from orchestrator.domain.errors import Invalid, NotFound, Refused
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.ids import hex0x
-from orchestrator.domain.jobs import asset_blobs, input_blobs
+from orchestrator.domain.jobs import input_blobs, pack_of
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -147,7 +147,7 @@ def readable_blobs(session: Session, *, node_id: str) -> set[str]:
         readable.update(input_blobs(task.payload))
         job = job_db.get_job(session, job_id=task.job_id)
         if job is not None:
-            readable |= asset_blobs(job.spec["workload"])
+            readable |= set(pack_of(job.spec).values())
         if task.checkpoint_sha256 is not None:
             readable.add(task.checkpoint_sha256)
             readable |= blob_db.checkpoint_parts(session, task_id=task.id,

@@ -68,6 +68,8 @@ def test_a_second_submit_with_one_texture_changed_uploads_that_texture_alone(
     assert [f["path"] for f in listed["files"]] == ["scene.blend", *sorted(
         [*FILES, f"_outside{tmp_path}/elsewhere/abs.png"])]
     assert not any(f["on_orchestrator"] for f in listed["files"])
+    assert any(line.startswith(f"warning: {tmp_path}/elsewhere/abs.png lies outside ") and
+               "will not find it" in line for line in dry.stderr.splitlines())
     distinct = {f["sha256"]: f["size"] for f in listed["files"]}  # the UDIM tiles are alike
     assert listed["to_send_bytes"] == sum(distinct.values()) < listed["total_bytes"]
     print(f"pack of the test scene: {len(listed['files'])} files, {listed['total_bytes']} "
