@@ -24,11 +24,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import IO
+
+from protocol.packs import asset_path_problem
 
 NOBODY = 65534
 GIB = 1 << 30
@@ -44,9 +46,16 @@ class Limits:
     wall_s: float = 3600.0
     tmp_bytes: int = 512 << 20  # the task's private /tmp (tmpfs) under bwrap
     output_files: int = 10_000  # entries under the output dir (inodes on the agent's disk)
+    pack_bytes: int = 16 * GIB  # a scene's pack (its files besides the .blend) together
     # The task yields the CPU to the agent: a render on every core would otherwise delay the
     # agent's heartbeats and probe answers, and a healthy node would look slow and jittery.
     niceness: int = 10
+
+
+class UnsafeInput(ValueError):
+    """A pack file the agent will not lay out in the input dir: a path that leaves it (absolute,
+    '..'), one that meets a symlink or a file on its way, one laid out twice, or a pack over
+    `Limits.pack_bytes`."""
 
 
 class UnsafeOutput(ValueError):
@@ -373,6 +382,37 @@ class Sandbox:
     def _output_breached(self) -> bool:
         written, _, entries = _tree_bytes(self.out)
         return written > self.limits.output_bytes or entries > self.limits.output_files
+
+    def give(self, inputs: Mapping[str, Path]) -> None:
+        """Lay out a scene's pack under the input dir (read-only inside), so that a .blend there
+        reads each file by its relative path: `inputs` maps a pack path (`protocol.packs`) to
+        a hash-checked file in the agent's cache, linked or copied. Every path is checked
+        before anything is written; each directory on the way must be a real one made here,
+        never a symlink or a file; nothing is written outside the input dir (UnsafeInput)."""
+        total = sum(source.stat().st_size for source in inputs.values())
+        if total > self.limits.pack_bytes:
+            raise UnsafeInput(f"the pack holds {total} bytes; at most {self.limits.pack_bytes}")
+        for name in inputs:
+            problem = asset_path_problem(name)
+            if problem is not None:
+                raise UnsafeInput(f"pack path {name!r}: {problem}")
+        for name, source in sorted(inputs.items()):
+            *folders, leaf = name.split("/")
+            target = self.given
+            for part in folders:
+                target = target / part
+                with contextlib.suppress(FileNotFoundError):
+                    if not stat.S_ISDIR(os.lstat(target).st_mode):
+                        raise UnsafeInput(f"pack path {name!r} runs through a file or symlink")
+                    continue
+                target.mkdir()
+            target = target / leaf
+            if os.path.lexists(target):
+                raise UnsafeInput(f"pack path {name!r} is laid out twice")
+            try:
+                os.link(source, target, follow_symlinks=False)
+            except OSError:
+                shutil.copyfile(source, target, follow_symlinks=False)
 
     def output_path(self, name: str) -> Path:
         """The task's output `name` as a path the agent may read: inside the output dir (no

@@ -28,7 +28,7 @@ import httpx
 from agent.config import AgentConfig
 from agent.connection import Connection, sha256_bytes
 from agent.delivery import Delivery
-from agent.sandbox import Outcome, Sandbox, UnsafeOutput, task_python
+from agent.sandbox import Outcome, Sandbox, UnsafeInput, UnsafeOutput, task_python
 from agent.spool import OfflineChunk, Spool
 from agent.workloads import blender
 from protocol.client import ApiCallError, sha256_file
@@ -116,7 +116,8 @@ class Worker:
         payload = lease["payload"]
         session = self.connection.session
         blend = self.connection.fetch(str(payload["blend_sha256"]), ".blend")
-        task = blender.FrameTask.from_payload(payload, blend, self.config.threads)
+        task = blender.FrameTask.from_payload(payload, blend, self.config.threads,
+                                              self.fetch_pack(payload))
         done = self.resume_chunks(lease.get("resume_from_sha256"), task)
         plan = task.chunks
         manifest: list[dict[str, Any]] = [
@@ -221,7 +222,8 @@ class Worker:
                  payload.get("frame"), check["window"])
         try:
             blend = self.connection.fetch(str(payload["blend_sha256"]), ".blend")
-            task = blender.FrameTask.from_payload(payload, blend, self.config.threads)
+            task = blender.FrameTask.from_payload(payload, blend, self.config.threads,
+                                                  self.fetch_pack(payload))
             with self.take_warm() as box:
                 try:
                     rendered = blender.render(task, box)
@@ -262,6 +264,20 @@ class Worker:
             log.info("check %s: %s", check_id, verdict["status"])
         except ApiCallError as exc:
             log.warning("check %s: %s", check_id, exc)
+
+    def fetch_pack(self, payload: dict[str, Any]) -> dict[str, Path]:
+        """The scene's pack the payload names (`assets`: pack path -> sha256), each file
+        downloaded into the cache and hash-checked (`Connection.fetch`); UnsafeInput, before
+        more is downloaded, once they pass `Limits.pack_bytes` together."""
+        fetched: dict[str, Path] = {}
+        total = 0
+        for name, sha256 in sorted((payload.get("assets") or {}).items()):
+            fetched[name] = self.connection.fetch(str(sha256))
+            total += fetched[name].stat().st_size
+            if total > self.config.limits.pack_bytes:
+                raise UnsafeInput(f"the pack passes {self.config.limits.pack_bytes} bytes at "
+                                  f"{name!r}")
+        return fetched
 
     def resume_chunks(self, manifest_sha: str | None, task: blender.FrameTask
                       ) -> list[blender.Chunk]:

@@ -7,16 +7,25 @@ escrow: a text file, a truncated or corrupt .blend, a .blend from a newer Blende
 reads (frame range, resolution, engine) goes with the submission, so a frame outside the
 scene's range is flagged before it is paid for. A crash of Blender on a hostile file ends the
 child, never the command.
+
+The same child lists every file the scene reads besides itself, through Blender's own
+dependency walk (`bpy.utils.blend_paths` over the file and its linked libraries, recursively),
+with UDIM tiles and image sequences expanded to their files; packed files and Blender's own
+bundled assets are left out. `mesh.pack` packs them. (The Blender Asset Tracer 1.23 reads 5.0
+files but missed the texture of a material linked from a library: Blender itself is the
+tracer here.)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MARK = "MESH-SCENE "  # prefix of the one line the parent reads; Blender's own log goes around
 CHECK_TIMEOUT_S = 180.0
@@ -33,6 +42,7 @@ class SceneInfo:
     frame_end: int
     resolution: tuple[int, int]  # at the file's resolution percentage
     engine: str
+    files: tuple[Path, ...] = ()  # every file it reads besides itself, absolute, sorted
 
     def as_json(self) -> dict[str, object]:
         return {"blender": self.blender, "frames": [self.frame_start, self.frame_end],
@@ -57,7 +67,8 @@ def read_scene(path: Path, *, timeout_s: float = CHECK_TIMEOUT_S) -> SceneInfo:
     return SceneInfo(blender=answer["blender"], frame_start=int(answer["frame_start"]),
                      frame_end=int(answer["frame_end"]),
                      resolution=(int(answer["width"]), int(answer["height"])),
-                     engine=str(answer["engine"]))
+                     engine=str(answer["engine"]),
+                     files=tuple(Path(name) for name in answer.get("files", ())))
 
 
 def blender_reason(message: str, path: str) -> str:
@@ -69,6 +80,42 @@ def blender_reason(message: str, path: str) -> str:
         reason = reason.replace(f"{quote}{path}{quote}", "")
     reason = re.sub(r"\s+in file\s*$", "", reason)
     return reason.rsplit(": ", 1)[-1].strip()
+
+
+def tile_path(path: str, number: int) -> str:
+    """The file of UDIM tile `number` (1001, 1002...) of an image whose path holds Blender's
+    `<UDIM>` or `<UVTILE>` token."""
+    u, v = (number - 1001) % 10 + 1, (number - 1001) // 10 + 1
+    return path.replace("<UDIM>", str(number)).replace("<UVTILE>", f"u{u}_v{v}")
+
+
+def sequence_files(path: str) -> list[str]:
+    """The files of the image sequence whose one frame is `path`: those beside it whose name
+    differs only in the last run of digits before the extension (as Blender numbers frames)."""
+    folder, name = os.path.split(path)
+    stem, extension = os.path.splitext(name)
+    numbered = re.fullmatch(r"(.*?)(\d+)(\D*)", stem)
+    if numbered is None or not os.path.isdir(folder):
+        return [path]
+    head, _, tail = numbered.groups()
+    frame = re.compile(re.escape(head) + r"\d+" + re.escape(tail + extension))
+    return sorted(os.path.join(folder, other) for other in os.listdir(folder)
+                  if frame.fullmatch(other)) or [path]
+
+
+def _dependencies(bpy: Any) -> list[str]:
+    """Every file the open scene reads besides itself (see the module), absolute."""
+    bundled = os.path.realpath(bpy.utils.resource_path("LOCAL")) + os.sep
+    found = set(bpy.utils.blend_paths(absolute=True, packed=False, local=False))
+    for image in bpy.data.images:
+        if image.packed_file is not None or image.source not in ("TILED", "SEQUENCE"):
+            continue
+        path = bpy.path.abspath(image.filepath, library=image.library)
+        found.discard(path)
+        found.update([tile_path(path, tile.number) for tile in image.tiles]
+                     if image.source == "TILED" else sequence_files(path))
+    return sorted({os.path.normpath(path) for path in found
+                   if path and not os.path.realpath(path).startswith(bundled)})
 
 
 def _report(**fields: object) -> None:
@@ -91,7 +138,8 @@ def main(argv: list[str]) -> int:
     scale = render.resolution_percentage / 100
     _report(blender=bpy.app.version_string, frame_start=scene.frame_start,
             frame_end=scene.frame_end, width=round(render.resolution_x * scale),
-            height=round(render.resolution_y * scale), engine=render.engine)
+            height=round(render.resolution_y * scale), engine=render.engine,
+            files=_dependencies(bpy))
     return 0
 
 

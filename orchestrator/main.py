@@ -32,7 +32,7 @@ from orchestrator.api.routes import (
     tasks,
     verification,
 )
-from orchestrator.api.schemas import MAX_RENDER_BYTES, MAX_SHOWN_PROGRESS_BYTES
+from orchestrator.api.schemas import MAX_JOB_BYTES, MAX_RENDER_BYTES, MAX_SHOWN_PROGRESS_BYTES
 from orchestrator.config import Settings, get_settings
 from orchestrator.db import backup as restored
 from orchestrator.db import nonces as nonce_db
@@ -339,7 +339,8 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
     app.include_router(docs.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
                        stream_prefix=f"{API_PREFIX}/blobs/",
-                       route_limits=[(f"{API_PREFIX}/nodes/[^/]+/popw/answer",
+                       route_limits=[(f"{API_PREFIX}/jobs", MAX_JOB_BYTES),
+                                     (f"{API_PREFIX}/nodes/[^/]+/popw/answer",
                                       settings.max_popw_answer_bytes),
                                      (f"{API_PREFIX}/nodes/[^/]+/progress",
                                       MAX_SHOWN_PROGRESS_BYTES),

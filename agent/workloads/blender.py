@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,9 +42,11 @@ class FrameTask:
     fmt: str = "png"  # png (8-bit, no dither) or exr (linear float)
     resolution: tuple[int, int] | None = None  # override the file's, e.g. tiny test renders
     threads: int = 2
+    assets: tuple[tuple[str, Path], ...] = ()  # the scene's pack: (pack path, cached file)
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any], blend: Path, threads: int) -> FrameTask:
+    def from_payload(cls, payload: dict[str, Any], blend: Path, threads: int,
+                     assets: Mapping[str, Path] | None = None) -> FrameTask:
         resolution = payload.get("resolution")
         return cls(blend=blend, frame=int(payload["frame"]), tile=int(payload.get("tile", 0)),
                    tiles=int(payload.get("tiles", 1)),
@@ -54,7 +56,7 @@ class FrameTask:
                    fmt=str(payload.get("format", "png")),
                    resolution=None if resolution is None else (int(resolution[0]),
                                                               int(resolution[1])),
-                   threads=threads)
+                   threads=threads, assets=tuple(sorted((assets or {}).items())))
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -131,6 +133,7 @@ def render(task: FrameTask, sandbox: Sandbox, *, done: Sequence[Chunk] = (),
         os.link(task.blend, blend)
     except OSError:
         shutil.copyfile(task.blend, blend)
+    sandbox.give(dict(task.assets))  # beside it, as the scene's relative paths name them
     spec = {"blend": str(blend), "frames": [task.frame], "tile": task.tile,
             "tiles": task.tiles, "samples": task.samples, "threads": task.threads,
             "resolution": list(task.resolution) if task.resolution else None,

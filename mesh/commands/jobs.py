@@ -1,5 +1,6 @@
-"""`mesh job submit|status|download|cancel`: a customer's render jobs. `submit` uploads the
-.blend, escrows the budget on chain and submits the signed spec in one step; the escrow is
+"""`mesh job pack|submit|status|download|cancel`: a customer's render jobs. `submit` packs the
+scene (`mesh.pack`: the .blend and every file it reads), uploads what the orchestrator lacks,
+escrows the budget on chain and submits the signed spec in one step; the escrow is
 sent once, and the submission is retried with one idempotency key, so a lost answer can
 neither pay twice nor create two jobs."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -45,6 +46,7 @@ from orchestrator.domain.ids import JobId
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
+    from mesh.pack import Pack
     from orchestrator.chain.sdk import MeshChain
     from orchestrator.domain.chain_views import EscrowedJob
     from protocol.client import Wallet
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
 app = typer.Typer(help="A customer's render jobs (signed with the customer's wallet).",
                   no_args_is_help=True)
 JobIdArg = Annotated[str, typer.Argument(help="The job id (0x + 64 hex) `submit` printed.")]
+AllowMissing = Annotated[bool, typer.Option(
+    "--allow-missing", help="Go on when files the scene reads are missing (they render as "
+    "Blender renders a missing file: pink textures, absent objects).")]
 FINISHED = {"completed", "settling", "settled", "disputed"}
 STOPPED = {"failed", "cancelled", "expired"}
 
@@ -98,31 +103,33 @@ def _read_scene(blend: Path, quiet: bool) -> SceneInfo:
                             "was uploaded or escrowed") from None
 
 
-def _upload(wallet: Wallet, blend: Path, quiet: bool) -> str:
-    """PUT the .blend under its sha256 (signed), with a progress bar."""
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+def _pack(blend: Path, scene: SceneInfo, *, allow_missing: bool, command: str) -> Pack:
+    """The scene's pack; before anything is sent or paid, a refusal with one line per file it
+    reads that is not on this machine (unless `allow_missing`: then one warning each)."""
+    from mesh.pack import PackError, pack_scene
+    from protocol.packs import OUTSIDE
 
-    from protocol.client import expect, sha256_file
-
-    digest = sha256_file(blend)
-    size = blend.stat().st_size
-    path = f"/v1/blobs/{digest}"
-    with Progress(TextColumn("upload {task.description}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), console=Console(stderr=True), disable=quiet,
-                  transient=True) as bar:
-        task = bar.add_task(blend.name, total=size)
-
-        def blocks() -> Iterator[bytes]:
-            with blend.open("rb") as handle:
-                while block := handle.read(1 << 20):
-                    bar.advance(task, len(block))
-                    yield block
-
-        headers = {**wallet.signed_headers("PUT", path), "content-length": str(size)}
-        call_service("store the .blend", lambda: expect(wallet.http.put(
-            path, content=blocks(), headers=headers)))
-    return digest
+    try:
+        pack = pack_scene(blend, scene)
+    except PackError as error:
+        raise UserError(f"{error}; nothing was uploaded or escrowed") from None
+    for asset in pack.assets:
+        if asset.name.startswith(f"{OUTSIDE}/"):
+            typer.secho(f"warning: {asset.source} lies outside {blend.resolve().parent}: it is "
+                        "sent, but Blender on a provider looks for it by the path the scene "
+                        "names and will not find it; move it under the scene's folder and make "
+                        "the path relative (File > External Data > Make Paths Relative)",
+                        err=True, fg=typer.colors.YELLOW)
+    for path in pack.missing:
+        typer.secho(f"{'warning: ' if allow_missing else ''}missing: {path}", err=True,
+                    fg=typer.colors.YELLOW if allow_missing else typer.colors.RED)
+    if pack.missing and not allow_missing:
+        count = len(pack.missing)
+        raise UserError(f"{blend.name} reads {count} file{'s' if count > 1 else ''} not on "
+                        f"this machine (listed above); nothing was uploaded or escrowed: put "
+                        f"{'them' if count > 1 else 'it'} back, or `mesh {command} "
+                        "--allow-missing` to render without")
+    return pack
 
 
 @app.command("submit")
@@ -159,10 +166,13 @@ def submit(
     orchestrator_id: OrchestratorId = None,
     rpc_url: RpcUrl = None,
     data_dir: DataDir = None,
+    allow_missing: AllowMissing = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Upload the .blend, escrow the budget on chain and submit the signed job spec."""
+    """Pack the scene, upload what the orchestrator lacks, escrow the budget on chain and
+    submit the signed job spec."""
 
+    from mesh.pack import upload
     from orchestrator.api.schemas import JobSpec
 
     with user_errors("job submit"):
@@ -171,6 +181,7 @@ def submit(
         first, last = _frames(frames)
         amount = tokens(budget)
         scene = _read_scene(blend, quiet=as_json)
+        pack = _pack(blend, scene, allow_missing=allow_missing, command="job submit")
         if first < scene.frame_start or last > scene.frame_end:
             typer.secho(f"warning: frames {first}-{last} reach outside the scene's range "
                         f"{scene.frame_start}-{scene.frame_end}", err=True,
@@ -193,11 +204,15 @@ def submit(
                                     "samples": samples, "chunk_samples": chunk_samples,
                                     "format": image_format,
                                     "resolution": _resolution(resolution)}
+        if pack.manifest is not None:
+            workload["assets"] = pack.manifest
         JobSpec.model_validate({"workload": workload, "needs": needs,  # before any upload
                                 "deadline": int(time.time() + deadline_h * 3600)})
         base = service(orchestrator, orchestrator_id, chain.deployment.chain_id)
         client = base.wallet(account)
-        workload["blend_sha256"] = _upload(client, blend, as_json)
+        sent = call_service("store the scene's files", lambda: upload(
+            client, pack, show_progress=not as_json))
+        workload["blend_sha256"] = pack.blend.sha256
         journal = Submissions(wallet_dir(directory) / "jobs", account.address)
         request = request_key(workload=workload, needs=needs, amount=amount,
                               deadline_h=deadline_h, orchestrator=base.orchestrator_id,
@@ -229,7 +244,9 @@ def submit(
         result = {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
                   "budget": amount, "deadline": deadline, "escrow_tx": record.escrow_tx,
                   "blend_sha256": workload["blend_sha256"], "scene": scene.as_json(),
-                  "warning": job.get("warning")}
+                  "warning": job.get("warning"),
+                  "pack": {"files": len(pack.files), "bytes": pack.total_bytes,
+                           "sent_files": len(sent.sent), "sent_bytes": sent.sent_bytes}}
         if job.get("warning"):  # on stderr, under --json too
             typer.secho(f"warning: {job['warning']}", err=True, fg=typer.colors.YELLOW)
         if wait:
@@ -243,6 +260,65 @@ def submit(
         f"{show_tokens(amount)} tokens escrowed "
         f"{'in ' + r['escrow_tx'] if r['escrow_tx'] else 'by the earlier run'}; follow it with "
         f"`mesh job status {r['job_id']} --watch`"))
+
+
+@app.command("pack")
+def pack(
+    blend: Annotated[Path, typer.Argument(help="The .blend file to pack.")],
+    wallet: Annotated[str | None, typer.Option(
+        "--wallet", "--keystore", help="Ask the orchestrator which files this wallet has "
+        "already sent (a wallet name or keystore file).")] = None,
+    password_file: PasswordFile = None,
+    directory: WalletDir = None,
+    orchestrator: OrchestratorUrl = None,
+    orchestrator_id: OrchestratorId = None,
+    chain_id: Annotated[int | None, typer.Option(
+        help="Chain id signatures are bound to (default: $MESH_CHAIN_ID).")] = None,
+    allow_missing: AllowMissing = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """What `submit` would send (a dry run): every file the scene reads, with its path in the
+    pack, size and sha256, the total, and with --wallet which of them the orchestrator has."""
+    from mesh.pack import lacking
+
+    with user_errors("job pack"):
+        if not blend.is_file():
+            raise UserError(f"{blend} is not a file: give the .blend to pack")
+        started = time.perf_counter()
+        packed = _pack(blend, _read_scene(blend, quiet=as_json), allow_missing=allow_missing,
+                       command="job pack")
+        elapsed = time.perf_counter() - started
+        held: set[str] | None = None
+        if wallet is not None:
+            client = service(orchestrator, orchestrator_id, chain_id).wallet(
+                open_wallet(wallet, password_file, directory))
+            try:
+                hashes = [file.sha256 for file in packed.files]
+                held = set(hashes) - call_service(
+                    "say which files it has", lambda: lacking(client, hashes))
+            finally:
+                client.close()
+    files: list[dict[str, Any]] = [
+        {"path": file.name, "source": str(file.source), "size": file.size,
+         "sha256": file.sha256, "on_orchestrator": None if held is None else file.sha256 in held}
+        for file in packed.files]
+    to_send = {file.sha256: file.size for file in packed.files
+               if held is not None and file.sha256 not in held}
+    result = {"blend": str(blend), "files": files, "total_bytes": packed.total_bytes,
+              "to_send_bytes": None if held is None else sum(to_send.values()),
+              "missing": [str(path) for path in packed.missing], "pack_s": round(elapsed, 3)}
+    emit(result, as_json, _show_pack)
+
+
+def _show_pack(result: dict[str, Any]) -> None:
+    asked = result["to_send_bytes"] is not None
+    print_table([{"path": f["path"], "size": f["size"], "sha256": f["sha256"][:16],
+                  **({"orchestrator": "has it" if f["on_orchestrator"] else "to send"}
+                     if asked else {})} for f in result["files"]])
+    line = f"{len(result['files'])} files, {result['total_bytes']} bytes"
+    if asked:
+        line += f"; {result['to_send_bytes']} bytes to send"
+    typer.echo(line + (f"; {len(result['missing'])} missing" if result["missing"] else ""))
 
 
 def _new_submission(journal: Submissions, chain: MeshChain, customer: str, request: str,

@@ -16,10 +16,11 @@ from orchestrator.api.errors import error_body
 
 class BodyLimit:
     """Refuse a JSON body over `max_bytes` with 413: by Content-Length before reading, or
-    while reading when the length is not declared. Streamed blob uploads (`stream_prefix`)
-    pass through; their route applies its own, larger limit while streaming. A few routes
-    whose bodies are larger by design (a PoPW answer carries Merkle openings) get their own
-    limit through `route_limits`: (full-match path pattern, bytes)."""
+    while reading when the length is not declared. Streamed blob uploads (a PUT under
+    `stream_prefix`) pass through; their route applies its own, larger limit while
+    streaming. A few routes whose bodies are larger by design (a PoPW answer carries Merkle
+    openings, a job spec its pack's manifest) get their own limit through `route_limits`:
+    (full-match path pattern, bytes)."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int, stream_prefix: str,
                  route_limits: Sequence[tuple[str, int]] = ()) -> None:
@@ -35,7 +36,8 @@ class BodyLimit:
         return self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(self.stream_prefix):
+        if scope["type"] != "http" or (scope["method"] == "PUT"
+                                       and scope["path"].startswith(self.stream_prefix)):
             await self.app(scope, receive, send)
             return
         max_bytes = self.limit_for(scope["path"])

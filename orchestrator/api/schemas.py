@@ -11,6 +11,7 @@ from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.domain.types import Priority
+from protocol.packs import MAX_ASSET_PATH, MAX_ASSETS, asset_path_problem
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")]
 Region = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9._:-]+$")]
@@ -36,6 +37,7 @@ RowId = Annotated[int, Path(ge=0, lt=SAFE_INT)]  # a task, check or other row id
 # A PoPW GPU class name (`popw.DEFAULT_GPU_CLASSES`: cpu, rtx4090, h100...).
 GpuClassName = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
 MAX_TASKS_PER_JOB = 10_000
+MAX_JOB_BYTES = 512 * 1024  # a submission's body: a spec with a pack of MAX_ASSETS paths fits
 
 
 class Strict(BaseModel):
@@ -151,11 +153,22 @@ class BlenderWorkload(Strict):
     format: Literal["png", "exr"] = "png"
     resolution: tuple[Annotated[int, Field(ge=4, le=16384)],
                       Annotated[int, Field(ge=4, le=16384)]] | None = None  # None: the file's
+    # The scene's other files (protocol.packs): path relative to the .blend's folder -> sha256
+    assets: dict[Annotated[str, Field(max_length=MAX_ASSET_PATH)], Sha256Hex] | None = Field(
+        None, min_length=1, max_length=MAX_ASSETS)
 
     @property
     def task_count(self) -> int:
         """One task per tile of every frame."""
         return (self.frames.end - self.frames.start + 1) * self.tiles
+
+    @model_validator(mode="after")
+    def _assets_inside(self) -> BlenderWorkload:
+        for name in self.assets or {}:
+            problem = asset_path_problem(name)
+            if problem is not None:
+                raise ValueError(f"asset {name!r}: {problem} (under the .blend's folder)")
+        return self
 
     @model_validator(mode="after")
     def _bounded(self) -> BlenderWorkload:
@@ -340,6 +353,17 @@ class TaskOut(BaseModel):
 class BlobOut(BaseModel):
     sha256: str
     size: int
+
+
+MAX_LACKING_QUERY = 512  # hashes one question names (a pack asks in batches)
+
+
+class LackingIn(Strict):
+    sha256s: list[Sha256Hex] = Field(min_length=1, max_length=MAX_LACKING_QUERY)
+
+
+class LackingOut(BaseModel):
+    lacking: list[str]  # of the hashes asked, those the signing wallet has still to upload
 
 
 class ResultOut(BaseModel):

@@ -187,12 +187,17 @@ def holds_check(session: Session, *, node_id: str, now: float) -> bool:
 
 
 def leased_blobs(session: Session, *, node_id: str, now: float) -> set[str]:
-    """Inputs of the checks leased to this node (the .blend it re-renders)."""
-    return {str(check.recipe["payload"]["blend_sha256"]) for check in session.scalars(
-        select(VerificationCheck).where(VerificationCheck.checker_node == node_id,
-                                        VerificationCheck.status == CheckStatus.LEASED.value,
-                                        VerificationCheck.expires_at >= now))
-            if check.recipe.get("payload", {}).get("blend_sha256")}
+    """Inputs of the checks leased to this node (the .blend it re-renders and its pack)."""
+    readable: set[str] = set()
+    for check in session.scalars(select(VerificationCheck).where(
+            VerificationCheck.checker_node == node_id,
+            VerificationCheck.status == CheckStatus.LEASED.value,
+            VerificationCheck.expires_at >= now)):
+        payload = check.recipe.get("payload", {})
+        if payload.get("blend_sha256"):
+            readable.add(str(payload["blend_sha256"]))
+            readable.update(str(sha256) for sha256 in (payload.get("assets") or {}).values())
+    return readable
 
 
 def record_of(session: Session, *, provider: str) -> ProviderRecord:

@@ -17,6 +17,21 @@ def input_blobs(payload: Mapping[str, Any]) -> set[str]:
     return {str(payload[key]) for key in ("blend_sha256", "input_sha256") if payload.get(key)}
 
 
+def pack_of(spec: Mapping[str, Any]) -> dict[str, str]:
+    """A job's pack: its workload's `assets` (path -> sha256 of each file the .blend reads
+    besides itself), empty when it has none. Its tasks read them all."""
+    return {str(name): str(sha256) for name, sha256 in
+            ((spec.get("workload") or {}).get("assets") or {}).items()}
+
+
+def handed_payload(payload: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What a node is handed to run (a lease) or re-run (a check) of a task: its payload, with
+    its job's pack (`assets`) when the job has one. The manifest stays in the job's spec, not in
+    each of its tasks' rows."""
+    pack = pack_of(spec)
+    return {**payload, "assets": pack} if pack else dict(payload)
+
+
 def split_tasks(workload: dict[str, Any]) -> list[dict[str, Any]]:
     """Task payloads for a validated workload (see `api.schemas.JobSpec`)."""
     if workload["kind"] == "blender":

@@ -12,7 +12,7 @@ it is left and nothing names it (`collect_expired`, the upload GC)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -130,6 +130,18 @@ async def receive(*, sha256: str, chunks: AsyncIterator[bytes], declared_bytes: 
             pls.ingest.record_upload(session, node_id=sender.node_id,
                                      mbps=size * 8 / 1e6 / elapsed, now=clock())
     return size
+
+
+def lacking(session: Session, *, address: str, hashes: Iterable[str], store: BlobStore,
+            now: float) -> list[str]:
+    """The distinct `hashes`, sorted, that the wallet at `address` must still upload before a
+    job of its may name them: those it holds no upload of (claimed by a job, or unclaimed and
+    unexpired), or whose blob is no longer stored. Another principal's upload of the same
+    bytes does not count: a job names only blobs its customer has shown it holds."""
+    wanted = set(hashes)
+    held = blob_db.uploaded(session, uploader=blob_db.wallet_uploader(address), hashes=wanted,
+                            now=now)
+    return sorted(sha256 for sha256 in wanted if sha256 not in held or not store.exists(sha256))
 
 
 def check_readable(session: Session, *, sha256: str, node_id: str, verifier: Verifier,

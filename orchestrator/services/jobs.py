@@ -26,7 +26,7 @@ from orchestrator.db.models import Blob, Job, Task
 from orchestrator.domain.chain_views import EscrowedJob, EscrowStatus
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, Refused, Unfunded
 from orchestrator.domain.ids import JobId, hex0x
-from orchestrator.domain.jobs import NewJob, input_blobs, split_tasks
+from orchestrator.domain.jobs import NewJob, input_blobs, pack_of, split_tasks
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -134,7 +134,8 @@ def submit(session: Session, *, job: Submission,
     if job_db.get_job(session, job_id=job_id) is not None:
         raise Refused("job_exists", "a job with this id was already submitted")
     payloads = split_tasks(job.spec["workload"])
-    inputs = set().union(*(input_blobs(payload) for payload in payloads))
+    inputs = set().union(*(input_blobs(payload) for payload in payloads),
+                         set(pack_of(job.spec).values()))
     uploader = blob_db.wallet_uploader(job.customer)
     missing = sorted(inputs - blob_db.uploaded(session, uploader=uploader, hashes=inputs,
                                                now=now))

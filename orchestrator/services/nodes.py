@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from orchestrator.db import jobs as job_db
 from orchestrator.db import nodes as node_db
 from orchestrator.db import pls as store
 from orchestrator.db import session as db_session
@@ -23,6 +24,7 @@ from orchestrator.db.models import Node, PopwVerdictRecord
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, Unavailable, Unfunded
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.ids import unhex
+from orchestrator.domain.jobs import handed_payload
 from orchestrator.domain.popw import Challenge, PopwAnswer, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, RsComponents
 from orchestrator.domain.types import NodeSpec
@@ -142,8 +144,10 @@ def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
         session.commit()
         return None
     lease, task = grant.lease, grant.task
+    job = job_db.get_job(session, job_id=task.job_id)
     pulled = PulledLease(lease_id=lease.id, task_id=task.id, job_id=task.job_id,
-                         slot=lease.slot, expires_at=lease.expires_at, payload=task.payload,
+                         slot=lease.slot, expires_at=lease.expires_at,
+                         payload=handed_payload(task.payload, {} if job is None else job.spec),
                          resume_from_sha256=task.checkpoint_sha256,
                          resume_progress=task.checkpoint_progress,
                          checkpoint_interval_s=grant.checkpoint_interval_s)

@@ -31,6 +31,7 @@ from orchestrator.db.models import Job, Node, Task, VerificationCheck, Verificat
 from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.errors import Invalid, Missing, Refused
 from orchestrator.domain.ids import hex0x
+from orchestrator.domain.jobs import handed_payload
 from orchestrator.domain.lifecycle import (
     CheckStatus,
     JobStatus,
@@ -164,7 +165,7 @@ class Verifier:
                              now=now, reason=f"{rule.k}-of-{rule.n} runs on distinct providers")
             for _ in range(rule.n - 1):
                 store.add_check(session, commitment=row, window=0, role="replica",
-                                recipe=self._recipe(task, row, 0, windows, rows), now=now)
+                                recipe=self._recipe(session, task, row, 0, windows, rows), now=now)
             return row
         drawn = sampled_windows(seed, commitment.windows, rate)
         if not drawn:
@@ -175,7 +176,7 @@ class Verifier:
                              now=now, reason=f"windows {drawn} drawn at rate {rate:.3f}")
             for window in drawn:
                 store.add_check(session, commitment=row, window=window, role="check",
-                                recipe=self._recipe(task, row, window, windows, rows),
+                                recipe=self._recipe(session, task, row, window, windows, rows),
                                 now=now)
         self.settle_if_verified(session, job_id=task.job_id, now=now)
         return row
@@ -234,12 +235,13 @@ class Verifier:
         low, high = window_rows(tile * windows + window, tiles * windows, frame_height)
         return low - top, high - top
 
-    def _recipe(self, task: Task, row: VerificationCommitment, window: int, windows: int,
-                height: int) -> dict[str, Any]:
+    def _recipe(self, session: Session, task: Task, row: VerificationCommitment, window: int,
+                windows: int, height: int) -> dict[str, Any]:
         """What the checker runs: the same scene, Blender build, seed (in the .blend), sample
-        plan and resolution, restricted to the window (a border render of strip
+        plan, resolution and pack, restricted to the window (a border render of strip
         `tile * windows + window` of `tiles * windows`)."""
-        payload = dict(task.payload)
+        job = job_db.get_job(session, job_id=task.job_id)
+        payload = handed_payload(task.payload, {} if job is None else job.spec)
         recipe: dict[str, Any] = {"task_id": task.id, "window": window, "windows": windows,
                                   "root": row.root, "env": row.env,
                                   "excluded_providers": [row.provider],

@@ -32,7 +32,7 @@ from orchestrator.db.placement import (
 )
 from orchestrator.domain.errors import Invalid, NotFound, Refused
 from orchestrator.domain.failure_detector import PhiAccrualDetector
-from orchestrator.domain.jobs import input_blobs
+from orchestrator.domain.jobs import input_blobs, pack_of
 from orchestrator.domain.lifecycle import (
     JOB_TRANSITIONS,
     TASK_TRANSITIONS,
@@ -142,15 +142,18 @@ MAX_MANIFEST_BYTES = 1 << 20
 
 def readable_blobs(session: Session, *, node_id: str) -> set[str]:
     """Blobs a node may download, all of them assigned by the service: for each task it holds
-    a live lease on, the task's inputs (.blend, command input), its latest checkpoint, and the
-    parts recorded for that checkpoint when it was taken (`add_checkpoint`). What a manifest
-    says when read later is never trusted."""
+    a live lease on, the task's inputs (.blend and its job's pack, command input), its latest
+    checkpoint, and the parts recorded for that checkpoint when it was taken
+    (`add_checkpoint`). What a manifest says when read later is never trusted."""
     readable: set[str] = set()
     for lease in lease_db.live_leases(session, node_id=node_id):
         task = job_db.get_task(session, task_id=lease.task_id)
         if task is None:
             continue
         readable.update(input_blobs(task.payload))
+        job = job_db.get_job(session, job_id=task.job_id)
+        if job is not None:
+            readable |= set(pack_of(job.spec).values())
         if task.checkpoint_sha256 is not None:
             readable.add(task.checkpoint_sha256)
             readable |= blob_db.checkpoint_parts(session, task_id=task.id,

@@ -124,3 +124,64 @@ def test_threadBomb_stoppedAsProcessLimit(tmp_path: Path) -> None:
             "time.sleep(20)\n")
     outcome, _, reason = sandboxed(code, tmp_path, Limits(processes=64, wall_s=60))
     assert outcome is Outcome.PROCESSES, reason
+
+
+def cached_pack(folder: Path, names: list[str]) -> dict[str, Path]:
+    """Files as the agent's cache holds a pack (one per name, flat, content-named)."""
+    folder.mkdir(exist_ok=True)
+    pack = {}
+    for index, name in enumerate(names):
+        pack[name] = folder / f"blob{index}"
+        pack[name].write_bytes(name.encode())
+    return pack
+
+
+def test_a_pack_is_laid_out_under_the_input_dir_by_its_paths(tmp_path: Path) -> None:
+    """A scene's pack (issue 35) lies beside its .blend as its relative paths name it."""
+    pack = cached_pack(tmp_path / "cache", ["tex/rel.png", "lib/lib.blend", "lib/libtex.png",
+                                            "_outside/srv/abs.png"])
+    with Sandbox(limits=Limits(), parent_dir=tmp_path) as box:
+        box.give(pack)
+        assert {str(p.relative_to(box.given)): p.read_text() for p in box.given.rglob("*")
+                if p.is_file()} == {name: name for name in pack}
+
+
+@pytest.mark.parametrize(("names", "reason"), [
+    (["ok.png", "../escape.png"], "'..'"),
+    (["ok.png", "/etc/cron.d/x"], "absolute"),
+    (["ok.png", "tex/../../escape.png"], "'..'"),
+    (["ok.png", "ok.png/inside"], "runs through a file"),
+])
+def test_a_hostile_pack_path_is_refused_before_anything_is_written(
+        tmp_path: Path, names: list[str], reason: str) -> None:
+    pack = cached_pack(tmp_path / "cache", names)
+    parent = tmp_path / "tasks"
+    parent.mkdir()
+    with Sandbox(limits=Limits(), parent_dir=parent) as box:
+        with pytest.raises(sandbox.UnsafeInput, match=reason):
+            box.give(pack)
+        if reason != "runs through a file":  # checked on the way: the first file is there
+            assert list(box.given.iterdir()) == []
+        assert sorted(p.name for p in parent.iterdir()) == [box.root.name]
+    assert not (tmp_path / "escape.png").exists()
+
+
+def test_a_symlink_on_a_pack_path_is_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    with Sandbox(limits=Limits(), parent_dir=tmp_path) as box:
+        (box.given / "tex").symlink_to(outside)  # as if planted before the pack is laid out
+        with pytest.raises(sandbox.UnsafeInput, match="symlink"):
+            box.give(cached_pack(tmp_path / "cache", ["tex/rel.png"]))
+        (box.given / "scene.blend").symlink_to(outside / "target")
+        with pytest.raises(sandbox.UnsafeInput, match="laid out twice"):
+            box.give(cached_pack(tmp_path / "cache", ["scene.blend"]))
+    assert list(outside.iterdir()) == []
+
+
+def test_a_pack_over_the_limit_is_refused_whole(tmp_path: Path) -> None:
+    pack = cached_pack(tmp_path / "cache", ["a.png", "b.png"])  # 5 bytes each
+    with Sandbox(limits=Limits(pack_bytes=9), parent_dir=tmp_path) as box:
+        with pytest.raises(sandbox.UnsafeInput, match="at most 9"):
+            box.give(pack)
+        assert list(box.given.iterdir()) == []

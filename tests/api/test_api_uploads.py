@@ -161,3 +161,34 @@ def test_what_a_checkpoint_names_is_kept_and_what_nothing_names_is_deleted(
     assert gc(client) == [stray]
     assert [stored(client, factory, sha) for sha in (chunk, manifest, stray)] == [
         True, True, False]
+
+
+def lacking(wallet: Wallet, hashes: list[str]) -> tuple[int, object]:
+    response = wallet.send("POST", "/v1/blobs/lacking", {"sha256s": hashes})
+    return response.status_code, response.json()
+
+
+def test_a_wallet_is_told_which_blobs_of_a_pack_it_has_still_to_upload(
+        client: TestClient, new_wallet: Callable[[], Wallet], clock: VirtualClock) -> None:
+    """The question `mesh job submit` asks before it uploads a pack (issue 35): only what this
+    wallet holds counts (another's upload of the same bytes does not prove possession), an
+    expired upload is lacking again, and the question is signed and bounded."""
+    artist, other = new_wallet(), new_wallet()
+    (texture, _), (library, _) = blob(100, "texture"), blob(200, "library")
+    assert lacking(artist, [texture, library, texture]) == (200, {
+        "lacking": sorted([texture, library])})
+    assert put(artist, 100, "texture")[0] == 200
+    assert lacking(artist, [texture, library]) == (200, {"lacking": [library]})
+    assert lacking(other, [texture]) == (200, {"lacking": [texture]})
+    clock.advance(TTL_S + 1)
+    gc(client)
+    assert lacking(artist, [texture]) == (200, {"lacking": [texture]})
+
+    unsigned = client.post("/v1/blobs/lacking", json={"sha256s": [texture]})
+    assert unsigned.status_code == 401
+    status, body = lacking(artist, [texture] * 513)
+    assert status == 422 and "sha256s" in json.dumps(body)
+    assert lacking(artist, ["not-a-hash"])[0] == 422
+    huge = client.post("/v1/blobs/lacking", content=b"x" * 70_000,
+                       headers={"content-type": "application/json"})
+    assert huge.status_code == 413  # under /v1/blobs/, only a PUT streams past the body limit

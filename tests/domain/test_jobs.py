@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.domain.jobs import NewJob, input_blobs, split_tasks
+from orchestrator.domain.jobs import NewJob, handed_payload, input_blobs, pack_of, split_tasks
 from orchestrator.domain.types import TaskNeeds
 
 BLEND = "b" * 64
@@ -67,3 +67,16 @@ def test_a_tasks_inputs_are_the_scene_or_the_commands_input_and_nothing_else() -
         "c" * 64}
     assert input_blobs({"kind": "command", "argv": ["true"], "input_sha256": None}) == set()
     assert input_blobs({"kind": "command", "argv": ["true"], "result_sha256": "d" * 64}) == set()
+
+
+def test_a_packed_jobs_tasks_are_handed_its_pack_which_stays_out_of_their_rows() -> None:
+    pack = {"tex/rel.png": "1" * 64, "lib/lib.blend": "2" * 64}
+    spec = {"workload": {"kind": "blender", "blend_sha256": BLEND,
+                         "frames": {"start": 1, "end": 2}, "assets": pack}}
+    tasks = split_tasks(spec["workload"])
+    assert all("assets" not in task for task in tasks)
+    assert pack_of(spec) == pack
+    assert handed_payload(tasks[0], spec) == {**tasks[0], "assets": pack}
+    unpacked = {"workload": {**spec["workload"], "assets": None}}
+    assert pack_of(unpacked) == {} and handed_payload(tasks[0], unpacked) == tasks[0]
+    assert pack_of({"kind": "command"}) == {}

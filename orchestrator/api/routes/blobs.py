@@ -1,15 +1,23 @@
 """Streamed, size-limited, hash-checked uploads of inputs, checkpoints and results (large ones
-are timed, as the node's upload throughput for PLS); downloads for nodes that hold a lease (the
-.blend, the checkpoint chunks they resume from)."""
+are timed, as the node's upload throughput for PLS); which of a pack's blobs a customer has
+still to upload; downloads for nodes that hold a lease (the .blend and its pack, the checkpoint
+chunks they resume from)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 
-from orchestrator.api.deps import CtxDep, NodeDep, NonceAfterValidation, SessionDep, UploaderDep
+from orchestrator.api.deps import (
+    CtxDep,
+    NodeDep,
+    NonceAfterValidation,
+    SessionDep,
+    SignedDep,
+    UploaderDep,
+)
 from orchestrator.api.errors import ApiError, errors
-from orchestrator.api.schemas import BlobOut, Sha256Path
+from orchestrator.api.schemas import BlobOut, LackingIn, LackingOut, Sha256Path
 from orchestrator.domain.errors import Forbidden, Invalid, Missing, OverQuota, TooLarge
 from orchestrator.services import blobs
 
@@ -32,6 +40,14 @@ async def upload(sha256: Sha256Path, request: Request, uploader: UploaderDep,
         limits=ctx.uploads, factory=ctx.factory, pls=ctx.pls, metrics=ctx.metrics,
         clock=ctx.now)
     return BlobOut(sha256=sha256, size=size)
+
+
+@router.post("/blobs/lacking", response_model=LackingOut,
+             summary="Which of these blobs the signing wallet has still to upload before a job "
+                     "may name them (signed; a pack asks in batches)")
+def lacking(body: LackingIn, signed: SignedDep, session: SessionDep, ctx: CtxDep) -> LackingOut:
+    return LackingOut(lacking=blobs.lacking(session, address=signed.address,
+                                            hashes=body.sha256s, store=ctx.blobs, now=ctx.now()))
 
 
 def blob_file(ctx: CtxDep, sha256: str) -> FileResponse:
