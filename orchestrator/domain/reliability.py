@@ -474,10 +474,6 @@ class ReliabilityBook:
     def sessions_observed_many(self, rows: NDArray[np.intp]) -> NDArray[np.int64]:
         return np.array([len(self._history[r].sessions) for r in rows.tolist()], dtype=np.int64)
 
-    def online_rows(self) -> NDArray[np.intp]:
-        """Rows of the nodes in a session now."""
-        return np.flatnonzero(~np.isnan(self._session_start[:len(self._ids)]))
-
     def uptime(self, node_id: str, now: float) -> float | None:
         start = self._session_start[self.index_of(node_id)]
         return None if np.isnan(start) else max(now - float(start), 0.0)

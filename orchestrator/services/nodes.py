@@ -27,6 +27,7 @@ from orchestrator.domain.popw import Challenge, PopwAnswer, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, RsComponents
 from orchestrator.domain.types import NodeSpec
 from orchestrator.services import work
+from orchestrator.services.placement import PlacementPass
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_continuity import ProgressOutcome, ShownChunk
 from orchestrator.services.pls_state import StakeUnavailable
@@ -132,12 +133,16 @@ class PulledLease:
 
 
 def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
-               pls_placement: bool, reservation_ttl_s: float, metrics: MeshMetrics,
-               clock: Callable[[], float]) -> PulledLease | None:
-    """The node's next lease, or None when there is no work for it right now."""
-    node = owned_node(session, node_id=node_id, address=address)
-    grant = work.pull_lease(session, node=node, pls=pls, pls_placement=pls_placement,
-                            reservation_ttl_s=reservation_ttl_s, clock=clock)
+               placement: PlacementPass, clock: Callable[[], float]) -> PulledLease | None:
+    """The node's next lease, or None when there is no work for it right now. A node with no
+    reservation waiting is idle: its pull runs the placement pass (which may place a task on
+    a better node instead) before it looks again."""
+    owned_node(session, node_id=node_id, address=address)
+    grant = work.pull_lease(session, node_id=node_id, pls=pls, now=clock())
+    if grant is None:
+        session.commit()  # the pass writes in transactions of its own; read what it wrote
+        placement.run()
+        grant = work.pull_lease(session, node_id=node_id, pls=pls, now=clock())
     if grant is None:
         session.commit()
         return None
@@ -147,11 +152,7 @@ def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
                          resume_from_sha256=task.checkpoint_sha256,
                          resume_progress=task.checkpoint_progress,
                          checkpoint_interval_s=grant.checkpoint_interval_s)
-    waited_s = lease.created_at - task.created_at
     session.commit()
-    if grant.fresh:
-        metrics.placements.inc()
-        metrics.time_to_assignment.observe(max(waited_s, 0.0))
     return pulled
 
 
