@@ -324,15 +324,19 @@ def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str
 
 
 def expire_leases(session: Session, *, now: float) -> int:
-    """Release reservations never started and running leases whose renewals stopped (cause
-    "dead" when the node is DEAD: a lease held through a silence that did not end)."""
+    """Release reservations never started (`START_LAPSED`: a failed start, the node gets no
+    placement until it is heard from again, `db.placement.load_slot_view`) and running leases
+    whose renewals stopped (cause "dead" when the node is DEAD: a lease held through a silence
+    that did not end)."""
     expired = lease_db.lapsed_leases(session, now=now)
     for lease in expired:
         task = job_db.get_task(session, task_id=lease.task_id)
         assert task is not None
         node = node_db.get_node(session, node_id=lease.node_id)
         dead = node is not None and node.health == NodeHealth.DEAD.value
-        requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
+        reason = (lease_db.START_LAPSED if lease.state == LeaseState.RESERVED.value
+                  else "lease lapsed")  # a failed start: no placement on it until heard from
+        requeue_task(session, task=task, lease=lease, now=now, reason=reason,
                      cause="dead" if dead else "lapsed")
     return len(expired)
 

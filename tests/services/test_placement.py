@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import Lease
+from orchestrator.services import work
 from orchestrator.services.placement import PlacementPass
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.builders import TOKEN, make_job
@@ -59,3 +60,27 @@ def test_one_process_places_at_a_time_and_another_takes_over_when_its_lead_lapse
     taken = other.run()
     assert taken is not None and [r.node_id for r in taken.placed] == ["gpu-1"]
     assert leader.run() is None
+
+
+def test_a_node_whose_reservation_lapsed_gets_no_placement_until_it_is_heard_from(
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    """A failed start: the node never picked its reservation up (cut off, stuck). The sweep
+    releases it, and the pass does not hand the task straight back to that node until a
+    heartbeat says it is there again."""
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    make_job(factory, value=TOKEN, now=clock())
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    assert ctx.placement.run().placed  # reserved on gpu-1, which never pulls it
+    clock.advance(ctx.settings.reservation_ttl_s + 1.0)
+    with factory.begin() as session:
+        assert work.expire_leases(session, now=clock()) == 1
+    assert ctx.placement.run().placed == []  # silent since: not placed on again
+    assert node.post("/v1/nodes/gpu-1/heartbeat").status_code == 200
+    ctx.heartbeats.flush()
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    with factory() as session:
+        released = session.scalars(select(Lease).where(Lease.released_at.is_not(None))).one()
+        assert released.release_reason == "start lapsed"
