@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     periodic_enabled: bool = Field(
         True, description="Run periodic sweeps (lease expiry, failure detection) in this process.")
     sweep_interval_s: float = Field(1.0, description="Period of the failure/lease sweep.")
+    placement_interval_s: float = Field(
+        1.0, gt=0, description="Period of the placement pass (it also runs when an idle node "
+        "pulls): the longest a task waits for a pass once a node is free. One replica places "
+        "at a time; another takes over within three periods of its death.")
     nonce_gc_interval_s: float = Field(
         60.0, gt=0, description="Period of the job forgetting expired request nonces (leader "
         "only; a replica taking it over waits three periods).")

@@ -59,6 +59,7 @@ from orchestrator.services.chain_events import (
     IndexReader,
 )
 from orchestrator.services.disputes import DisputeChain, apply_event
+from orchestrator.services.placement import PlacementPass
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_state import StakeReader
 from orchestrator.services.verification import Verifier
@@ -136,7 +137,12 @@ def _periodic_jobs(ctx: AppContext) -> list[PeriodicJob]:
     def pls_prune(session: Session, now: float) -> None:
         ctx.pls.log.prune(session, now=now)
 
+    def place(session: Session, now: float) -> None:
+        ctx.placement.run()  # takes the `placement` lease itself: pulls run it too
+
     jobs = [PeriodicJob("sweep", ctx.settings.sweep_interval_s, sweep),
+            PeriodicJob("placement", ctx.settings.placement_interval_s, place,
+                        leader_only=False),
             PeriodicJob("nonce-gc", ctx.settings.nonce_gc_interval_s, forget_nonces),
             PeriodicJob("escrow-sync", 5.0, escrow_sync),
             PeriodicJob("upload-gc", ctx.settings.upload_gc_interval_s, upload_gc),
@@ -295,6 +301,10 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
                                    on_flush=pls_service.ingest.on_heartbeats),
         detector=PhiAccrualDetector(), session_secret=secret, escrow_reader=escrow_reader,
         clock=clock, pls=pls_service,
+        placement=PlacementPass(factory, gate=pls_service.placement if settings.pls_placement
+                                else None, reservation_ttl_s=settings.reservation_ttl_s,
+                                lead_ttl_s=3 * settings.placement_interval_s, metrics=metrics,
+                                clock=clock),
         verifier=Verifier(blobs=blob_store, pls=pls_service, secret=verification_secret,
                           policy=SamplingPolicy.parse(settings.verification_policy),
                           windows=settings.verification_windows,

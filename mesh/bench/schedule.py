@@ -1,9 +1,10 @@
 """Placement throughput: tasks placed and committed per second, with decision latency.
 
-The fleet and the queue are written first (not timed); then the batch placer drains
-the queue into leases. `placements_per_s` counts only committed reservations. With `pls`,
-the placer's gate is the PLS service: the engine ranks the candidates of each kind of need,
-and every placement locks its collateral (a row and an outbox action) in the same batch.
+The fleet and the queue are written first (not timed); then one placement pass, the one the
+service runs (`services.placement.PlacementPass`), drains the queue into reservations.
+`placements_per_s` counts only committed reservations. With `pls`, the pass's gate is the PLS
+service: the engine ranks the candidates of each kind of need, and every placement locks its
+collateral (a row and an outbox action) in the same batch.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
 from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
-from orchestrator.scheduling.placer import Placer
+from orchestrator.services.placement import BATCH, PlacementPass
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_placement import PlsPlacement
 from orchestrator.telemetry.metrics import MeshMetrics
@@ -45,7 +46,6 @@ REGIONS = ["eu", "us", "asia"]
 NEEDS = [TaskNeeds(), TaskNeeds(min_vram_gb=24), TaskNeeds(regions=frozenset({"eu", "us"})),
          TaskNeeds(min_vram_gb=16, max_price_per_gpu_hour=300)]
 TASKS_PER_JOB = 1_000
-BATCH = 2_000
 
 
 def _fleet(nodes: int, slots: int, rng: random.Random) -> list[NodeSpec]:
@@ -90,12 +90,13 @@ def _run_backend(url: str, nodes: int, tasks: int, pls: bool = False) -> dict[st
                 amount=10**18, deadline=1e12, needs=NEEDS[job % len(NEEDS)],
                 payloads=tuple({"frame": f} for f in range(count))), now=0.0,
                 status=JobStatus.FUNDED)
-    placer = (Placer(factory, gate=_pls_gate(factory), clock=lambda: 60.0) if pls
-              else Placer(factory))
+    placement = PlacementPass(factory, gate=_pls_gate(factory) if pls else None,
+                              reservation_ttl_s=30.0, lead_ttl_s=3600.0, metrics=MeshMetrics(),
+                              clock=lambda: 60.0)
     started = time.perf_counter()
-    placer.reload()
-    result = placer.place_all(batch_size=BATCH)
+    result = placement.run()
     elapsed = time.perf_counter() - started
+    assert result is not None  # the only process: it leads
     with factory() as session:
         locks = pls_store.lock_count(session)
     engine.dispose()

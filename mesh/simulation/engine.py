@@ -513,7 +513,7 @@ class Simulation:
         if eligible_nodes.size == 0:
             hopeless[task_class] = 0.0
             return False
-        # Every idle eligible node is a candidate, as the service's `Placer` ranks them all;
+        # Every idle eligible node is a candidate, as the service's placement pass ranks them;
         # shuffled so that no policy favours low node indices when it breaks ties.
         candidates = self.rng.permutation(eligible_nodes)
         remaining = task.work_s - task.saved_s

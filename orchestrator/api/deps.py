@@ -24,6 +24,7 @@ from orchestrator.domain.chain_views import EscrowedJob
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.services.blobs import UploadLimits
 from orchestrator.services.disputes import DisputeChain
+from orchestrator.services.placement import PlacementPass
 from orchestrator.services.pls import PlsService
 from orchestrator.services.verification import Verifier
 from orchestrator.storage.blobs import BlobStore
@@ -49,6 +50,7 @@ class AppContext:
     escrow_reader: EscrowReader | None
     clock: Callable[[], float]  # wall time in service; tests may pass a virtual clock
     pls: PlsService  # the one reliability book, staking policy and PoPW state
+    placement: PlacementPass  # the one placement path: pulls and the periodic job run it
     verifier: Verifier  # commitments, re-checks and their verdicts
     registrations: PerKeyRate  # node registrations per wallet (settings.registrations_per_hour)
     uploads: UploadLimits  # what a wallet, a node and everyone may keep stored unclaimed

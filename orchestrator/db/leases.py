@@ -31,6 +31,9 @@ def leased_since(session: Session, *, node_id: str, since: float) -> bool:
         is not None
 
 
+START_LAPSED = "start lapsed"  # release reason: a reservation its node never started
+
+
 def oldest_reservation(session: Session, *, node_id: str) -> Lease | None:
     """The node's oldest live lease it has not started yet."""
     return session.scalars(select(Lease).where(

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, tuple_, update
+from sqlalchemy import func, insert, select, tuple_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from orchestrator.db.leases import START_LAPSED
 from orchestrator.db.models import Job, Lease, Node, StatusHistory, Task
 from orchestrator.db.nodes import node_spec
 from orchestrator.db.statuses import set_job_status
@@ -76,10 +77,16 @@ class Reservation:
 
 
 def load_slot_view(session: Session) -> SlotView:
+    """Nodes that may be placed on: alive, not draining, and not silent since a reservation
+    of theirs lapsed unstarted (a failed start: placed again once heard from)."""
+    failed_start = select(Lease.id).where(
+        Lease.node_id == Node.id, Lease.release_reason == START_LAPSED,
+        Lease.released_at > func.coalesce(Node.last_heartbeat_at, -1.0)).exists()
     nodes = [
         node_spec(n)
         for n in session.scalars(
-            select(Node).where(Node.health == NodeHealth.ALIVE.value, Node.draining.is_(False))
+            select(Node).where(Node.health == NodeHealth.ALIVE.value, Node.draining.is_(False),
+                               ~failed_start)
         )
     ]
     held: dict[str, set[int]] = {}

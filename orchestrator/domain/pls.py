@@ -17,14 +17,13 @@ late a slow GPU would deliver (`CostModel.latency_share_per_hour`). Nodes whose
 free on-chain stake cannot cover the risk-priced collateral (`collateral.py`)
 are dropped, and long tasks go only to nodes with a verified record
 (`Probation`) while any such node is a candidate. Nodes under the RS floor wait
-while enough of the online grid clears it (`PlsPolicy.floor_holds`), for the
-lease pull and the batch placer alike; on a grid of short-lived hosts the floor
-gives way and the risk is priced instead. `LeaseHold` decides whether a
-silent node's lease is kept through a silence its peers share (and keeps that
-silence out of the node's record). A share of short tasks goes to the best new
-node (few sessions observed) so newcomers can build a history; that choice is
-drawn from the policy's own seeded generator, so a run is reproducible given
-the seed and the sequence of calls.
+while enough of the free candidates clear it (`PlsPolicy.rank_rows`); on a grid
+of short-lived hosts the floor gives way and the risk is priced instead.
+`LeaseHold` decides whether a silent node's lease is kept through a silence its
+peers share (and keeps that silence out of the node's record). A share of short
+tasks goes to the best new node (few sessions observed) so newcomers can build a
+history; that choice is drawn from the policy's own seeded generator, so a run is
+reproducible given the seed and the sequence of calls.
 
 A task that would run past its job's critical path on the best free node may wait for a
 faster busy one, never longer than the lateness that saves (`faster_node_wait_s`).
@@ -36,7 +35,6 @@ for the exploration draw).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -49,8 +47,6 @@ from orchestrator.domain.reliability import Durations, ReliabilityBook
 from orchestrator.domain.slashing import StakingPolicy
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 
-FLOOR_REFRESH_S = 60.0  # how long one reading of `PlsPolicy.floor_holds` is reused
-FLOOR_BAND = math.log(1.1)  # durations within 10 % of each other share that reading
 REFERENCE_SPEED = 1.0  # the reference card's render speed (`popw.GpuClass.render_speed`)
 
 
@@ -221,31 +217,8 @@ class PlsPolicy:
         self.new_node_sessions = new_node_sessions
         self.probation = probation or Probation()
         self.min_rs = min_rs  # RS for the task below this is no candidate...
-        self.floor_share = floor_share  # ...while this share of the online nodes clear it
+        self.floor_share = floor_share  # ...while this share of the free candidates clear it
         self._rng = np.random.default_rng(seed)
-        self._floor_cache: dict[tuple[int, int], bool] = {}
-
-    def floor_holds(self, now: float, duration_s: float) -> bool:
-        """Whether the RS floor applies to a task of `duration_s` that one node pulls alone:
-        while at least `floor_share` of the online nodes clear it, the risky node waits for
-        the steadier ones (they pull too); when fewer do (a grid of short-lived hosts), steady
-        capacity is short and the task goes to it, its risk priced (collateral, Young's
-        shorter interval), rather than wait. `rank_rows` reads the same share over its
-        candidates when it has several (the batch placer offers every free node). Read once a
-        minute per 10 % band of duration (a full-grid pass per pull would dominate it)."""
-        if self.min_rs <= 0.0 or len(self.book) == 0:
-            return True
-        key = (int(now // FLOOR_REFRESH_S), round(math.log(max(duration_s, 1.0)) / FLOOR_BAND))
-        held = self._floor_cache.get(key)
-        if held is None:
-            if len(self._floor_cache) > 256:
-                self._floor_cache.clear()
-            raw = self.book.raw_score_many(None, now, duration_s)
-            online = raw > 0.0
-            steady = online & (self.book.recalibrate(raw) >= self.min_rs)
-            held = bool(steady.sum() >= self.floor_share * online.sum()) and bool(online.any())
-            self._floor_cache[key] = held
-        return held
 
     def _expected_cost(self, prices: NDArray[np.float64], p_fail: NDArray[np.float64],
                        needs: TaskNeeds, wall_s: Durations) -> NDArray[np.float64]:
@@ -262,8 +235,11 @@ class PlsPolicy:
                   wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
         """Rank already-eligible rows: drops offline nodes, those whose free stake is short
         of the collateral, and those under `min_rs` while the floor holds: while at least
-        `floor_share` of the online candidates clear it (of the online grid, `floor_holds`,
-        when one node is ranked alone); ties keep the caller's order.
+        `floor_share` of the online candidates (the nodes free now, as the placement pass
+        offers them) clear it, the risky ones wait for the steadier; when fewer do (a grid of
+        short-lived hosts), steady capacity is short and the task goes to a risky node, its
+        risk priced (collateral, Young's shorter interval), rather than wait. Ties keep the
+        caller's order.
         `wall_durations_s`: how long the task would run on each row (its work over the
         node's verified speed), so a fast GPU is asked to survive a shorter time; default
         `needs.expected_duration_s` for all."""
@@ -283,10 +259,7 @@ class PlsPolicy:
         usable_mask = np.zeros_like(placeable)
         steady = rs >= self.min_rs
         online = raw_rs > 0.0
-        if online.sum() > 1:  # the batch placer: its candidates are the nodes free now
-            holds = bool((steady & online).sum() >= self.floor_share * online.sum())
-        else:  # a node pulling work alone: read the share over the online grid
-            holds = self.floor_holds(now, needs.expected_duration_s)
+        holds = bool((steady & online).sum() >= self.floor_share * online.sum())
         floors = (steady,) if holds else (steady, np.ones_like(placeable))  # steady first
         for floor in floors:
             for allowed in ladder:

@@ -69,7 +69,7 @@ class PlsConfig:
     """Every PLS knob, for the service and the simulator alike."""
 
     min_rs: float = 0.5  # a placement needs RS(node, task duration) at least this...
-    floor_share: float = 0.25  # ...while this share of online nodes clear it (`floor_holds`)
+    floor_share: float = 0.25  # ...while this share of free candidates clear it (`rank_rows`)
     score_horizon_s: float = 3600.0  # T of the RS readings observed and committed per epoch
     epoch_s: float = 3600.0
     prior_refit_s: float = 86_400.0  # the population prior is refitted from the grid daily
@@ -334,12 +334,6 @@ class PlsEngine:
 
     def speed(self, node_id: str) -> float:
         return float(self._speeds[self.book.index_of(node_id)])
-
-    def fastest_online(self) -> float:
-        """The render speed of the fastest node online now (the lease pull's estimate of
-        what a task may wait for; the batch placer knows which nodes are busy)."""
-        rows = self.book.online_rows()
-        return float(self._speeds[rows].max()) if rows.size else 0.0
 
     # ----- attempts ---------------------------------------------------------------------
     def attempt_ended(self, raw_rs: float | None, finished: bool) -> None:

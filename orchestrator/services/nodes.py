@@ -29,6 +29,7 @@ from orchestrator.domain.popw import Challenge, PopwAnswer, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, RsComponents
 from orchestrator.domain.types import NodeSpec
 from orchestrator.services import work
+from orchestrator.services.placement import PlacementPass
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_continuity import ProgressOutcome, ShownChunk
 from orchestrator.services.pls_state import StakeUnavailable
@@ -134,12 +135,16 @@ class PulledLease:
 
 
 def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
-               pls_placement: bool, reservation_ttl_s: float, metrics: MeshMetrics,
-               clock: Callable[[], float]) -> PulledLease | None:
-    """The node's next lease, or None when there is no work for it right now."""
-    node = owned_node(session, node_id=node_id, address=address)
-    grant = work.pull_lease(session, node=node, pls=pls, pls_placement=pls_placement,
-                            reservation_ttl_s=reservation_ttl_s, clock=clock)
+               placement: PlacementPass, clock: Callable[[], float]) -> PulledLease | None:
+    """The node's next lease, or None when there is no work for it right now. A node with no
+    reservation waiting is idle: its pull runs the placement pass (which may place a task on
+    a better node instead) before it looks again."""
+    owned_node(session, node_id=node_id, address=address)
+    grant = work.pull_lease(session, node_id=node_id, pls=pls, now=clock())
+    if grant is None:
+        session.commit()  # the pass writes in transactions of its own; read what it wrote
+        placement.run()
+        grant = work.pull_lease(session, node_id=node_id, pls=pls, now=clock())
     if grant is None:
         session.commit()
         return None
@@ -152,8 +157,6 @@ def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
                          resume_progress=task.checkpoint_progress,
                          checkpoint_interval_s=grant.checkpoint_interval_s)
     session.commit()
-    if grant.fresh:
-        metrics.placements.inc()
     return pulled
 
 

@@ -1,6 +1,6 @@
 """PLS placement gates: the tier work may use a node for, the engine's ranking of candidates
 (RS floor, free stake covering the risk-priced collateral, probation, exploration) for the
-batch placer and the lease pull alike, the collateral lock in the placement's transaction,
+placement pass (`services.placement`), the collateral lock in the placement's transaction,
 and each lease's Young/Daly checkpoint interval."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class Admission:
 
 
 class PlacementGate(Protocol):
-    """Predictive Latency Staking admission, applied by the placer and the lease pull alike
-    (implemented by `PlsPlacement`, below: `services.pls.PlsService.placement`)."""
+    """Predictive Latency Staking admission, applied by the placement pass (implemented by
+    `PlsPlacement`, below: `services.pls.PlsService.placement`)."""
 
     def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
         """The node with the tier work may use now."""
@@ -60,10 +60,6 @@ class PlacementGate(Protocol):
     def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
                   now: float) -> bool:
         """The task should wait for a faster node than the admitted one."""
-        ...
-
-    def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
-        """None refuses this node for this task."""
         ...
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
@@ -152,21 +148,6 @@ class PlsPlacement:
         except StakeUnavailable as exc:
             log.warning("placement refused: %s", exc)
             return False
-
-    def admit(self, spec: NodeSpec, needs: TaskNeeds, now: float) -> Admission | None:
-        """One node pulling work: the engine's ranking with that node alone, then the
-        decision's check of its provider's stake; None refuses."""
-        ranked = self.rank([Candidate(spec, 1)], needs, now)
-        if not ranked or not self.covers(spec.provider, ranked[0][1].collateral, now):
-            return None
-        admission = ranked[0][1]
-        with self.state.lock:
-            if not self.state.engine.runs_late(needs, admission.speed):
-                return admission  # on time on this node: no faster one is worth waiting for
-            # A node pulling alone cannot see which nodes are busy: the fastest one online
-            # stands for them (an idle one would pull the task itself).
-            fastest = self.state.engine.fastest_online()
-        return replace(admission, faster_speed=fastest)
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
                  provider: str, admission: Admission, now: float) -> None:

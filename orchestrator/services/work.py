@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -22,14 +22,6 @@ from orchestrator.db import leases as lease_db
 from orchestrator.db import nodes as node_db
 from orchestrator.db import statuses as status_db
 from orchestrator.db.models import Job, Lease, Node, Task
-from orchestrator.db.placement import (
-    PlacementConflict,
-    QueuePlace,
-    Reservation,
-    WaitingTask,
-    commit_reservations,
-    waiting_tasks,
-)
 from orchestrator.domain.errors import Invalid, NotFound, Refused
 from orchestrator.domain.failure_detector import PhiAccrualDetector
 from orchestrator.domain.jobs import input_blobs, pack_of
@@ -42,11 +34,10 @@ from orchestrator.domain.lifecycle import (
 )
 from orchestrator.domain.matching import eligible
 from orchestrator.domain.reliability import TaskOutcome
-from orchestrator.domain.types import NodeHealth, NodeSpec
+from orchestrator.domain.types import NodeHealth
 from orchestrator.services import settlement
 from orchestrator.services.pls import PlsService
 from orchestrator.services.pls_ingest import SweepFacts
-from orchestrator.services.pls_placement import PlacementGate
 from orchestrator.telemetry.metrics import MeshMetrics
 
 log = logging.getLogger("orchestrator")
@@ -75,66 +66,6 @@ class Started:
 
     waited_s: float | None  # the task ready -> this start; None for a lease taken back
     recovery: RecoveryRecord | None  # the task resumed after a death, drain or lapse
-
-
-def _next_lease(session: Session, *, node: Node, clock: Callable[[], float],
-                reservation_ttl_s: float, gate: PlacementGate | None
-                ) -> tuple[Lease, bool] | None:
-    """The oldest unstarted reservation of this node, else a new one on a free slot for the
-    oldest waiting task it may run (and that `gate`, when given, admits); with whether it is
-    new. A new lease is stamped with the clock read after the slots and the queue were read:
-    a release committed by the sweep after this pull began, that freed the slot or the task,
-    is stamped before the lease that follows it (never "leased twice at once")."""
-    reserved = lease_db.oldest_reservation(session, node_id=node.id)
-    if reserved is not None:
-        return reserved, False
-    now = clock()
-    if node.draining or node.health != NodeHealth.ALIVE.value:
-        return None
-    held = {lease.slot for lease in lease_db.live_leases(session, node_id=node.id)}
-    free = [slot for slot in range(node.slots) if slot not in held]
-    if not free:
-        return None
-    spec = node_db.node_spec(node)
-    if gate is not None:
-        spec = gate.effective_spec(spec, now)
-    for task in _eligible_waiting(session, spec=spec):
-        admission = None
-        if gate is not None:
-            needs = job_db.needs_from_json(task.needs)
-            admission = gate.admit(spec, needs, now)
-            if admission is None or gate.held_back(needs, admission, task, now):
-                continue
-        placed_at = clock()
-        try:
-            with session.begin_nested():
-                commit_reservations(session, reservations=[Reservation(
-                    task.task_id, task.job_id, node.id, free[0], task.status)],
-                    now=placed_at, ttl_s=reservation_ttl_s)
-                if gate is not None and admission is not None:
-                    gate.reserved(session, task_id=task.task_id, job_id=task.job_id,
-                                  node_id=node.id, provider=node.provider,
-                                  admission=admission, now=placed_at)
-        except PlacementConflict:
-            return None  # another placement won the slot or task; the agent pulls again
-        session.expire_all()
-        lease = lease_db.live_lease_for_task(session, task_id=task.task_id)
-        return None if lease is None else (lease, True)
-    return None
-
-
-def _eligible_waiting(session: Session, *, spec: NodeSpec, page: int = 200,
-                      pages: int = 10) -> Iterator[WaitingTask]:
-    """Waiting tasks this node may run, in the queue's order, looking a bounded way down."""
-    after: QueuePlace | None = None
-    for _ in range(pages):
-        batch = waiting_tasks(session, limit=page, after=after)
-        for task in batch:
-            if eligible(spec, job_db.needs_from_json(task.needs)):
-                yield task
-        if len(batch) < page:
-            return
-        after = batch[-1].place
 
 
 MAX_MANIFEST_BYTES = 1 << 20
@@ -400,15 +331,19 @@ def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str
 
 
 def expire_leases(session: Session, *, now: float) -> int:
-    """Release reservations never started and running leases whose renewals stopped (cause
-    "dead" when the node is DEAD: a lease held through a silence that did not end)."""
+    """Release reservations never started (`START_LAPSED`: a failed start, the node gets no
+    placement until it is heard from again, `db.placement.load_slot_view`) and running leases
+    whose renewals stopped (cause "dead" when the node is DEAD: a lease held through a silence
+    that did not end)."""
     expired = lease_db.lapsed_leases(session, now=now)
     for lease in expired:
         task = job_db.get_task(session, task_id=lease.task_id)
         assert task is not None
         node = node_db.get_node(session, node_id=lease.node_id)
         dead = node is not None and node.health == NodeHealth.DEAD.value
-        requeue_task(session, task=task, lease=lease, now=now, reason="lease lapsed",
+        reason = (lease_db.START_LAPSED if lease.state == LeaseState.RESERVED.value
+                  else "lease lapsed")  # a failed start: no placement on it until heard from
+        requeue_task(session, task=task, lease=lease, now=now, reason=reason,
                      cause="dead" if dead else "lapsed")
     return len(expired)
 
@@ -507,24 +442,20 @@ class Grant:
     lease: Lease
     task: Task
     checkpoint_interval_s: float
-    fresh: bool  # placed by this pull (not an earlier reservation handed out again)
 
 
-def pull_lease(session: Session, *, node: Node, pls: PlsService, pls_placement: bool,
-               reservation_ttl_s: float, clock: Callable[[], float]) -> Grant | None:
-    """The node's next lease (placed through the PLS gate when `pls_placement`), or None.
-    `clock` is read while placing (`_next_lease`), not once up front."""
-    pulled = _next_lease(session, node=node, clock=clock, reservation_ttl_s=reservation_ttl_s,
-                         gate=pls.placement if pls_placement else None)
-    if pulled is None:
+def pull_lease(session: Session, *, node_id: str, pls: PlsService, now: float) -> Grant | None:
+    """The node's oldest reservation it has not started (placed by the placement pass,
+    `services.placement`, or offered back after a restart), or None."""
+    lease = lease_db.oldest_reservation(session, node_id=node_id)
+    if lease is None:
         return None
-    lease, fresh = pulled
     task = job_db.get_task(session, task_id=lease.task_id)
     if task is None:
         raise RuntimeError(f"lease {lease.id} names a task that does not exist")
     interval = pls.placement.checkpoint_interval_s(
-        node.id, clock(), job_db.needs_from_json(task.needs).expected_duration_s)
-    return Grant(lease, task, interval, fresh=fresh)
+        node_id, now, job_db.needs_from_json(task.needs).expected_duration_s)
+    return Grant(lease, task, interval)
 
 
 def accept_job(session: Session, *, job: Job, pls: PlsService, now: float) -> None:

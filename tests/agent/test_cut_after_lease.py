@@ -1,7 +1,8 @@
 """A network cut between an agent's lease and its start, with real processes: the agent
 (`mesh agent run`) talks to the service through a TCP proxy that drops the start request and
-stays cut until the reservation has lapsed. On reconnect the start is refused (409, the lease
-is gone): the agent drops that lease and serves on, and the task is leased again and done.
+stays cut until the reservation has lapsed, and the lapsed reservation is not placed on the
+silent node again. On reconnect the start is refused (409, the lease is gone) or lands on the
+task placed on the node again: the agent serves on, and the task is done.
 Found by a `mesh bench chaos` run whose restarts outlasted the reservation TTL: both honest
 agents exited that way, and the jobs they should have verified never settled."""
 
@@ -52,5 +53,9 @@ def test_an_agent_cut_off_before_it_starts_its_lease_drops_it_and_serves_on(
                  timeout_s=180)
     finally:
         proxy.cut()
-    assert "the lease was gone before it started (" in agent.log()
+    # On reconnect the start is refused (409) and the lease dropped, unless the node's first
+    # heartbeat reached the service before it: then the placement pass (issue 33) reserved
+    # the task on this node again, the only one, and the start lands on that reservation.
+    log = agent.log()
+    assert "the lease was gone before it started (" in log or "task 1: result" in log
     assert agent.process is not None and agent.process.poll() is None

@@ -93,7 +93,9 @@ def test_service_figures_are_the_ones_on_metrics(dash: TestClient, seeded: Seede
     assert metrics.headers["content-type"].startswith("text/plain")
     samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in
                metrics.text.splitlines() if line and not line.startswith("#")}
-    assert service["placements"] == samples["mesh_placements_total"] == 5
+    # The finished job's 4 tasks, then the running job's pass: one task on each of the 3 idle
+    # nodes (the first pulls its own; the others hold reservations for their next pull).
+    assert service["placements"] == samples["mesh_placements_total"] == 7
     assert service["assignments"] == samples["mesh_time_to_assignment_seconds_count"]
     assert service["rerun_share"] == samples["mesh_task_rerun_share"] == 0.0
     assert service["time_to_assignment_p50_s"] == samples["mesh_time_to_assignment_p50_seconds"]

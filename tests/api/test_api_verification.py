@@ -38,6 +38,9 @@ ADMIN = {"x-admin-key": ADMIN_KEY}
 HEIGHT, WIDTH = 8, 6
 ENV = {"blender": "5.0.1 test", "kernel": "avx2"}
 Node = Callable[..., LiveNode]
+# The cheapest node (the others ask 100): the placement pass gives the work to it, not to
+# whichever node pulls first.
+CHEAPEST: dict[str, object] = {"price_per_gpu_hour": 50}
 JOB_NUMBERS = itertools.count(10_000)
 
 
@@ -147,7 +150,7 @@ def admin(client: TestClient, path: str) -> Any:
 def test_honest_result_is_checked_window_by_window_and_the_job_settles_on_its_own(
         live_node: Node, render_job: Callable[[], str], client: TestClient,
         tmp_path: Path) -> None:
-    worker, checker = live_node("worker"), live_node("checker")
+    worker, checker = live_node("worker", **CHEAPEST), live_node("checker")
     job_id = render_job()
     scene = Scene(1)
     task_id = deliver(worker, scene, tmp_path)
@@ -261,7 +264,7 @@ def test_two_checks_of_one_result_decided_at_once_never_pass_a_failed_result(
 def test_cross_kernel_check_uses_the_tolerance_and_operator_accept_is_a_logged_override(
         live_node: Node, render_job: Callable[[], str], client: TestClient,
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    worker, checker = live_node("worker"), live_node("checker")
+    worker, checker = live_node("worker", **CHEAPEST), live_node("checker")
     job_id = render_job()
     truth = Scene(4)
     deliver(worker, truth, tmp_path)
@@ -280,7 +283,7 @@ def test_cross_kernel_check_uses_the_tolerance_and_operator_accept_is_a_logged_o
 
 def test_a_result_from_another_blender_build_is_not_compared_but_rechecked_elsewhere(
         live_node: Node, render_job: Callable[[], str], tmp_path: Path) -> None:
-    worker, old, current = live_node("worker"), live_node("old"), live_node("current")
+    worker, old, current = live_node("worker", **CHEAPEST), live_node("old"), live_node("current")
     render_job()
     truth = Scene(5)
     deliver(worker, truth, tmp_path)
@@ -325,7 +328,7 @@ def rerun(node: LiveNode, data: bytes) -> dict[str, Any] | None:
 
 def test_deterministic_command_is_rechecked_by_its_bytes(
         live_node: Node, command_job: Callable[..., str], client: TestClient) -> None:
-    worker, checker = live_node("worker"), live_node("checker")
+    worker, checker = live_node("worker", **CHEAPEST), live_node("checker")
     job_id = command_job(deterministic=True)
     finish_command(worker, b"42\n")
     answer = rerun(checker, b"42\n")
@@ -336,7 +339,7 @@ def test_deterministic_command_is_rechecked_by_its_bytes(
 
 def test_nondeterministic_command_passes_when_k_of_n_runs_agree(
         live_node: Node, command_job: Callable[..., str], client: TestClient) -> None:
-    worker, second, third = live_node("worker"), live_node("second"), live_node("third")
+    worker, second, third = live_node("worker", **CHEAPEST), live_node("second"), live_node("third")
     job_id = command_job(deterministic=False)
     finish_command(worker, b"sample 17\n")
     assert rerun(second, b"sample 99\n") is not None  # runs may differ: no verdict yet
@@ -349,7 +352,7 @@ def test_nondeterministic_command_passes_when_k_of_n_runs_agree(
 
 def test_nondeterministic_command_fails_the_dissenter_when_the_others_agree(
         live_node: Node, command_job: Callable[..., str], client: TestClient) -> None:
-    worker, second, third = live_node("worker"), live_node("second"), live_node("third")
+    worker, second, third = live_node("worker", **CHEAPEST), live_node("second"), live_node("third")
     job_id = command_job(deterministic=False)
     task_id = finish_command(worker, b"made up\n")
     rerun(second, b"real 5\n")
@@ -373,7 +376,8 @@ def test_a_result_waits_for_every_leased_check_and_a_late_mismatch_still_opens_a
         tmp_path: Path) -> None:
     """Every other window matched, one still leased: nothing passes or settles until it
     answers, and when it answers with a mismatch the result goes to a tie-break."""
-    worker, checker, third = live_node("worker"), live_node("checker"), live_node("third")
+    worker = live_node("worker", **CHEAPEST)
+    checker, third = live_node("checker"), live_node("third")
     job_id = render_job()
     truth = Scene(7)
     task_id = deliver(worker, truth, tmp_path)
@@ -398,7 +402,7 @@ def test_a_result_waits_for_every_leased_check_and_a_late_mismatch_still_opens_a
 def test_a_node_below_standard_gets_no_recheck_that_a_standard_node_of_a_third_provider_gets(
         live_node: Node, render_job: Callable[[], str], factory: sessionmaker[Session],
         tmp_path: Path) -> None:
-    worker, low, third = live_node("worker"), live_node("low"), live_node("third")
+    worker, low, third = live_node("worker", **CHEAPEST), live_node("low"), live_node("third")
     render_job()
     truth = Scene(8)
     deliver(worker, truth, tmp_path)
@@ -415,7 +419,7 @@ def test_a_node_below_standard_gets_no_recheck_that_a_standard_node_of_a_third_p
 def test_a_checker_reads_a_checks_inputs_only_while_its_lease_on_the_check_is_live(
         live_node: Node, render_job: Callable[[], str], client: TestClient,
         clock: VirtualClock, tmp_path: Path) -> None:
-    worker, checker, idle = live_node("worker"), live_node("checker"), live_node("idle")
+    worker, checker, idle = live_node("worker", **CHEAPEST), live_node("checker"), live_node("idle")
     render_job()
     deliver(worker, Scene(9), tmp_path)
     scene = hashlib.sha256(b"scene").hexdigest()

@@ -292,6 +292,9 @@ def test_blob_downloads_onlyTheCheckpointAndItsChunks_ofATaskTheNodeHolds(
     manifest = upload(first, json.dumps({"chunks": [{"sha256": chunk}]}).encode())
     assert first.post(f"/v1/tasks/{task_id}/checkpoints",
                       {"sha256": manifest, "progress": 0.5}).status_code == 200
+    # The first node drains (as its agent does before it hands the task back), so the
+    # placement pass moves the task to the other idle node.
+    assert first.post("/v1/nodes/gpu-1/drain").status_code == 200
     assert first.post(f"/v1/tasks/{task_id}/fail", {"reason": "drain"}).status_code == 200
 
     moved = second.post("/v1/nodes/gpu-2/lease").json()

@@ -216,7 +216,7 @@ def test_a_funded_job_is_scheduled_with_its_first_placement_only(
             "funded", "scheduled", 7.0, "first task placed")
 
 
-def test_expired_reservation_frees_the_slot_and_requeues_the_task(
+def test_expired_reservation_frees_the_slot_and_requeues_the_task_once_its_node_is_heard(
         factory: sessionmaker[Session], make_nodes: NodeMaker, make_job: JobMaker) -> None:
     make_nodes(1, slots=1)
     make_job(1)
@@ -227,7 +227,12 @@ def test_expired_reservation_frees_the_slot_and_requeues_the_task(
     with factory() as session:
         assert live_slots(session) == []
         assert session.scalar(select(Task.status)) == "retry"
-    again = Placer(factory, clock=lambda: 40.0).place_all().placed
+    # A failed start: the node is not placed on again until it is heard from.
+    assert Placer(factory, clock=lambda: 40.0).place_all().placed == []
+    with factory.begin() as session:
+        (node_id,) = [n.id for n in node_db.all_nodes(session)]
+        node_db.touch_heartbeats(session, beats={node_id: 45.0}, lease_ttl_s=60.0)
+    again = Placer(factory, clock=lambda: 50.0).place_all().placed
     assert len(again) == 1
 
 

@@ -437,18 +437,6 @@ def test_a_task_late_on_the_free_node_waits_for_a_faster_busy_one_no_longer_than
     assert not off.runs_late(needs, 0.5)
 
 
-def test_the_fastest_online_node_is_read_from_sessions_and_proved_speeds() -> None:
-    engine = engine_with("a", "b", "c")
-    proved(engine, "a", "rtx3060")
-    proved(engine, "b", "h100")
-    assert engine.fastest_online() == 0.0  # nobody online
-    engine.session_started("a", 0.0)
-    engine.session_started("c", 0.0)
-    assert engine.fastest_online() == 1.0  # c is unproved: the reference card
-    engine.session_started("b", 10.0)
-    assert engine.fastest_online() == 3.0
-
-
 GRACE = 300.0  # LeaseHold's lone grace in the tests below
 
 

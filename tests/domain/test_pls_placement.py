@@ -325,10 +325,10 @@ def test_only_the_first_placement_of_an_exploring_ranking_is_marked_explored() -
     assert ranked[0].candidate.spec.node_id.startswith("new")
 
 
-def test_the_rs_floor_gives_way_only_when_the_online_grid_is_short_of_steady_nodes() -> None:
+def test_the_rs_floor_gives_way_only_when_the_free_nodes_are_short_of_steady_ones() -> None:
     """A grid of short-lived hosts: nobody clears the floor for a long task, so it goes to the
-    cheapest risky node anyway, also to one pulling work alone; once enough of the grid
-    clears it, a risky node is refused, pulling alone or ranked with the steady one."""
+    cheapest risky node anyway, also when it is the only free node; once enough of the free
+    candidates clear it, a risky node is refused and the steady one takes the task."""
     shaky = {"a": (1800.0, 20, 60.0), "b": (1200.0, 20, 60.0)}
     book = book_of(shaky)
     a, b = spec("a", price=TOKEN // 10), spec("b", price=TOKEN // 10)
@@ -337,7 +337,7 @@ def test_the_rs_floor_gives_way_only_when_the_online_grid_is_short_of_steady_nod
     stake = {a.provider: 10**24, b.provider: 10**24}
     ranked = floored.rank([Candidate(a, 1), Candidate(b, 1)], long_task, NOW, stake)
     assert ranked and all(p.rs < 0.9 for p in ranked)  # placed anyway, risk priced
-    assert floored.rank([Candidate(b, 1)], long_task, NOW, stake) != []  # the pull path
+    assert floored.rank([Candidate(b, 1)], long_task, NOW, stake) != []  # the only free one
     assert ranked[0].collateral > floored.collateral.required(long_task.value, 0.0,
                                                               long_task.expected_duration_s)
     mixed = book_of({**shaky, "steady": (3 * 86_400.0, 20, 86_400.0)})
@@ -348,13 +348,8 @@ def test_the_rs_floor_gives_way_only_when_the_online_grid_is_short_of_steady_nod
                         floor_share=0.25)
     ranked = floored.rank([Candidate(a, 1), Candidate(b, 1), Candidate(steady, 1)],
                           long_task, NOW, stake)
-    assert [p.candidate.spec.node_id for p in ranked] == ["steady"]
-    assert floored.floor_holds(NOW, long_task.expected_duration_s)  # 1 of 3 clears it
-    assert floored.rank([Candidate(a, 1)], long_task, NOW, stake) == []  # pulling alone
-    strict = PlsPolicy(mixed, CollateralPolicy(floor=0, cap=10**24), min_rs=floored.min_rs,
-                       floor_share=0.5)
-    assert not strict.floor_holds(NOW, long_task.expected_duration_s)  # 1 of 3 is short
-    assert strict.rank([Candidate(a, 1)], long_task, NOW, stake) != []
+    assert [p.candidate.spec.node_id for p in ranked] == ["steady"]  # 1 of 3 clears it
+    assert floored.rank([Candidate(a, 1)], long_task, NOW, stake) != []  # a alone is short
 
 
 def test_lone_grace_is_apart_from_the_shared_silence_judgement() -> None:
@@ -502,66 +497,31 @@ def test_a_single_candidate_is_never_marked_explored() -> None:
 # ----- the RS floor's reading of the grid, and the stake filter's edges --------------------
 SHAKY = {"a": (1800.0, 20, 60.0), "b": (1200.0, 20, 60.0)}  # short sessions, just back
 STEADY = (3 * 86_400.0, 20, 86_400.0)  # sessions of days, up for one
-MINUTE0 = (NOW // 60 + 1) * 60  # the start of a clock minute
-
-
 def offline(book: ReliabilityBook, *nodes: str) -> ReliabilityBook:
     for node in nodes:
         book.session_ended(node, NOW - 10, abrupt=True)
     return book
 
 
-def test_the_floor_holds_without_a_floor_and_on_an_empty_grid() -> None:
-    """No floor: nothing to give way, even with nobody online; an empty grid has nobody a
-    floor could keep waiting."""
-    gone = offline(book_of({"gone": (HOUR, 2, HOUR)}), "gone")
-    assert PlsPolicy(gone, min_rs=0.0).floor_holds(NOW, HOUR)
-    assert PlsPolicy(ReliabilityBook(PRIOR), min_rs=0.9).floor_holds(NOW, HOUR)
-    assert not PlsPolicy(gone, min_rs=0.9).floor_holds(NOW, HOUR)  # a floor, nobody online
-
-
-def test_the_floor_share_counts_online_nodes_only_and_an_exact_share_holds() -> None:
-    # One steady node online, three offline: 1 of 1 online clears it.
-    grid = offline(book_of({"steady": STEADY, "o1": STEADY, "o2": STEADY, "o3": STEADY}),
-                   "o1", "o2", "o3")
-    assert PlsPolicy(grid, min_rs=0.5, floor_share=0.5).floor_holds(NOW, 8 * HOUR)
-    # One steady of four online: exactly a quarter clears it.
+def test_an_exact_share_of_steady_free_candidates_holds_the_floor() -> None:
+    """One steady node of four free candidates: exactly a quarter clears RS 0.5. The steady
+    node's provider has no stake, so the floor alone decides whether a shaky node may."""
     four = book_of({**SHAKY, "c": (1500.0, 20, 60.0), "steady": STEADY})
-    assert PlsPolicy(four, min_rs=0.5, floor_share=0.25).floor_holds(NOW, 8 * HOUR)
-    assert not PlsPolicy(four, min_rs=0.5, floor_share=0.26).floor_holds(NOW, 8 * HOUR)
+    long_task = TaskNeeds(expected_duration_s=8 * HOUR, value=TOKEN)
+    candidates = [Candidate(spec(n, TOKEN // 10), 1) for n in ("a", "b", "c", "steady")]
+    stake = {c.spec.provider: 10**24 for c in candidates[:3]}
+
+    def placeable(share: float) -> list[str]:
+        pls = PlsPolicy(four, CollateralPolicy(floor=0, cap=10**24), min_rs=0.5,
+                        floor_share=share)
+        return sorted(p.candidate.spec.node_id for p in pls.rank(candidates, long_task, NOW,
+                                                                 stake))
+
+    assert placeable(0.25) == []
+    assert placeable(0.26) == ["a", "b", "c"]
 
 
-def test_a_node_exactly_at_the_floor_clears_it_and_durations_apart_are_read_apart() -> None:
-    """One node; the floor exactly its RS for a 1 s task. A 2 s task (100 % longer, so a
-    reading of its own) it survives a little less often: that one does not clear it."""
-    book = book_of({"solo": STEADY})
-    one_s = float(book.raw_score_many(None, MINUTE0, 1.0)[0])
-    assert float(book.raw_score_many(None, MINUTE0, 2.0)[0]) < one_s
-    pls = PlsPolicy(book, min_rs=one_s, floor_share=1.0)
-    assert not pls.floor_holds(MINUTE0, 2.0)
-    assert pls.floor_holds(MINUTE0, 1.0)
-    assert pls.floor_holds(MINUTE0, 0.5)  # under a second: read as a 1 s task
-
-
-def test_short_and_long_tasks_read_the_floor_apart_in_the_same_minute() -> None:
-    """At 200 s all three clear RS 0.5; at 8 h only the steady one (1 of 3, under half)."""
-    book = book_of({**SHAKY, "steady": STEADY})
-    for durations in ((200.0, 8 * HOUR), (8 * HOUR, 200.0)):
-        pls = PlsPolicy(book, min_rs=0.5, floor_share=0.5)
-        answers = {d: pls.floor_holds(MINUTE0, d) for d in durations}
-        assert answers == {200.0: True, 8 * HOUR: False}
-
-
-def test_the_floor_reading_is_reused_for_a_minute_then_read_again() -> None:
-    book = book_of({**SHAKY, "steady": STEADY})
-    pls = PlsPolicy(book, min_rs=0.5, floor_share=0.25)
-    assert pls.floor_holds(MINUTE0, 8 * HOUR)  # 1 of 3 clears it
-    book.session_ended("steady", MINUTE0 + 1, abrupt=True)
-    assert pls.floor_holds(MINUTE0 + 30, 8 * HOUR)  # the same minute: the same reading
-    assert not pls.floor_holds(MINUTE0 + 60, 8 * HOUR)  # read again: nobody clears it
-
-
-def test_the_batch_placer_reads_the_floor_share_over_its_own_online_candidates() -> None:
+def test_the_floor_share_is_read_over_the_online_free_candidates() -> None:
     """Grid: one steady node, three shaky ones and two offline (1 of 4 online clears RS 0.5,
     under half). The steady node's provider has no stake, so it cannot take the task: the
     floor decides whether a shaky node may."""
@@ -571,9 +531,8 @@ def test_the_batch_placer_reads_the_floor_share_over_its_own_online_candidates()
     long_task = TaskNeeds(expected_duration_s=8 * HOUR, value=TOKEN)
     a, steady, o1, o2 = (spec(n, TOKEN // 10) for n in ("a", "steady", "o1", "o2"))
     stake = {s.provider: 10**24 for s in (a, o1, o2)}  # none for the steady node
-    assert not pls.floor_holds(NOW, long_task.expected_duration_s)
     assert [p.candidate.spec.node_id for p in pls.rank([Candidate(a, 1)], long_task, NOW,
-                                                        stake)] == ["a"]  # pulling alone
+                                                        stake)] == ["a"]  # free alone
     # Offered with the steady node: 1 of 2 online candidates clears it, so "a" waits...
     assert pls.rank([Candidate(a, 1), Candidate(steady, 1)], long_task, NOW, stake) == []
     # With two shaky ones beside it, 1 of 3 is under half: a shaky node takes the task.

@@ -1,7 +1,6 @@
 """A task that would run late on the best free node waits for a faster busy one (ski rental),
-in the batch placer and on the lease pull alike: the GPU class a node's PoPW handshake
-proved is the speed placement plans with, and the wait never exceeds the lateness the
-faster node would save."""
+in the placement pass: the GPU class a node's PoPW handshake proved is the speed placement
+plans with, and the wait never exceeds the lateness the faster node would save."""
 
 from __future__ import annotations
 
@@ -81,15 +80,15 @@ def test_a_task_on_time_on_the_slow_node_is_not_held_back(
     assert [r.node_id for r in placer.place_all().placed] == ["gpu-slow"]
 
 
-def test_a_slow_node_pulling_a_late_task_leaves_it_while_a_faster_node_is_online(
+def test_a_late_task_the_slow_node_pulls_is_reserved_on_the_idle_fast_node(
         agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
         client: TestClient, clock: VirtualClock) -> None:
-    _, slow = grid(agent, stake, clock)
+    """The pull runs the placement pass, which ranks every idle node: the 4090 gets the
+    task the 3060 pulled for, and picks it up on its own pull."""
+    fast, slow = grid(agent, stake, clock)
     make_job(factory, needs=TaskNeeds(expected_duration_s=HOUR, value=TOKEN), now=clock())
-    assert slow.post("/v1/nodes/gpu-slow/lease").status_code == 204  # the 4090 may take it
-    clock.advance(LATENESS + 1.0)
-    slow.login()
-    lease = slow.post("/v1/nodes/gpu-slow/lease")
+    assert slow.post("/v1/nodes/gpu-slow/lease").status_code == 204
+    lease = fast.post("/v1/nodes/gpu-fast/lease")
     assert lease.status_code == 200, lease.text
 
 

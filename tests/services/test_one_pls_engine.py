@@ -1,12 +1,14 @@
-"""One PLS engine: the same observations fed through the service (a real DB, the batch placer,
-the collateral locks) and through the simulator's path (a bare `PlsEngine`, fed the way
-`PlsDriver` feeds it) give the same scores, the same placement decisions (node, collateral,
-raw RS), the same slashes and tier changes, the same recalibration map and population prior;
-and a service restarted from the DB rebuilds the same scores, map and prior. The simulator's
-own `PlsDriver` feeds its engine the typed observations the service logs, through the same
-`PlsEngine.apply`: its world events meet the service's guards (duplicates, an end dated before
-its start), and a whole simulated run's observations, written to the service's log on the DB,
-give the service's engine the driver's state.
+"""One PLS engine: the same observations fed through the service (a real DB, the placement
+pass a pull runs, the collateral locks) and through the simulator's path (a bare `PlsEngine`,
+fed the way `PlsDriver` feeds it, placing as `Simulation` does: every waiting task in the
+queue's order, least laxity first, on the engine's best idle eligible node) give the same
+scores, the same placements of the same queue (node, collateral, raw RS), the same slashes
+and tier changes, the same recalibration map and population prior; and a service restarted
+from the DB rebuilds the same scores, map and prior. The simulator's own `PlsDriver` feeds its
+engine the typed observations the service logs, through the same `PlsEngine.apply`: its world
+events meet the service's guards (duplicates, an end dated before its start), and a whole
+simulated run's observations, written to the service's log on the DB, give the service's
+engine the driver's state.
 
 The script is drawn once from a seeded generator; each side keeps its own view of which node
 runs which task, so a decision that diverges shows up at once as a different node, and every
@@ -35,13 +37,13 @@ from mesh.simulation.world import World
 from orchestrator.db import jobs as job_db
 from orchestrator.db import nodes as node_db
 from orchestrator.db.models import CollateralLock, Lease
-from orchestrator.domain.matching import eligible
+from orchestrator.domain.matching import eligible, latest_start
 from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
 from orchestrator.domain.pls_observations import Observation
 from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
 from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
-from orchestrator.scheduling.placer import Placer
+from orchestrator.services.placement import PlacementPass
 from orchestrator.services.pls import PlsService, SweepFacts
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.builders import TOKEN, make_job
@@ -101,13 +103,17 @@ def gpu_samples(rng: np.random.Generator, host: Host, at: float) -> list[GpuSamp
 
 class ServiceSide:
     """PlsService on the DB: registration, probes, telemetry and outcomes through its methods,
-    placements through the batch placer with the service as its gate."""
+    placements through the service's placement pass with the service as its gate."""
 
     def __init__(self, factory: sessionmaker[Session], stake: FixedStake) -> None:
         self.factory = factory
         self.stake = stake
         self.pls = PlsService(CONFIG, stake_reader=lambda: stake, metrics=MeshMetrics())
         self.running: dict[int, str] = {}
+        self.now = START
+        self.placement = PlacementPass(factory, gate=self.pls.placement, reservation_ttl_s=30.0,
+                                       lead_ttl_s=3.0, metrics=MeshMetrics(),
+                                       clock=lambda: self.now)
 
     def register(self, host: Host, now: float) -> None:
         with self.factory.begin() as session:
@@ -132,20 +138,23 @@ class ServiceSide:
         with self.factory.begin() as session:
             self.pls.ingest.on_heartbeats(session, beats)
 
-    def place(self, task_id: int, now: float) -> Placed | None:
-        placed = Placer(self.factory, gate=self.pls.placement, clock=lambda: now).place_all()
-        if not placed.placed:
-            return None
-        (reservation,) = placed.placed
-        assert reservation.task_id == task_id
+    def place(self, now: float) -> dict[int, Placed]:
+        """One pass over the waiting queue, as an idle node's pull runs it."""
+        self.now = now
+        result = self.placement.run()
+        assert result is not None  # the only process: it leads
+        placed: dict[int, Placed] = {}
         with self.factory() as session:
-            lock = session.scalars(select(CollateralLock)
-                                   .where(CollateralLock.task_id == task_id)).one()
-            lease = session.scalars(select(Lease).where(Lease.task_id == task_id)).one()
-            assert lease.node_id == lock.node_id == reservation.node_id
-            assert lock.raw_rs is not None
-            self.running[task_id] = lock.node_id
-            return lock.node_id, lock.amount, lock.raw_rs
+            for reservation in result.placed:
+                task_id = reservation.task_id
+                lock = session.scalars(select(CollateralLock)
+                                       .where(CollateralLock.task_id == task_id)).one()
+                lease = session.scalars(select(Lease).where(Lease.task_id == task_id)).one()
+                assert lease.node_id == lock.node_id == reservation.node_id
+                assert lock.raw_rs is not None
+                self.running[task_id] = lock.node_id
+                placed[task_id] = (lock.node_id, lock.amount, lock.raw_rs)
+        return placed
 
     def ended(self, task_id: int, outcome: TaskOutcome, now: float) -> None:
         node_id = self.running.pop(task_id)
@@ -186,6 +195,7 @@ class SimulatorSide:
         self.feed_recalibrator = feed_recalibrator
         self.running: dict[int, Placed] = {}
         self.placed_on: Counter[str] = Counter()
+        self.waiting: list[tuple[int, TaskNeeds, float]] = []  # (task id, needs, deadline)
 
     def register(self, host: Host, now: float) -> None:
         spec = host.spec
@@ -208,7 +218,25 @@ class SimulatorSide:
         for node_id, at in beats.items():
             self.engine.heartbeat(node_id, at)
 
-    def place(self, task_id: int, needs: TaskNeeds, now: float) -> Placed | None:
+    def place(self, queued: list[tuple[int, TaskNeeds, float]], now: float
+              ) -> dict[int, Placed]:
+        """`queued` (task id, needs, deadline) join the queue; then every waiting task, in the
+        queue's order (`matching.latest_start`, then the task id, as `Simulation._queued`),
+        goes to the engine's best idle eligible node, or waits on."""
+        self.waiting.extend(queued)
+        self.waiting.sort(key=lambda t: (latest_start(t[2], t[1].expected_duration_s), t[0]))
+        placed: dict[int, Placed] = {}
+        still: list[tuple[int, TaskNeeds, float]] = []
+        for task_id, needs, deadline in self.waiting:
+            one = self._place_one(task_id, needs, now)
+            if one is None:
+                still.append((task_id, needs, deadline))
+            else:
+                placed[task_id] = one
+        self.waiting = still
+        return placed
+
+    def _place_one(self, task_id: int, needs: TaskNeeds, now: float) -> Placed | None:
         def usable_tier(node_id: str) -> Tier:
             return min(self.engine.staking.tier(node_id), Tier.STANDARD)
 
@@ -321,17 +349,23 @@ def run_script(factory: sessionmaker[Session], service: ServiceSide, sim: Simula
                       sim.running.get(task_id, (None,))[0])
                 service.ended(task_id, outcome, at)
                 sim.ended(task_id, outcome, at)
-        # New tasks, one at a time (past the stake cache's life, so reads are fresh).
+        # New jobs join the queue, then one placement pass places the queue (past the stake
+        # cache's life, so reads are fresh).
+        queued: list[tuple[int, TaskNeeds, float]] = []
         for k in range(int(rng.integers(1, 4))):
             at = sweep_at + 20.0 + 20.0 * k
             duration = float(rng.choice([120.0, 600.0, 1800.0, 7200.0]))
             value = int(rng.integers(1, 10)) * TOKEN // 10
+            deadline = at + float(rng.uniform(2.0, 12.0)) * 3600.0
             needs = TaskNeeds(value=value, expected_duration_s=duration)
-            task_id = crud_task_id(factory, make_job(factory, value=value, needs=needs, now=at))
-            check(f"placement of task {task_id}", service.place(task_id, at),
-                  sim.place(task_id, needs, at))
+            queued.append((crud_task_id(factory, make_job(factory, value=value, needs=needs,
+                                                          now=at, deadline=deadline)),
+                           needs, deadline))
+        at = sweep_at + 100.0
+        check(f"placements of the queue at step {step}", service.place(at),
+              sim.place(queued, at))
         if step % 6 == 5:
-            at = sweep_at + 100.0
+            at = sweep_at + 110.0
             check(f"epoch decisions at step {step}", service.epoch(at), sim.epoch(at))
         check(f"scores at step {step}", scores(service.engine, sweep_at + 200.0),
               scores(sim.engine, sweep_at + 200.0))
@@ -365,17 +399,18 @@ def test_service_and_simulator_drive_one_engine_to_the_same_scores_and_decisions
         sides: tuple[ServiceSide, FixedStake]) -> None:
     service, stake = sides
     sim = SimulatorSide(hosts)
-    decisions: list[str] = []
+    passes: list[int] = []  # tasks placed by each pass
 
     def check(what: str, ours: object, theirs: object) -> None:
         assert_equal(what, ours, theirs)
-        decisions.append(what)
+        if what.startswith("placements"):
+            assert isinstance(ours, dict)
+            passes.append(len(ours))
 
     end = run_script(factory, service, sim, hosts, check)
 
-    # The script exercised what it claims to compare.
-    placements = sum(what.startswith("placement") for what in decisions)
-    assert placements > 150 and len(sim.placed_on) > 3
+    # The script exercised what it claims to compare: queues of several tasks placed at once.
+    assert sum(passes) > 100 and len(sim.placed_on) > 3 and max(passes) >= 2
     assert sim.engine.recalibrator.fitted is not None  # raw RS is being mapped onto outcomes
     assert sim.engine.prior_refits >= 2
     assert_equal("recalibration map", service.engine.recalibrator.fitted,

@@ -1,7 +1,8 @@
-"""Placement under PLS, on the lease pull path and in the batch placer: RS floor for the
-task's duration, a fresh HIGH handshake for high-priority work, free stake covering the
-risk-priced collateral, and the collateral assignment (with a reservation raise when the
-provider's standing reservation falls short) queued in the placement's transaction."""
+"""Placement under PLS, through the placement pass (run by a pull, or by the batch placer
+itself): RS floor for the task's duration, a fresh HIGH handshake for high-priority work, free
+stake covering the risk-priced collateral, and the collateral assignment (with a reservation
+raise when the provider's standing reservation falls short) queued in the placement's
+transaction."""
 
 from __future__ import annotations
 
@@ -61,10 +62,10 @@ def test_open_assignments_still_count_against_free_stake_after_the_stake_cache_e
         agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock) -> None:
     first = agent("gpu-1")
-    second = agent("gpu-2", wallet=first.wallet)  # the same provider
     make_job(factory, tasks=2, value=TOKEN, now=clock())
     stake.free[first.wallet.address] = 10 * TOKEN
     assert first.post("/v1/nodes/gpu-1/lease").status_code == 200
+    second = agent("gpu-2", wallet=first.wallet)  # the same provider, idle after the pass
     with factory() as session:
         (lock,) = session.scalars(select(CollateralLock))
     # Stake for the open assignment and a fifth more: not for a second one (priced alike).

@@ -27,14 +27,12 @@ from orchestrator.db.placement import Reservation, commit_reservations
 from orchestrator.db.session import make_engine, make_session_factory, upgrade_to_head
 from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus
-from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.types import NodeSpec, TaskNeeds
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.services import work
-from orchestrator.services.pls import PlsService
+from orchestrator.services.placement import PlacementPass
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.races import race
-from tests.services.pls_harness import FixedStake
 
 PROVIDER = "0x" + "ab" * 20
 RESULT = "cd" * 32
@@ -115,7 +113,7 @@ def test_a_providers_record_written_at_once_by_two_replicas_keeps_both_changes(
         assert row is not None and row.consecutive_valid == 15  # no streak lost
 
 
-def test_a_pull_that_read_its_clock_before_the_sweep_freed_a_task_leases_it_after_the_release(
+def test_a_pass_that_read_its_clock_before_the_sweep_freed_a_task_leases_it_after_the_release(
         factory: sessionmaker[Session]) -> None:
     tasks = running_job(factory)
     began = time.time()
@@ -123,7 +121,7 @@ def test_a_pull_that_read_its_clock_before_the_sweep_freed_a_task_leases_it_afte
     reads: list[float] = []
 
     def clock() -> float:
-        if not reads:  # the pull's first read; then, before it reads the queue, the sweep
+        if not reads:  # the pass's first read; then, before it reads the queue, the sweep
             with factory.begin() as other:  # calls n0 dead and commits, on another connection
                 work.revoke_node_leases(other, node_id="n0", now=released_at, cause="dead")
             reads.append(began)
@@ -131,13 +129,10 @@ def test_a_pull_that_read_its_clock_before_the_sweep_freed_a_task_leases_it_afte
             reads.append(released_at + 0.5)  # time went on
         return reads[-1]
 
-    pls = PlsService(PlsConfig(), stake_reader=FixedStake, metrics=MeshMetrics())
-    with factory.begin() as session:
-        node = node_db.get_node(session, node_id="spare")
-        assert node is not None
-        grant = work.pull_lease(session, node=node, pls=pls, pls_placement=False,
-                                reservation_ttl_s=60, clock=clock)
-    assert grant is not None and grant.fresh and grant.task.id == tasks[0]
+    placement = PlacementPass(factory, gate=None, reservation_ttl_s=60, lead_ttl_s=3.0,
+                              metrics=MeshMetrics(), clock=clock)
+    result = placement.run()
+    assert result is not None and [r.task_id for r in result.placed] == [tasks[0]]
     with factory() as session:
         spans = sorted((lease.created_at, lease.released_at)
                        for lease in session.scalars(select(Lease).where(

@@ -140,9 +140,7 @@ def show_progress(node_id: NodeIdPath, body: ProgressShownIn, claims: NodeDep, s
 def pull_lease(node_id: NodeIdPath, claims: NodeDep, session: SessionDep, ctx: CtxDep
                ) -> LeaseOut | Response:
     pulled = nodes.pull_lease(session, node_id=node_id, address=claims.address, pls=ctx.pls,
-                              pls_placement=ctx.settings.pls_placement,
-                              reservation_ttl_s=ctx.settings.reservation_ttl_s,
-                              metrics=ctx.metrics, clock=ctx.now)
+                              placement=ctx.placement, clock=ctx.now)
     if pulled is None:
         return Response(status_code=204)
     return LeaseOut(**asdict(pulled))

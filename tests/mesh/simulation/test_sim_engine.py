@@ -172,7 +172,8 @@ def test_tasks_held_back_do_not_end_a_pass_before_the_queue_behind_them() -> Non
 
 @pytest.mark.usefixtures("quiet_world")
 def test_every_idle_eligible_node_is_a_candidate() -> None:
-    """As the service's `Placer` ranks every node: no sampling that could hide the best one."""
+    """As the service's placement pass ranks every idle node: no sampling that could hide the
+    best one."""
     profiles = [profile(f"n{i:03d}") for i in range(150)]
     small = dataclasses.replace(profiles[0], node_id="small", gpu="RTX 3060", vram_gb=4)
     profiles.append(small)

@@ -1,0 +1,86 @@
+"""The placement pass is the one placement path: a pull runs it, PLS picks the node among
+every idle one (not the node that pulled), the node picks its reservation up on its next pull,
+one process places at a time (the `placement` leader lease), and the pass counts its
+placements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from orchestrator.db.models import Lease
+from orchestrator.services import work
+from orchestrator.services.placement import PlacementPass
+from orchestrator.telemetry.metrics import MeshMetrics
+from tests.builders import TOKEN, make_job
+from tests.clients import LiveNode, VirtualClock
+from tests.services.pls_harness import FixedStake
+from tests.services.test_placement_gates import pls_of
+
+
+def test_a_pull_places_the_task_on_the_best_idle_node_which_picks_it_up_on_its_pull(
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    dear = agent("gpu-dear", price_per_gpu_hour=400)
+    cheap = agent("gpu-cheap", price_per_gpu_hour=50)
+    for node in (dear, cheap):
+        stake.free[node.wallet.address] = 10 * TOKEN
+    make_job(factory, value=TOKEN, now=clock())
+
+    assert dear.post("/v1/nodes/gpu-dear/lease").status_code == 204  # first to poll, not best
+    with factory() as session:
+        (reserved,) = session.scalars(select(Lease))
+        assert (reserved.node_id, reserved.state) == ("gpu-cheap", "reserved")
+    lease = cheap.post("/v1/nodes/gpu-cheap/lease")
+    assert lease.status_code == 200, lease.text
+    assert lease.json()["lease_id"] == reserved.id
+    metrics = client.app.state.ctx.metrics  # type: ignore[attr-defined]
+    assert metrics.placements._value.get() == 1.0  # counted once, by the pass
+
+
+def test_one_process_places_at_a_time_and_another_takes_over_when_its_lead_lapses(
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    gate = pls_of(client).placement
+
+    def replica() -> PlacementPass:
+        return PlacementPass(factory, gate=gate, reservation_ttl_s=30.0, lead_ttl_s=3.0,
+                             metrics=MeshMetrics(), clock=clock)
+
+    leader, other = replica(), replica()
+    assert leader.run() is not None  # nothing waits: it leads all the same
+    make_job(factory, value=TOKEN, now=clock())
+    assert other.run() is None  # the leader's lease holds
+    clock.advance(3.5)  # the leader died: its lease lapses
+    taken = other.run()
+    assert taken is not None and [r.node_id for r in taken.placed] == ["gpu-1"]
+    assert leader.run() is None
+
+
+def test_a_node_whose_reservation_lapsed_gets_no_placement_until_it_is_heard_from(
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    """A failed start: the node never picked its reservation up (cut off, stuck). The sweep
+    releases it, and the pass does not hand the task straight back to that node until a
+    heartbeat says it is there again."""
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    make_job(factory, value=TOKEN, now=clock())
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    assert ctx.placement.run().placed  # reserved on gpu-1, which never pulls it
+    clock.advance(ctx.settings.reservation_ttl_s + 1.0)
+    with factory.begin() as session:
+        assert work.expire_leases(session, now=clock()) == 1
+    assert ctx.placement.run().placed == []  # silent since: not placed on again
+    assert node.post("/v1/nodes/gpu-1/heartbeat").status_code == 200
+    ctx.heartbeats.flush()
+    lease = node.post("/v1/nodes/gpu-1/lease")
+    assert lease.status_code == 200, lease.text
+    with factory() as session:
+        released = session.scalars(select(Lease).where(Lease.released_at.is_not(None))).one()
+        assert released.release_reason == "start lapsed"
