@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,12 +48,38 @@ OrchestratorId = Annotated[str | None, typer.Option(
 
 
 class UserError(Exception):
-    """A mistake the user can fix; the message says what went wrong and what to do."""
+    """A mistake the user can fix; the message says what went wrong and what to do. `code`
+    names it for scripts (`--json`): the service's error code where the service refused."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def fail(command: str, message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"mesh {command}: {message}", err=True)
+def fail(command: str, message: str, code: int = 2, *, kind: str = "user_error",
+         as_json: bool = False) -> NoReturn:
+    """End the command on one line: on stderr for a person, or, for a command given `--json`,
+    as one JSON object `{"error": {"code": kind, "command": ..., "message": ...}}` on stdout,
+    where a script reads the command's answer. Exits `code` either way."""
+    if as_json:
+        typer.echo(json.dumps({"error": {"code": kind, "command": f"mesh {command}",
+                                         "message": message}}))
+    else:
+        typer.echo(f"mesh {command}: {message}", err=True)
     raise typer.Exit(code)
+
+
+def error_code(error: BaseException) -> str:
+    """A stable name for an error a script can branch on: the service's error code, the
+    contract's custom error name, else the exception kind in snake case."""
+    if code := getattr(error, "code", ""):
+        return str(code)
+    if _loaded("orchestrator.chain.errors"):
+        from orchestrator.chain.errors import ContractError
+
+        if isinstance(error, ContractError):
+            return error.name
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
 
 
 # What to do about the contract errors a user can cause, by error name.
@@ -193,14 +220,14 @@ def missing_install(error: ModuleNotFoundError) -> str | None:
 
 
 @contextlib.contextmanager
-def user_errors(command: str) -> Iterator[None]:
-    """Turn a user mistake raised inside into one line on stderr and exit status 2."""
+def user_errors(command: str, *, as_json: bool = False) -> Iterator[None]:
+    """Turn a user mistake raised inside into one line (`fail`) and exit status 2."""
     try:
         yield
     except typer.Exit:
         raise
     except user_error_types() as error:
-        fail(command, explain(error))
+        fail(command, explain(error), kind=error_code(error), as_json=as_json)
 
 
 def settings(**overrides: Any) -> ClientSettings:
@@ -410,7 +437,8 @@ def call_service(what: str, request: Callable[[], Any]) -> Any:
         raise UserError(f"no orchestrator answers ({error}); start one (`mesh orchestrator "
                         "serve`) or pass --orchestrator / MESH_ORCHESTRATOR_URL") from None
     except ApiCallError as error:
-        raise UserError(f"the orchestrator refused to {what}: {error}") from None
+        raise UserError(f"the orchestrator refused to {what}: {error}",
+                        code=error.code) from None
 
 
 def checksum(address: str) -> str:

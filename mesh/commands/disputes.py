@@ -75,8 +75,8 @@ class Party:
     wallet: Wallet
 
 
-def _run(command: str, work: Callable[[], T]) -> T:
-    with user_errors(command):
+def _run(command: str, work: Callable[[], T], as_json: bool) -> T:
+    with user_errors(command, as_json=as_json):
         return work()
     raise AssertionError("unreachable")  # user_errors exits on every error it catches
 
@@ -254,7 +254,7 @@ def dispute_open(
             return {**_dispute_json(record), "tx": receipt.tx_hash,
                     "evidence": hex0x(evidence)}
 
-    _emit(_run("dispute open", work), as_json)
+    _emit(_run("dispute open", work, as_json), as_json)
 
 
 @dispute_app.command("status")
@@ -279,7 +279,7 @@ def dispute_status(
                 indexed = {"unavailable": str(error)}
             return {"chain": _dispute_json(record), "orchestrator": indexed}
 
-    _emit(_run("dispute status", work), as_json)
+    _emit(_run("dispute status", work, as_json), as_json)
 
 
 @dispute_app.command("evidence")
@@ -302,7 +302,7 @@ def dispute_evidence(
             out.write_text(json.dumps(bundle, indent=2, sort_keys=True))
         return bundle
 
-    _emit(_run("dispute evidence", work), as_json)
+    _emit(_run("dispute evidence", work, as_json), as_json)
 
 
 @dispute_app.command("default")
@@ -322,7 +322,7 @@ def dispute_default(
             assert record is not None
             return {**_dispute_json(record), "tx": receipt.tx_hash}
 
-    _emit(_run("dispute default", work), as_json)
+    _emit(_run("dispute default", work, as_json), as_json)
 
 
 # ---------------------------------------------------------------- mesh arbiter
@@ -344,7 +344,7 @@ def arbiter_list(
             found: list[Any] = _get(party, "/v1/disputes", "" if every else "?open=true")
             return found
 
-    _emit(_run("arbiter list", work), as_json)
+    _emit(_run("arbiter list", work, as_json), as_json)
 
 
 def _subject_bundle(party: Party, dispute: dict[str, Any]) -> dict[str, Any]:
@@ -369,7 +369,7 @@ def arbiter_show(
             dispute = _get(party, f"/v1/disputes/{dispute_id}")
             return {"dispute": dispute, "evidence": _subject_bundle(party, dispute)}
 
-    _emit(_run("arbiter show", work), as_json)
+    _emit(_run("arbiter show", work, as_json), as_json)
 
 
 def _download(party: Party, job_id: str, sha256: str, target: Path) -> Path:
@@ -428,7 +428,7 @@ def arbiter_reproduce(
         return {"dispute_id": dispute_id, "task_id": picked["task_id"], "recipe": recipe,
                 **found.as_json()}
 
-    _emit(_run("arbiter reproduce", work), as_json)
+    _emit(_run("arbiter reproduce", work, as_json), as_json)
 
 
 @arbiter_app.command("rule")
@@ -461,4 +461,4 @@ def arbiter_rule(
             return {**_dispute_json(record), "tx": receipt.tx_hash,
                     "evidence": hex0x(evidence)}
 
-    _emit(_run("arbiter rule", work), as_json)
+    _emit(_run("arbiter rule", work, as_json), as_json)

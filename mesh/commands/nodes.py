@@ -30,7 +30,7 @@ def nodes(provider: Annotated[str | None, typer.Option(
 
     from protocol.client import expect
 
-    with user_errors("nodes"):
+    with user_errors("nodes", as_json=as_json):
         base = service(orchestrator, None)
         params = {"provider": checksum(provider)} if provider else {}
         found = call_service("list nodes", lambda: expect(httpx.get(

@@ -49,7 +49,7 @@ def stake(amount: Amount, wallet: WalletOption, password_file: PasswordFile = No
           directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
           as_json: JsonFlag = False) -> None:
     """Bond tokens so the scheduler may give your nodes work (collateral is locked from it)."""
-    with user_errors("provider stake"):
+    with user_errors("provider stake", as_json=as_json):
         units = tokens(amount)
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         ensure_tokens(chain, account.address, units, "this stake")
@@ -74,7 +74,7 @@ def lend(ceiling: Annotated[str, typer.Argument(help="The most tokens of your st
          rpc_url: RpcUrl = None, data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
     """Bound what the orchestrator may reserve of your stake as collateral, and for how long.
     A lower bound stops new reservations at once; a live one still lapses at its own time."""
-    with user_errors("provider lend"):
+    with user_errors("provider lend", as_json=as_json):
         units = tokens(ceiling)
         horizon_s = int(days * 86_400)
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
@@ -94,7 +94,7 @@ def unbond(amount: Amount, wallet: WalletOption, password_file: PasswordFile = N
            directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
            as_json: JsonFlag = False) -> None:
     """Start taking free stake out; it stays slashable until the unbonding period ends."""
-    with user_errors("provider unbond"):
+    with user_errors("provider unbond", as_json=as_json):
         units = tokens(amount)
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         free = chain.provider_stake(account.address).free
@@ -118,7 +118,7 @@ def withdraw(lock_id: Annotated[int, typer.Argument(help="The lock id `unbond` p
              directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
              as_json: JsonFlag = False) -> None:
     """Take an unbonded amount home once its unbonding period has passed."""
-    with user_errors("provider withdraw"):
+    with user_errors("provider withdraw", as_json=as_json):
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         lock = chain.unbonding_lock(account.address, lock_id)
         if lock is None:
@@ -143,7 +143,7 @@ def withdraw(lock_id: Annotated[int, typer.Argument(help="The lock id `unbond` p
 def claim(wallet: WalletOption, password_file: PasswordFile = None, directory: WalletDir = None,
           rpc_url: RpcUrl = None, data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
     """Collect every payout whose dispute window has passed."""
-    with user_errors("provider claim"):
+    with user_errors("provider claim", as_json=as_json):
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         balance = chain.escrow_balance(account.address)
         if balance.claimable == 0:
@@ -167,7 +167,7 @@ def status(wallet: Annotated[str, typer.Option(
 
     from protocol.client import expect
 
-    with user_errors("provider status"):
+    with user_errors("provider status", as_json=as_json):
         chain = connect_chain(rpc_url, data_dir)
         address = address_of(wallet, directory)
         held = chain.provider_stake(address)

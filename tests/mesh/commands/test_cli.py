@@ -189,3 +189,23 @@ def test_aModuleNoInstallLeavesOut_staysATraceback(tmp_path: Path) -> None:
     done = agent_only(tmp_path, "wallet", "list", blocked=["eth_utils"])
     assert done.returncode == 1 and "Traceback" in done.stderr
     assert "ModuleNotFoundError" in done.stderr
+
+
+
+def test_anErrorUnderJson_isOneJsonObjectWithCodeAndMessage_andExitsNonZero(
+        served: Mesh) -> None:
+    """A script that asked for `--json` reads the failure as JSON too (on stdout, where it
+    reads the answer), with a code it can branch on (the service's own where it refused);
+    without `--json` it stays one line on stderr."""
+    unknown = "0x" + "ab" * 32
+    refused = served("job", "status", unknown, "--json")
+    assert refused.exit_code == 2 and refused.stderr == ""
+    error = json.loads(refused.stdout)["error"]
+    assert (error["code"], error["command"]) == ("job_not_found", "mesh job status")
+    assert unknown in error["message"]
+    mistake = served("job", "download", unknown, "--out", "x", "--wallet", "nobody", "--json")
+    assert mistake.exit_code == 2
+    assert json.loads(mistake.stdout)["error"]["code"] == "user_error"
+    plain = served("job", "status", unknown)
+    assert "(job_not_found)" in one_line_error(plain, command="job status")
+    assert plain.stdout == ""
