@@ -262,24 +262,31 @@ def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None)
 def print_table(result: Any, title: str | None = None,
                 header: tuple[str, str] = ("", "value")) -> None:
     """A rich table of a flat mapping (`header` names its two columns), or of a list of flat
-    mappings (one row each)."""
+    mappings (one row each). It fits the terminal (80 columns too): a column whose cells are
+    all short never wraps, the long ones (ids, addresses, prose) fold within their cells."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False,
+                  title_justify="left")
     if isinstance(result, dict):
-        table.add_column(header[0])
+        table.add_column(header[0], no_wrap=True)
         table.add_column(header[1], overflow="fold")
         for key, value in result.items():
             table.add_row(str(key), _cell(value))
     else:
-        rows = list(result)
+        rows = [{column: _cell(value) for column, value in row.items()} for row in result]
         columns = list(rows[0]) if rows else []
         for column in columns:
-            table.add_column(column, overflow="fold")
+            widest = max(len(column), *(len(row.get(column, "")) for row in rows))
+            table.add_column(column, no_wrap=widest <= SHORT_CELL, overflow="fold")
         for row in rows:
-            table.add_row(*(_cell(row.get(column)) for column in columns))
+            table.add_row(*(row.get(column, "") for column in columns))
     Console().print(table)
+
+
+SHORT_CELL = 12  # characters: a column no wider than this keeps each cell on one line
 
 
 def _cell(value: Any) -> str:
@@ -314,6 +321,19 @@ def tokens(amount: str) -> int:
 def show_tokens(units: int) -> str:
     whole = Decimal(units) / 10**TOKEN_DECIMALS
     return f"{whole.normalize():f}"
+
+
+def tier_word(tier: int) -> str:
+    """A tier as the dashboard names it (`background`, `standard`, `high`), for a number the
+    chain or the service gives."""
+    from orchestrator.domain.types import Tier
+
+    return Tier(tier).name.lower()
+
+
+def short_address(address: str) -> str:
+    """`0x1234…cdef`, for a table column too narrow for the whole address."""
+    return f"{address[:6]}…{address[-4:]}"
 
 
 def when(timestamp: int | float) -> str:

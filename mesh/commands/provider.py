@@ -28,6 +28,7 @@ from mesh.commands.common import (
     progress,
     service,
     show_tokens,
+    tier_word,
     tokens,
     user_errors,
     when,
@@ -159,10 +160,14 @@ def claim(wallet: WalletOption, password_file: PasswordFile = None, directory: W
 @app.command("status")
 def status(wallet: Annotated[str, typer.Option(
                "--wallet", "--keystore", help="A wallet name, keystore file or address.")],
+           password_file: Annotated[Path | None, typer.Option(
+               "--password-file", help="Taken as the signing commands take it; status reads "
+               "public state and needs no password.")] = None,
            directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
            orchestrator: OrchestratorUrl = None, as_json: JsonFlag = False) -> None:
     """Stake, unbonding locks, payouts and balances on chain, and the nodes the orchestrator
-    knows for this provider (when one answers)."""
+    knows for this provider (when one answers). Amounts in --json are token units (18
+    decimals); the table shows tokens."""
     import httpx
 
     from protocol.client import expect
@@ -176,7 +181,7 @@ def status(wallet: Annotated[str, typer.Option(
             "provider": address, "tokens": chain.token_balance(address),
             "eth_wei": int(chain.w3.eth.get_balance(address)),  # type: ignore[arg-type]
             "bonded": held.bonded, "locked": held.locked, "free": held.free,
-            "unbonding": held.unbonding, "tier": held.tier,
+            "unbonding": held.unbonding, "tier": tier_word(held.tier),
             "claimable": payouts.claimable, "pending": payouts.pending,
             "pending_release_at": payouts.release_at or None, "frozen": payouts.frozen,
             "unbonding_locks": [{"lock_id": lk.lock_id, "amount": lk.amount,
@@ -195,19 +200,20 @@ def status(wallet: Annotated[str, typer.Option(
 def _show_status(result: dict[str, Any]) -> None:
     amounts = {"tokens", "bonded", "locked", "free", "unbonding", "claimable", "pending",
                "frozen"}
-    print_table({key: show_tokens(value) if key in amounts else
-                 (when(value) if key == "pending_release_at" and value else value)
-                 for key, value in result.items()
-                 if key not in ("unbonding_locks", "nodes", "nodes_error")},
-                title=f"provider {result['provider']}")
+    shown = {key: f"{show_tokens(value)} tokens" if key in amounts else
+             (when(value) if key == "pending_release_at" and value else value)
+             for key, value in result.items()
+             if key not in ("unbonding_locks", "nodes", "nodes_error", "eth_wei")}
+    shown["gas"] = f"{show_tokens(result['eth_wei'])} ETH"
+    print_table(shown, title=f"provider {result['provider']}")
     if result["unbonding_locks"]:
         print_table([{"lock": lk["lock_id"], "amount": show_tokens(lk["amount"]),
                       "withdrawable from": when(lk["withdrawable_at"])}
                      for lk in result["unbonding_locks"]], title="unbonding")
     if result["nodes"]:
-        print_table([{k: n[k] for k in ("node_id", "health", "tier", "rs", "region",
-                                        "gpu_model", "slots")} for n in result["nodes"]],
-                    title="nodes")
+        print_table([{**{k: n[k] for k in ("node_id", "health", "rs", "region", "gpu_model",
+                                           "slots")}, "tier": tier_word(n["tier"])}
+                     for n in result["nodes"]], title="nodes")
     elif result["nodes"] is None:
         typer.echo(f"nodes: unknown ({result['nodes_error']})")
     else:
