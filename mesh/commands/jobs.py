@@ -375,7 +375,7 @@ def download(job: JobIdArg,
           "frames": [str(p) for p in done.frames], "complete": done.complete}, as_json,
          lambda r: typer.echo(
              f"{len(done.files)} files checked and written to {out}"
-             + (f", {len(done.frames)} frames assembled from tiles" if done.frames else "")
+             + f", {len(done.frames)} frames"
              + ("" if done.complete else "; the job is not finished yet")))
 
 
