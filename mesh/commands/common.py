@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from orchestrator.domain.types import TOKEN_DECIMALS, show_tokens
+
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
@@ -26,7 +28,6 @@ if TYPE_CHECKING:
     from protocol.client import Wallet
 
 LOCAL_CHAIN_IDS = frozenset({31337})  # anvil and hardhat: test tokens and gas may be minted
-TOKEN_DECIMALS = 18  # TestToken's; amounts on the command line are whole or decimal tokens
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document, no prose.")]
 WalletOption = Annotated[str, typer.Option(
@@ -316,11 +317,6 @@ def tokens(amount: str) -> int:
         raise UserError(f"{amount!r}: give a positive amount with at most {TOKEN_DECIMALS} "
                         "decimals")
     return int(value)
-
-
-def show_tokens(units: int) -> str:
-    whole = Decimal(units) / 10**TOKEN_DECIMALS
-    return f"{whole.normalize():f}"
 
 
 def tier_word(tier: int) -> str:
