@@ -48,7 +48,7 @@ def submit_job(wallet: Wallet, body: dict[str, Any], *, key: str | None = None,
 @dataclass(frozen=True, slots=True)
 class Downloaded:
     files: list[Path]  # every result file, hash-checked
-    frames: list[Path]  # frames assembled from tiles
+    frames: list[Path]  # every finished frame: rendered whole, or assembled from its tiles
     complete: bool  # the job had a result for every task
 
 
@@ -86,8 +86,18 @@ def download(wallet: Wallet, job_id: str, out: Path, *, show_progress: bool = Tr
                                    f"not {result['sha256']}: not written")
             os.replace(partial, target)
             files.append(target)
-    return Downloaded(files=files, frames=assemble_tiles(results, out),
+    return Downloaded(files=files, frames=finished_frames(results, out),
                       complete=bool(listing["complete"]))
+
+
+def finished_frames(results: list[dict[str, Any]], out: Path) -> list[Path]:
+    """The frames the downloaded results in `out` make, by frame number: a result rendered
+    whole is its frame; tiles are assembled into theirs once every tile is there."""
+    whole = {int(r["frame"]): out / r["name"] for r in results
+             if r.get("frame") is not None and (r.get("tiles") or 1) == 1}
+    assembled = {int(path.stem.removeprefix("frame-")): path
+                 for path in assemble_tiles(results, out)}
+    return [path for _, path in sorted({**whole, **assembled}.items())]
 
 
 def assemble_tiles(results: list[dict[str, Any]], out: Path) -> list[Path]:

@@ -192,6 +192,9 @@ class Settings(BaseSettings):
     wallet_dir: Path = Field(
         Path("~/.mesh/wallets"), description="Where `mesh wallet` keeps eth-account keystores "
         "(one `<name>.json` each, mode 0600).")
+    wallet: str | None = Field(
+        None, description="The wallet a `mesh dispute` or `mesh arbiter` command signs with "
+        "when it is given no `--wallet` (a name in wallet_dir or a keystore file).")
 
     @property
     def stake_per_new_node(self) -> int:

@@ -50,7 +50,7 @@ def bench_gas(as_json: JsonFlag = False) -> None:
     """Deploy the contracts on a fresh anvil and measure the gas of every money path."""
     from mesh.bench import gas
 
-    with user_errors("bench gas"):
+    with user_errors("bench gas", as_json=as_json):
         result = gas.run()
     emit(result, as_json, _show_gas)
 
@@ -62,7 +62,7 @@ def bench_reorg(seed: int = 17, rounds: int = 25, margin: int = 6,
     duplicated and double payments against the final canonical chain."""
     from mesh.bench import reorg
 
-    with user_errors("bench reorg"):
+    with user_errors("bench reorg", as_json=as_json):
         result = reorg.run(seed=seed, rounds=rounds, margin=margin)
     emit(result, as_json, show_result)
 
@@ -81,7 +81,7 @@ def bench_schedule(
     """Placements committed to the DB per second, with p50/p99 decision latency."""
     from mesh.bench import schedule
 
-    with user_errors("bench schedule"):
+    with user_errors("bench schedule", as_json=as_json):
         result = schedule.run(nodes=nodes, tasks=tasks, backends=backends.split(","), pls=pls)
     emit(result, as_json, show_result)
 
@@ -91,7 +91,7 @@ def bench_ingest(nodes: int = 10_000, seconds: float = 10.0, as_json: JsonFlag =
     """Signed heartbeats per second through real HTTP on loopback."""
     from mesh.bench import ingest
 
-    with user_errors("bench ingest"):
+    with user_errors("bench ingest", as_json=as_json):
         result = ingest.run(nodes=nodes, seconds=seconds)
     emit(result, as_json, show_result)
 
@@ -103,7 +103,7 @@ def bench_replicas(samples: int = 40, postgres_url: str | None = None,
     scores (two processes on a fresh PostgreSQL database; default MESH_TEST_POSTGRES_URL)."""
     from mesh.bench import replicas
 
-    with user_errors("bench replicas"):
+    with user_errors("bench replicas", as_json=as_json):
         result = replicas.run(postgres_url=postgres_url, samples=samples)
     emit(result, as_json, show_result)
 
@@ -129,7 +129,7 @@ def bench_scaleout(
     overlaps, takeover time, then the history checker; exits 1 on any violation."""
     from mesh.bench import scaleout
 
-    with user_errors("bench scaleout"):
+    with user_errors("bench scaleout", as_json=as_json):
         result = scaleout.run(postgres_url=postgres_url, replicas=replicas, nodes=nodes,
                               jobs=jobs, tasks_per_job=tasks_per_job, kill_at=kill_at,
                               restart=restart, seed=seed, pls=pls)
@@ -155,7 +155,8 @@ def bench_churn(
     """Replay churn through the real scheduling code under four policies."""
     from mesh.bench import churn
 
-    with user_errors("bench churn"):  # bad trace/profile files or arguments: one line
+    # bad trace/profile files or arguments: one line
+    with user_errors("bench churn", as_json=as_json):
         result = churn.run(trace=trace, profiles=profiles, nodes=nodes, days=days, jobs=jobs,
                            seed=seed, plots=plots, population=population)
     emit(result, as_json, show_result)
@@ -175,7 +176,7 @@ def bench_render(
     local agents), then a kill mid-frame: overhead, pixel identity, rework."""
     from mesh.bench import render
 
-    with user_errors("bench render"):
+    with user_errors("bench render", as_json=as_json):
         result = render.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
                             resolution=(width, height), agents=agents)
     emit(result, as_json, show_result)
@@ -196,7 +197,7 @@ def bench_sandbox(
     `sandbox_cpu_overhead` of their CPU times (steady on a loaded machine)."""
     from mesh.bench import sandbox
 
-    with user_errors("bench sandbox"):
+    with user_errors("bench sandbox", as_json=as_json):
         result = sandbox.run(pairs=pairs, frames=frames, samples=samples,
                              resolution=(width, height), threads=threads)
     emit(result, as_json)
@@ -221,7 +222,7 @@ def bench_verify(
     from orchestrator.domain.verification import SamplingPolicy
 
     names = tuple(policy or verify.POLICIES)
-    with user_errors("bench verify"):
+    with user_errors("bench verify", as_json=as_json):
         for name in names:
             SamplingPolicy.parse(name)  # an unknown policy: one line naming the known ones
         result = verify.run(frames=frames, samples=samples, chunk_samples=chunk_samples,
@@ -246,7 +247,7 @@ def bench_chaos(
     checker; exits 1 on any violation."""
     from mesh.bench import chaos
 
-    with user_errors("bench chaos"):
+    with user_errors("bench chaos", as_json=as_json):
         result = chaos.run(seed=seed, kills=kills, jobs=jobs, agents=agents, postgres=postgres)
     emit(result, as_json, show_result)
     if any(result["violations"].values()) or result["jobs_unfinished"]:

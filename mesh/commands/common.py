@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from orchestrator.domain.types import TOKEN_DECIMALS, show_tokens
+
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
@@ -25,7 +28,6 @@ if TYPE_CHECKING:
     from protocol.client import Wallet
 
 LOCAL_CHAIN_IDS = frozenset({31337})  # anvil and hardhat: test tokens and gas may be minted
-TOKEN_DECIMALS = 18  # TestToken's; amounts on the command line are whole or decimal tokens
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document, no prose.")]
 WalletOption = Annotated[str, typer.Option(
@@ -47,12 +49,38 @@ OrchestratorId = Annotated[str | None, typer.Option(
 
 
 class UserError(Exception):
-    """A mistake the user can fix; the message says what went wrong and what to do."""
+    """A mistake the user can fix; the message says what went wrong and what to do. `code`
+    names it for scripts (`--json`): the service's error code where the service refused."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def fail(command: str, message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"mesh {command}: {message}", err=True)
+def fail(command: str, message: str, code: int = 2, *, kind: str = "user_error",
+         as_json: bool = False) -> NoReturn:
+    """End the command on one line: on stderr for a person, or, for a command given `--json`,
+    as one JSON object `{"error": {"code": kind, "command": ..., "message": ...}}` on stdout,
+    where a script reads the command's answer. Exits `code` either way."""
+    if as_json:
+        typer.echo(json.dumps({"error": {"code": kind, "command": f"mesh {command}",
+                                         "message": message}}))
+    else:
+        typer.echo(f"mesh {command}: {message}", err=True)
     raise typer.Exit(code)
+
+
+def error_code(error: BaseException) -> str:
+    """A stable name for an error a script can branch on: the service's error code, the
+    contract's custom error name, else the exception kind in snake case."""
+    if code := getattr(error, "code", ""):
+        return str(code)
+    if _loaded("orchestrator.chain.errors"):
+        from orchestrator.chain.errors import ContractError
+
+        if isinstance(error, ContractError):
+            return error.name
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
 
 
 # What to do about the contract errors a user can cause, by error name.
@@ -193,14 +221,14 @@ def missing_install(error: ModuleNotFoundError) -> str | None:
 
 
 @contextlib.contextmanager
-def user_errors(command: str) -> Iterator[None]:
-    """Turn a user mistake raised inside into one line on stderr and exit status 2."""
+def user_errors(command: str, *, as_json: bool = False) -> Iterator[None]:
+    """Turn a user mistake raised inside into one line (`fail`) and exit status 2."""
     try:
         yield
     except typer.Exit:
         raise
     except user_error_types() as error:
-        fail(command, explain(error))
+        fail(command, explain(error), kind=error_code(error), as_json=as_json)
 
 
 def settings(**overrides: Any) -> ClientSettings:
@@ -235,24 +263,31 @@ def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None)
 def print_table(result: Any, title: str | None = None,
                 header: tuple[str, str] = ("", "value")) -> None:
     """A rich table of a flat mapping (`header` names its two columns), or of a list of flat
-    mappings (one row each)."""
+    mappings (one row each). It fits the terminal (80 columns too): a column whose cells are
+    all short never wraps, the long ones (ids, addresses, prose) fold within their cells."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False,
+                  title_justify="left")
     if isinstance(result, dict):
-        table.add_column(header[0])
+        table.add_column(header[0], no_wrap=True)
         table.add_column(header[1], overflow="fold")
         for key, value in result.items():
             table.add_row(str(key), _cell(value))
     else:
-        rows = list(result)
+        rows = [{column: _cell(value) for column, value in row.items()} for row in result]
         columns = list(rows[0]) if rows else []
         for column in columns:
-            table.add_column(column, overflow="fold")
+            widest = max(len(column), *(len(row.get(column, "")) for row in rows))
+            table.add_column(column, no_wrap=widest <= SHORT_CELL, overflow="fold")
         for row in rows:
-            table.add_row(*(_cell(row.get(column)) for column in columns))
+            table.add_row(*(row.get(column, "") for column in columns))
     Console().print(table)
+
+
+SHORT_CELL = 12  # characters: a column no wider than this keeps each cell on one line
 
 
 def _cell(value: Any) -> str:
@@ -284,9 +319,17 @@ def tokens(amount: str) -> int:
     return int(value)
 
 
-def show_tokens(units: int) -> str:
-    whole = Decimal(units) / 10**TOKEN_DECIMALS
-    return f"{whole.normalize():f}"
+def tier_word(tier: int) -> str:
+    """A tier as the dashboard names it (`background`, `standard`, `high`), for a number the
+    chain or the service gives."""
+    from orchestrator.domain.types import Tier
+
+    return Tier(tier).name.lower()
+
+
+def short_address(address: str) -> str:
+    """`0x1234…cdef`, for a table column too narrow for the whole address."""
+    return f"{address[:6]}…{address[-4:]}"
 
 
 def when(timestamp: int | float) -> str:
@@ -410,7 +453,8 @@ def call_service(what: str, request: Callable[[], Any]) -> Any:
         raise UserError(f"no orchestrator answers ({error}); start one (`mesh orchestrator "
                         "serve`) or pass --orchestrator / MESH_ORCHESTRATOR_URL") from None
     except ApiCallError as error:
-        raise UserError(f"the orchestrator refused to {what}: {error}") from None
+        raise UserError(f"the orchestrator refused to {what}: {error}",
+                        code=error.code) from None
 
 
 def checksum(address: str) -> str:

@@ -25,14 +25,18 @@ from mesh.commands.common import (
     RpcUrl,
     UserError,
     WalletDir,
-    WalletOption,
     checksum,
     connect_chain,
     emit,
+    ensure_tokens,
     open_wallet,
+    print_table,
     service,
+    settings,
+    show_tokens,
     tokens,
     user_errors,
+    when,
 )
 from orchestrator.domain.ids import hex0x, unhex
 
@@ -49,6 +53,9 @@ Reason = Annotated[str | None, typer.Option(help="Your case in words; its keccak
 ReasonFile = Annotated[Path | None, typer.Option(help="A file with your case; its keccak goes "
                                                       "on chain.")]
 DisputeId = Annotated[int, typer.Argument(min=1, help="The dispute id (from `open`).")]
+WalletOption = Annotated[str | None, typer.Option(
+    "--wallet", "--keystore", help="A wallet name in the wallet dir (`mesh wallet list`) or a "
+    "keystore file (default: $MESH_WALLET).")]
 
 T = TypeVar("T")
 
@@ -57,7 +64,7 @@ T = TypeVar("T")
 class Access:
     """Whose wallet, and where the chain and the orchestrator are: every command's options."""
 
-    wallet: str
+    wallet: str | None
     password_file: Path | None
     wallet_dir: Path | None
     orchestrator: str | None
@@ -75,15 +82,23 @@ class Party:
     wallet: Wallet
 
 
-def _run(command: str, work: Callable[[], T]) -> T:
-    with user_errors(command):
+def _run(command: str, work: Callable[[], T], as_json: bool) -> T:
+    with user_errors(command, as_json=as_json):
         return work()
     raise AssertionError("unreachable")  # user_errors exits on every error it catches
 
 
+def _wallet_name(given: str | None) -> str | None:
+    """The wallet a command signs with: `--wallet`, else the `wallet` setting ($MESH_WALLET)."""
+    return given if given is not None else settings().wallet
+
+
 @contextmanager
 def _party(access: Access) -> Iterator[Party]:
-    local = open_wallet(access.wallet, access.password_file, access.wallet_dir)
+    name = _wallet_name(access.wallet)
+    if name is None:
+        raise UserError("name the wallet to sign with: --wallet NAME (or set MESH_WALLET)")
+    local = open_wallet(name, access.password_file, access.wallet_dir)
     chain = connect_chain(access.rpc_url, access.data_dir)
     wallet = service(access.orchestrator, access.orchestrator_id,
                      chain.deployment.chain_id).wallet(local)
@@ -91,17 +106,6 @@ def _party(access: Access) -> Iterator[Party]:
         yield Party(chain, chain.account(local), wallet)
     finally:
         wallet.close()
-
-
-def _pretty(result: Any) -> None:
-    from rich.console import Console
-    from rich.pretty import Pretty
-
-    Console().print(Pretty(result))
-
-
-def _emit(result: Any, as_json: bool) -> None:
-    emit(result, as_json, _pretty)
 
 
 def _evidence_hash(reason: str | None, reason_file: Path | None) -> bytes:
@@ -129,11 +133,130 @@ def _get(party: Party, path: str, query: str = "") -> Any:
 
 
 def _dispute_json(record: Any) -> dict[str, Any]:
+    """A dispute as the chain holds it; amounts in token units (strings), times unix."""
+    from orchestrator.domain.chain_views import DisputeKind
+
+    slash = record.kind == DisputeKind.SLASH
     return {"dispute_id": record.dispute_id, "kind": record.kind.name.lower(),
             "status": record.status.name.lower(), "opener": record.opener,
             "respondent": record.respondent, "bond": str(record.bond),
             "frozen_amount": str(record.frozen_amount), "subject": hex0x(record.subject),
+            "job_id": None if slash else hex0x(record.subject),
+            "slash_id": int.from_bytes(record.subject, "big") if slash else None,
             "ruling_deadline": record.ruling_deadline}
+
+
+# ---------------------------------------------------------------- for people (not --json)
+
+
+def _about(dispute: dict[str, Any]) -> str:
+    if dispute.get("slash_id") is not None:
+        return f"slash {dispute['slash_id']}"
+    return f"job {dispute.get('job_id') or dispute.get('subject')}"
+
+
+def _dispute_rows(dispute: dict[str, Any]) -> dict[str, Any]:
+    """One dispute (the chain's or the orchestrator's record) as a person reads it: tokens,
+    dates, what it is about."""
+    rows: dict[str, Any] = {
+        "dispute": dispute["dispute_id"], "kind": dispute["kind"], "about": _about(dispute),
+        "status": dispute["status"], "opener": dispute["opener"],
+        "respondent": dispute["respondent"],
+        "bond": f"{show_tokens(int(dispute['bond']))} tokens",
+        "frozen": f"{show_tokens(int(dispute['frozen_amount']))} tokens",
+        "ruling deadline": when(dispute["ruling_deadline"])}
+    for key, label in (("opened_at", "opened"), ("ruled_at", "ruled")):
+        if dispute.get(key):
+            rows[label] = when(dispute[key])
+    for key, label in (("tx", "tx"), ("opened_tx", "opening tx"), ("ruled_tx", "ruling tx"),
+                       ("evidence", "evidence hash"), ("outcome", "outcome")):
+        if dispute.get(key):
+            rows[label] = dispute[key]
+    return rows
+
+
+def _show_dispute(dispute: dict[str, Any]) -> None:
+    print_table(_dispute_rows(dispute), title=f"dispute {dispute['dispute_id']}")
+
+
+def _show_status(result: dict[str, Any]) -> None:
+    _show_dispute(result["chain"])
+    indexed = result["orchestrator"]
+    if "unavailable" in indexed:
+        typer.echo(f"the orchestrator's record: {indexed['unavailable']}")
+    elif indexed.get("outcome"):
+        typer.echo(f"outcome: {indexed['outcome']}")
+    else:
+        typer.echo(f"the orchestrator has it as {indexed['status']}, no outcome yet")
+
+
+def _show_list(found: list[dict[str, Any]]) -> None:
+    if not found:
+        typer.echo("no disputes")
+        return
+    print_table([{"dispute": d["dispute_id"], "about": _about(d), "status": d["status"],
+                  "frozen": show_tokens(int(d["frozen_amount"])),
+                  "deadline": when(d["ruling_deadline"])[:10]} for d in found],
+                title="disputes (amounts in tokens; `mesh arbiter show ID` for one)")
+
+
+def _verification_line(report: dict[str, Any]) -> str:
+    counts = (f"{report['artifacts_verified']} of {report['artifacts']} results, "
+              f"{report['scores_verified']} of {report['scores']} scores")
+    if report["verified"]:
+        return f"verified on chain ({counts})"
+    return f"NOT verified ({counts}): " + "; ".join(report["failures"])
+
+
+def _job_rows(bundle: dict[str, Any]) -> dict[str, Any]:
+    return {"job": bundle["job_id"], "customer": bundle["customer"],
+            "status": bundle["status"], "budget": f"{show_tokens(int(bundle['amount']))} tokens",
+            "providers": ", ".join(bundle["providers"]) or "none",
+            "result root": bundle.get("result_root") or "none",
+            "settlement tx": bundle.get("settlement_tx") or "none",
+            "proofs": _verification_line(bundle["verification_on_chain"]),
+            "disputes": ", ".join(str(d["dispute_id"]) for d in bundle["disputes"]) or "none"}
+
+
+def _show_tasks(bundle: dict[str, Any]) -> None:
+    if bundle["tasks"]:
+        print_table([{"task": t["task_id"], "status": t["status"], "node": t["node_id"],
+                      "frame": (t["recipe"] or {}).get("frame", ""),
+                      "checks": ", ".join(sorted({c["status"] for v in t["verification"]
+                                                  for c in v["checks"]})) or "none"}
+                     for t in bundle["tasks"]], title="tasks")
+
+
+def _show_bundle(bundle: dict[str, Any]) -> None:
+    """An evidence bundle's summary: what it is about, whether its proofs verify on chain,
+    its tasks; the whole bundle is `--json` or `--out FILE`."""
+    if bundle["kind"] == "job":
+        print_table(_job_rows(bundle), title="evidence of the job")
+        _show_tasks(bundle)
+    else:
+        print_table({"slash": bundle["slash_id"], "provider": bundle["provider"],
+                     "reason": bundle["reason"],
+                     "amount": f"{show_tokens(int(bundle['amount']))} tokens",
+                     "beneficiary": bundle["beneficiary"], "status": bundle["status"],
+                     "releasable": when(bundle["releasable_at"]),
+                     "evidence hash": bundle["evidence"],
+                     "decisions": len(bundle["records"]),
+                     "score proofs": len(bundle["scores"])}, title="evidence of the slash")
+        if bundle.get("job") is not None:
+            print_table(_job_rows(bundle["job"]), title="its job")
+            _show_tasks(bundle["job"])
+    typer.echo("the whole bundle: --json, or --out FILE")
+
+
+def _show_reproduced(result: dict[str, Any]) -> None:
+    recipe = result["recipe"]
+    print_table({"dispute": result["dispute_id"], "task": result["task_id"],
+                 "frame": recipe["frame"], "tile": f"{recipe['tile']} of {recipe['tiles']}",
+                 "samples": recipe["samples"],
+                 "match": "yes" if result["match"] else "NO", "tolerance": result["tolerance"],
+                 "largest pixel difference": result["max_abs"],
+                 "share over tolerance": result["share_over"], "detail": result["detail"],
+                 "render seconds": result["render_s"]}, title="re-rendered here")
 
 
 # ---------------------------------------------------------------- verifying a bundle
@@ -210,7 +333,7 @@ def _prove_backers(party: Party, job_id: bytes, addresses: set[str]) -> None:
 
 @dispute_app.command("open")
 def dispute_open(
-    wallet: WalletOption,
+    wallet: WalletOption = None,
     job: Annotated[str | None, typer.Option(help="Dispute this job's settlement (0x id).")] = None,
     against: Annotated[str | None, typer.Option(
         help="The other side: a provider that backed the job (you are the customer) or the "
@@ -220,23 +343,32 @@ def dispute_open(
     slash: Annotated[int | None, typer.Option(min=1, help="Dispute this slash of your stake "
                                                            "(its id).")] = None,
     reason: Reason = None, reason_file: ReasonFile = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Post the bond without asking (scripts)."
+                                      )] = False,
     password_file: PasswordFile = None, wallet_dir: WalletDir = None,
     orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
     orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
-    """Open a dispute, posting the bond from your wallet (approved first if needed)."""
+    """Open a dispute, posting the bond from your wallet (approved first if needed): the bond
+    is announced first and posted once you confirm (or with --yes)."""
 
     def work() -> dict[str, Any]:
         evidence = _evidence_hash(reason, reason_file)
+        if slash is not None and (job is not None or against is not None or amount is not None):
+            raise UserError("--slash takes no --job, --against or --amount")
+        if slash is None and (job is None or against is None or amount is None):
+            raise UserError("name --job, --against and --amount (or --slash)")
         with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
                            data_dir, orchestrator_id)) as party:
+            what = (_check_slash(party, slash) if slash is not None
+                    else f"freezing {amount} tokens of job {job}")
+            bond = party.chain.dispute_bond()
+            ensure_tokens(party.chain, party.account.address, bond, "the dispute's bond")
+            _announce_bond(bond, what, yes=yes)
             if slash is not None:
-                if job is not None or against is not None or amount is not None:
-                    raise UserError("--slash takes no --job, --against or --amount")
                 dispute_id, receipt = party.account.open_slash_dispute(slash, evidence)
             else:
-                if job is None or against is None or amount is None:
-                    raise UserError("name --job, --against and --amount (or --slash)")
+                assert job is not None and against is not None and amount is not None
                 other = checksum(against)
                 _prove_backers(party, _job_bytes(job), {party.account.address, other})
                 dispute_id, receipt = party.account.open_settlement_dispute(
@@ -246,37 +378,66 @@ def dispute_open(
             return {**_dispute_json(record), "tx": receipt.tx_hash,
                     "evidence": hex0x(evidence)}
 
-    _emit(_run("dispute open", work), as_json)
+    emit(_run("dispute open", work, as_json), as_json, _show_dispute)
+
+
+def _check_slash(party: Party, slash_id: int) -> str:
+    """Refuse, before anything is sent, a slash the chain does not have or that is not this
+    wallet's (the contract would answer DisputesNotAParty for both)."""
+    record = party.chain.slash_of(slash_id)
+    if record is None:
+        raise UserError(f"there is no slash {slash_id} on chain: give the chain's slash id "
+                        "(the dashboard's Slashes table, its slash column)")
+    if record.provider != party.account.address:
+        raise UserError(f"slash {slash_id} took the stake of {record.provider}, not of this "
+                        f"wallet ({party.account.address}): only the slashed provider may "
+                        "dispute a slash")
+    return f"disputing slash {slash_id} ({show_tokens(record.amount)} tokens)"
+
+
+def _announce_bond(bond: int, what: str, *, yes: bool) -> None:
+    """Say what the dispute costs before it is paid, and ask unless told --yes."""
+    line = (f"{what} posts a bond of {show_tokens(bond)} tokens from your wallet: returned "
+            "if the dispute is granted, paid to the other side if it is dismissed")
+    if yes:
+        typer.echo(line, err=True)
+    elif not typer.confirm(f"{line}. Post it?", err=True):
+        raise UserError("nothing sent: the dispute was not opened")
 
 
 @dispute_app.command("status")
 def dispute_status(
-    dispute_id: DisputeId, wallet: WalletOption,
+    dispute_id: DisputeId, wallet: WalletOption = None,
     password_file: PasswordFile = None, wallet_dir: WalletDir = None,
     orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
     orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
-    """The dispute as the chain has it, and the orchestrator's record of its outcome."""
+    """The dispute as the chain has it, and the orchestrator's record of its outcome (signed:
+    a party's or an arbiter's wallet; with none, the chain's record alone)."""
+    import httpx
+
     from protocol.client import ApiCallError
 
     def work() -> dict[str, Any]:
-        with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
-                           data_dir, orchestrator_id)) as party:
-            record = party.chain.dispute_of(dispute_id)
-            if record is None:
-                raise UserError(f"there is no dispute {dispute_id} on chain")
-            try:
-                indexed: Any = _get(party, f"/v1/disputes/{dispute_id}")
-            except ApiCallError as error:  # not indexed yet, or the service is down
-                indexed = {"unavailable": str(error)}
-            return {"chain": _dispute_json(record), "orchestrator": indexed}
+        record = connect_chain(rpc_url, data_dir).dispute_of(dispute_id)
+        if record is None:
+            raise UserError(f"there is no dispute {dispute_id} on chain")
+        indexed: Any = {"unavailable": "sign with --wallet or MESH_WALLET to read it"}
+        if _wallet_name(wallet) is not None:
+            with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
+                               data_dir, orchestrator_id)) as party:
+                try:
+                    indexed = _get(party, f"/v1/disputes/{dispute_id}")
+                except (ApiCallError, httpx.TransportError) as error:  # not indexed yet, down
+                    indexed = {"unavailable": str(error)}
+        return {"chain": _dispute_json(record), "orchestrator": indexed}
 
-    _emit(_run("dispute status", work), as_json)
+    emit(_run("dispute status", work, as_json), as_json, _show_status)
 
 
 @dispute_app.command("evidence")
 def dispute_evidence(
-    wallet: WalletOption,
+    wallet: WalletOption = None,
     job: Annotated[str | None, typer.Option(help="A job's bundle (0x id).")] = None,
     slash: Annotated[int | None, typer.Option(min=1, help="A slash's bundle (its id).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the bundle (JSON) here.")] = None,
@@ -294,12 +455,12 @@ def dispute_evidence(
             out.write_text(json.dumps(bundle, indent=2, sort_keys=True))
         return bundle
 
-    _emit(_run("dispute evidence", work), as_json)
+    emit(_run("dispute evidence", work, as_json), as_json, _show_bundle)
 
 
 @dispute_app.command("default")
 def dispute_default(
-    dispute_id: DisputeId, wallet: WalletOption,
+    dispute_id: DisputeId, wallet: WalletOption = None,
     password_file: PasswordFile = None, wallet_dir: WalletDir = None,
     orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
     orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
@@ -314,7 +475,7 @@ def dispute_default(
             assert record is not None
             return {**_dispute_json(record), "tx": receipt.tx_hash}
 
-    _emit(_run("dispute default", work), as_json)
+    emit(_run("dispute default", work, as_json), as_json, _show_dispute)
 
 
 # ---------------------------------------------------------------- mesh arbiter
@@ -322,7 +483,7 @@ def dispute_default(
 
 @arbiter_app.command("list")
 def arbiter_list(
-    wallet: WalletOption,
+    wallet: WalletOption = None,
     every: Annotated[bool, typer.Option("--all", help="Ruled ones too.")] = False,
     password_file: PasswordFile = None, wallet_dir: WalletDir = None,
     orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
@@ -336,7 +497,7 @@ def arbiter_list(
             found: list[Any] = _get(party, "/v1/disputes", "" if every else "?open=true")
             return found
 
-    _emit(_run("arbiter list", work), as_json)
+    emit(_run("arbiter list", work, as_json), as_json, _show_list)
 
 
 def _subject_bundle(party: Party, dispute: dict[str, Any]) -> dict[str, Any]:
@@ -348,7 +509,7 @@ def _subject_bundle(party: Party, dispute: dict[str, Any]) -> dict[str, Any]:
 
 @arbiter_app.command("show")
 def arbiter_show(
-    dispute_id: DisputeId, wallet: WalletOption,
+    dispute_id: DisputeId, wallet: WalletOption = None,
     password_file: PasswordFile = None, wallet_dir: WalletDir = None,
     orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
     orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
@@ -361,7 +522,12 @@ def arbiter_show(
             dispute = _get(party, f"/v1/disputes/{dispute_id}")
             return {"dispute": dispute, "evidence": _subject_bundle(party, dispute)}
 
-    _emit(_run("arbiter show", work), as_json)
+    emit(_run("arbiter show", work, as_json), as_json, _show_shown)
+
+
+def _show_shown(result: dict[str, Any]) -> None:
+    _show_dispute(result["dispute"])
+    _show_bundle(result["evidence"])
 
 
 def _download(party: Party, job_id: str, sha256: str, target: Path) -> Path:
@@ -379,7 +545,7 @@ def _download(party: Party, job_id: str, sha256: str, target: Path) -> Path:
 
 @arbiter_app.command("reproduce")
 def arbiter_reproduce(
-    dispute_id: DisputeId, wallet: WalletOption,
+    dispute_id: DisputeId, wallet: WalletOption = None,
     task: Annotated[int | None, typer.Option(help="The task (tile) to re-render; needed when "
                                                   "the job has several.")] = None,
     workdir: Annotated[Path, typer.Option(help="Scratch folder for the scene, the result and "
@@ -420,12 +586,12 @@ def arbiter_reproduce(
         return {"dispute_id": dispute_id, "task_id": picked["task_id"], "recipe": recipe,
                 **found.as_json()}
 
-    _emit(_run("arbiter reproduce", work), as_json)
+    emit(_run("arbiter reproduce", work, as_json), as_json, _show_reproduced)
 
 
 @arbiter_app.command("rule")
 def arbiter_rule(
-    dispute_id: DisputeId, wallet: WalletOption,
+    dispute_id: DisputeId, wallet: WalletOption = None,
     grant: Annotated[bool, typer.Option(
         "--grant/--dismiss", help="For the opener (refund / reverse the slash) or the "
                                   "respondent (the decision stands).")] = False,
@@ -453,4 +619,4 @@ def arbiter_rule(
             return {**_dispute_json(record), "tx": receipt.tx_hash,
                     "evidence": hex0x(evidence)}
 
-    _emit(_run("arbiter rule", work), as_json)
+    emit(_run("arbiter rule", work, as_json), as_json, _show_dispute)

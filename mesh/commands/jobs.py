@@ -175,7 +175,7 @@ def submit(
     from mesh.pack import upload
     from orchestrator.api.schemas import JobSpec
 
-    with user_errors("job submit"):
+    with user_errors("job submit", as_json=as_json):
         if not blend.is_file():
             raise UserError(f"{blend} is not a file: give the .blend to render")
         first, last = _frames(frames)
@@ -398,7 +398,7 @@ def status(job: JobIdArg, watch: Annotated[bool, typer.Option(
 
     from protocol.client import expect
 
-    with user_errors("job status"):
+    with user_errors("job status", as_json=as_json):
         job_id = _job_id(job)
         base = service(orchestrator, None)
         with httpx.Client(base_url=base.url, timeout=10.0) as http:
@@ -447,7 +447,7 @@ def download(job: JobIdArg,
                  help="Chain id signatures are bound to (default: $MESH_CHAIN_ID).")] = None,
              as_json: JsonFlag = False) -> None:
     """Download a job's results, checking every sha256 (signed: the job's customer only)."""
-    with user_errors("job download"):
+    with user_errors("job download", as_json=as_json):
         _job_id(job)
         client = service(orchestrator, orchestrator_id, chain_id).wallet(
             open_wallet(wallet, password_file, directory))
@@ -459,7 +459,7 @@ def download(job: JobIdArg,
           "frames": [str(p) for p in done.frames], "complete": done.complete}, as_json,
          lambda r: typer.echo(
              f"{len(done.files)} files checked and written to {out}"
-             + (f", {len(done.frames)} frames assembled from tiles" if done.frames else "")
+             + f", {len(done.frames)} frames"
              + ("" if done.complete else "; the job is not finished yet")))
 
 
@@ -472,7 +472,7 @@ def list_jobs(wallet: WalletOption, password_file: PasswordFile = None,
     this machine escrowed but never handed over, each with its escrow on chain."""
     from protocol.client import expect
 
-    with user_errors("job list"):
+    with user_errors("job list", as_json=as_json):
         chain = connect_chain(rpc_url, data_dir)
         account = open_wallet(wallet, password_file, directory)
         client = service(orchestrator, orchestrator_id, chain.deployment.chain_id).wallet(
@@ -522,7 +522,7 @@ def cancel(job: JobIdArg, wallet: WalletOption, password_file: PasswordFile = No
     window (run it again then). A failed or expired job is refunded the same way."""
     from protocol.client import ApiCallError, expect
 
-    with user_errors("job cancel"):
+    with user_errors("job cancel", as_json=as_json):
         job_id = _job_id(job)
         chain = connect_chain(rpc_url, data_dir)
         account = open_wallet(wallet, password_file, directory)

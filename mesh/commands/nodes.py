@@ -15,6 +15,8 @@ from mesh.commands.common import (
     emit,
     print_table,
     service,
+    short_address,
+    tier_word,
     user_errors,
 )
 
@@ -30,12 +32,12 @@ def nodes(provider: Annotated[str | None, typer.Option(
 
     from protocol.client import expect
 
-    with user_errors("nodes"):
+    with user_errors("nodes", as_json=as_json):
         base = service(orchestrator, None)
         params = {"provider": checksum(provider)} if provider else {}
         found = call_service("list nodes", lambda: expect(httpx.get(
             f"{base.url}/v1/nodes", params=params, timeout=10.0)))
-    emit(found, as_json, _show)
+    emit([{**n, "tier": tier_word(n["tier"])} for n in found], as_json, _show)
 
 
 def _show(found: list[dict[str, Any]]) -> None:
@@ -43,10 +45,11 @@ def _show(found: list[dict[str, Any]]) -> None:
         typer.echo("no nodes registered yet (a provider starts one with `mesh agent run`)")
         return
     now = time.time()
-    print_table([{"node": n["node_id"], "provider": n["provider"],
+    print_table([{"node": n["node_id"], "provider": short_address(n["provider"]),
                   "region": n["region"], "gpu": f"{n['gpu_model']} {n['vram_gb']} GB",
                   "slots": n["slots"], "tier": n["tier"],
                   "RS": "-" if n["rs"] is None else f"{n['rs']:.3f}",
-                  "health": n["health"] + (" (draining)" if n["draining"] else ""),
-                  "last beat": "-" if n["last_heartbeat_at"] is None
-                  else f"{now - n['last_heartbeat_at']:.0f} s ago"} for n in found])
+                  "health": "draining" if n["draining"] else n["health"],
+                  "beat": "-" if n["last_heartbeat_at"] is None
+                  else f"{now - n['last_heartbeat_at']:.0f} s ago"} for n in found],
+                title="nodes (beat: the last heartbeat)")

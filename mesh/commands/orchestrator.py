@@ -82,6 +82,11 @@ def serve(
         fail("orchestrator serve", f"bad settings: {problems} (docs/configuration.md)")
     for warning in missing_capabilities(config):
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+    from orchestrator.db.session import unreachable
+
+    if (why := unreachable(config.sqlalchemy_url)) is not None:
+        fail("orchestrator serve", f"cannot open the database ({why}): create it (PostgreSQL: "
+             "createdb NAME), start its server, or fix MESH_DATABASE_URL")
     uvicorn.run("orchestrator.main:app", host=host, port=port, access_log=access_log,
                 log_level=log_level)
 

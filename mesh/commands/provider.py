@@ -28,6 +28,7 @@ from mesh.commands.common import (
     progress,
     service,
     show_tokens,
+    tier_word,
     tokens,
     user_errors,
     when,
@@ -49,7 +50,7 @@ def stake(amount: Amount, wallet: WalletOption, password_file: PasswordFile = No
           directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
           as_json: JsonFlag = False) -> None:
     """Bond tokens so the scheduler may give your nodes work (collateral is locked from it)."""
-    with user_errors("provider stake"):
+    with user_errors("provider stake", as_json=as_json):
         units = tokens(amount)
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         ensure_tokens(chain, account.address, units, "this stake")
@@ -74,7 +75,7 @@ def lend(ceiling: Annotated[str, typer.Argument(help="The most tokens of your st
          rpc_url: RpcUrl = None, data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
     """Bound what the orchestrator may reserve of your stake as collateral, and for how long.
     A lower bound stops new reservations at once; a live one still lapses at its own time."""
-    with user_errors("provider lend"):
+    with user_errors("provider lend", as_json=as_json):
         units = tokens(ceiling)
         horizon_s = int(days * 86_400)
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
@@ -94,7 +95,7 @@ def unbond(amount: Amount, wallet: WalletOption, password_file: PasswordFile = N
            directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
            as_json: JsonFlag = False) -> None:
     """Start taking free stake out; it stays slashable until the unbonding period ends."""
-    with user_errors("provider unbond"):
+    with user_errors("provider unbond", as_json=as_json):
         units = tokens(amount)
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         free = chain.provider_stake(account.address).free
@@ -118,7 +119,7 @@ def withdraw(lock_id: Annotated[int, typer.Argument(help="The lock id `unbond` p
              directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
              as_json: JsonFlag = False) -> None:
     """Take an unbonded amount home once its unbonding period has passed."""
-    with user_errors("provider withdraw"):
+    with user_errors("provider withdraw", as_json=as_json):
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         lock = chain.unbonding_lock(account.address, lock_id)
         if lock is None:
@@ -143,7 +144,7 @@ def withdraw(lock_id: Annotated[int, typer.Argument(help="The lock id `unbond` p
 def claim(wallet: WalletOption, password_file: PasswordFile = None, directory: WalletDir = None,
           rpc_url: RpcUrl = None, data_dir: DataDir = None, as_json: JsonFlag = False) -> None:
     """Collect every payout whose dispute window has passed."""
-    with user_errors("provider claim"):
+    with user_errors("provider claim", as_json=as_json):
         chain, account = _open(wallet, password_file, directory, rpc_url, data_dir)
         balance = chain.escrow_balance(account.address)
         if balance.claimable == 0:
@@ -159,15 +160,19 @@ def claim(wallet: WalletOption, password_file: PasswordFile = None, directory: W
 @app.command("status")
 def status(wallet: Annotated[str, typer.Option(
                "--wallet", "--keystore", help="A wallet name, keystore file or address.")],
+           password_file: Annotated[Path | None, typer.Option(
+               "--password-file", help="Taken as the signing commands take it; status reads "
+               "public state and needs no password.")] = None,
            directory: WalletDir = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
            orchestrator: OrchestratorUrl = None, as_json: JsonFlag = False) -> None:
     """Stake, unbonding locks, payouts and balances on chain, and the nodes the orchestrator
-    knows for this provider (when one answers)."""
+    knows for this provider (when one answers). Amounts in --json are token units (18
+    decimals); the table shows tokens."""
     import httpx
 
     from protocol.client import expect
 
-    with user_errors("provider status"):
+    with user_errors("provider status", as_json=as_json):
         chain = connect_chain(rpc_url, data_dir)
         address = address_of(wallet, directory)
         held = chain.provider_stake(address)
@@ -176,7 +181,7 @@ def status(wallet: Annotated[str, typer.Option(
             "provider": address, "tokens": chain.token_balance(address),
             "eth_wei": int(chain.w3.eth.get_balance(address)),  # type: ignore[arg-type]
             "bonded": held.bonded, "locked": held.locked, "free": held.free,
-            "unbonding": held.unbonding, "tier": held.tier,
+            "unbonding": held.unbonding, "tier": tier_word(held.tier),
             "claimable": payouts.claimable, "pending": payouts.pending,
             "pending_release_at": payouts.release_at or None, "frozen": payouts.frozen,
             "unbonding_locks": [{"lock_id": lk.lock_id, "amount": lk.amount,
@@ -195,19 +200,20 @@ def status(wallet: Annotated[str, typer.Option(
 def _show_status(result: dict[str, Any]) -> None:
     amounts = {"tokens", "bonded", "locked", "free", "unbonding", "claimable", "pending",
                "frozen"}
-    print_table({key: show_tokens(value) if key in amounts else
-                 (when(value) if key == "pending_release_at" and value else value)
-                 for key, value in result.items()
-                 if key not in ("unbonding_locks", "nodes", "nodes_error")},
-                title=f"provider {result['provider']}")
+    shown = {key: f"{show_tokens(value)} tokens" if key in amounts else
+             (when(value) if key == "pending_release_at" and value else value)
+             for key, value in result.items()
+             if key not in ("unbonding_locks", "nodes", "nodes_error", "eth_wei")}
+    shown["gas"] = f"{show_tokens(result['eth_wei'])} ETH"
+    print_table(shown, title=f"provider {result['provider']}")
     if result["unbonding_locks"]:
         print_table([{"lock": lk["lock_id"], "amount": show_tokens(lk["amount"]),
                       "withdrawable from": when(lk["withdrawable_at"])}
                      for lk in result["unbonding_locks"]], title="unbonding")
     if result["nodes"]:
-        print_table([{k: n[k] for k in ("node_id", "health", "tier", "rs", "region",
-                                        "gpu_model", "slots")} for n in result["nodes"]],
-                    title="nodes")
+        print_table([{**{k: n[k] for k in ("node_id", "health", "rs", "region", "gpu_model",
+                                           "slots")}, "tier": tier_word(n["tier"])}
+                     for n in result["nodes"]], title="nodes")
     elif result["nodes"] is None:
         typer.echo(f"nodes: unknown ({result['nodes_error']})")
     else:

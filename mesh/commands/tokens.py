@@ -34,7 +34,7 @@ def mint(recipient: Recipient,
     """Mint test tokens to a wallet and top up its gas (local chains only)."""
     from orchestrator.chain.anvil import dev_account, set_balance
 
-    with user_errors("tokens mint"):
+    with user_errors("tokens mint", as_json=as_json):
         units = tokens(amount)
         chain = connect_chain(rpc_url, data_dir)
         require_local(chain, "minting")
@@ -55,7 +55,7 @@ def mint(recipient: Recipient,
 def balance(recipient: Recipient, rpc_url: RpcUrl = None, data_dir: DataDir = None,
             directory: WalletDir = None, as_json: JsonFlag = False) -> None:
     """Tokens and gas money of a wallet or an address."""
-    with user_errors("tokens balance"):
+    with user_errors("tokens balance", as_json=as_json):
         chain = connect_chain(rpc_url, data_dir)
         owner = address_of(recipient, directory)
         result = {"address": owner, "tokens": chain.token_balance(owner),

@@ -46,7 +46,7 @@ def new(name: WalletName, password_file: PasswordFile = None, directory: WalletD
     """Generate a key and save it encrypted; prints the address."""
     from protocol import keystore
 
-    with user_errors("wallet new"):
+    with user_errors("wallet new", as_json=as_json):
         target = _target(name, directory)
         address = keystore.create(target, _new_password(password_file))
     emit({"name": name, "address": address, "keystore": str(target)}, as_json,
@@ -69,7 +69,7 @@ def import_(
 
     from protocol import keystore
 
-    with user_errors("wallet import"):
+    with user_errors("wallet import", as_json=as_json):
         target = _target(name, directory)
         if keystore_file is not None and key_file is not None:
             raise UserError("give --keystore-file or --key-file, not both")
@@ -101,7 +101,7 @@ def list_(directory: WalletDir = None, as_json: JsonFlag = False) -> None:
     """The wallets in the wallet dir and their addresses (no password needed)."""
     from eth_utils import to_checksum_address
 
-    with user_errors("wallet list"):
+    with user_errors("wallet list", as_json=as_json):
         folder = wallet_dir(directory)
         found = []
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:

@@ -65,8 +65,14 @@ def _calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
         yield from _calls(sub)
 
 
-def _document(operation: dict[str, Any], dependant: Dependant) -> None:
-    """Add the route's credentials, and the refusals they and its parameters bring."""
+# Methods whose requests carry a body: BodyLimit refuses an over-size one (413) or a bad
+# Content-Length (400) before any route runs, whether or not the route reads a body.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _document(operation: dict[str, Any], dependant: Dependant, method: str) -> None:
+    """Add the route's credentials, and the refusals they, its parameters and its method
+    bring."""
     security: list[dict[str, list[str]]] = []
     statuses: set[int] = set()
     for call in _calls(dependant):
@@ -77,7 +83,7 @@ def _document(operation: dict[str, Any], dependant: Dependant) -> None:
     if dependant.path_params or dependant.query_params or dependant.header_params or \
             dependant.body_params:
         statuses.add(422)
-    if dependant.body_params:
+    if dependant.body_params or method in BODY_METHODS:
         statuses.update((400, 413))  # BodyLimit and the body's decoding, before validation
     responses = operation["responses"]
     if "422" in responses:  # FastAPI's own entry describes a body the error handler replaces
@@ -111,7 +117,7 @@ def install_openapi(app: FastAPI) -> None:
             item = document["paths"].get(route.path_format, {})
             for method in route.methods or ():
                 if method.lower() in item:
-                    _document(item[method.lower()], route.dependant)
+                    _document(item[method.lower()], route.dependant, method)
         for unused in ("HTTPValidationError", "ValidationError"):  # no route answers with them
             schemas.pop(unused, None)
         app.openapi_schema = document

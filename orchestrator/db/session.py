@@ -67,6 +67,19 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
 
+def unreachable(url: str) -> str | None:
+    """Why the database at `url` cannot be opened (its server's first line: `database "x"
+    does not exist`, a refused connection), or None when it can."""
+    engine = make_engine(url)
+    try:
+        with engine.connect():
+            return None
+    except OperationalError as error:
+        return str(error.orig or error).strip().splitlines()[0]
+    finally:
+        engine.dispose()
+
+
 def upgrade_to_head(engine: Engine) -> None:
     """Bring the schema to the newest migration (run at start; idempotent)."""
     config = Config(str(MIGRATIONS_DIR / "alembic.ini"))

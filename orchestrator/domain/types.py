@@ -8,7 +8,16 @@ units (wei of the stake/payment ERC-20).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import IntEnum, StrEnum
+
+TOKEN_DECIMALS = 18  # the stake/payment ERC-20's (TestToken's)
+
+
+def show_tokens(units: int) -> str:
+    """Token units as a person reads them: whole tokens, the decimals it needs (`1.5`)."""
+    whole = Decimal(units) / 10**TOKEN_DECIMALS
+    return f"{whole.normalize():f}"
 
 
 class Tier(IntEnum):

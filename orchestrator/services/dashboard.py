@@ -131,6 +131,7 @@ class SlashRow:
     detail: str
     chain_status: str | None  # the slash action's outbox status; None: proven by epoch root
     tx_hash: str | None
+    chain_note: str | None  # a failed action's reason (the contract's decoded error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +324,9 @@ def _slashes(session: Session) -> list[SlashRow]:
             reason=SlashReason(record.reason).name.lower(), amount=str(record.amount),
             decided_at=record.decided_at, detail=record.detail,
             chain_status=None if action is None else action.status,
-            tx_hash=None if action is None else action.tx_hash))
+            tx_hash=None if action is None else action.tx_hash,
+            chain_note=action.note if action is not None
+            and action.status == OutboxStatus.FAILED else None))
     return rows
 
 

@@ -36,7 +36,7 @@ from orchestrator.domain.errors import Forbidden, Missing, Refused
 from orchestrator.domain.ids import JobId, hex0x
 from orchestrator.domain.lifecycle import DisputeState, JobStatus
 from orchestrator.domain.merkle import MerkleTree, assignment_leaf
-from orchestrator.domain.types import SlashReason, Tier
+from orchestrator.domain.types import SlashReason, Tier, show_tokens
 from orchestrator.services import settlement
 from orchestrator.services.pls import PlsService
 
@@ -84,8 +84,8 @@ def _opened(session: Session, event: ChainEvent, *, chain: DisputeChain, now: fl
     job_id: str | None = None
     if kind is DisputeKind.SETTLEMENT:
         job_id = hex0x(subject)
-        outcome = (f"open: {args['frozenAmount']} of {args['respondent']}'s settlement frozen "
-                   f"on the escrow")
+        outcome = (f"open: {show_tokens(int(args['frozenAmount']))} tokens of the settlement "
+                   f"to {args['respondent']} frozen on the escrow")
     else:
         slash_id = int.from_bytes(subject, "big")
         slash = chain.slash_of(slash_id)
@@ -159,14 +159,15 @@ def _outcome(row: DisputeRow, *, granted: bool, ruling_slash: int, target: Dispu
     why = "by default (no ruling in time)" if target is DisputeState.DEFAULTED else "by ruling"
     if row.kind == DisputeKind.SETTLEMENT.name.lower():
         money_to = row.opener if granted else row.respondent
-        text = f"{target.value} {why}: {row.frozen_amount} frozen goes to {money_to}"
+        text = (f"{target.value} {why}: {show_tokens(row.frozen_amount)} tokens frozen go to "
+                f"{money_to}")
         if ruling_slash:
             text += f"; {row.respondent} slashed (slash {ruling_slash})"
     else:
         text = (f"{target.value} {why}: slash {row.slash_id} "
                 + ("reversed, the stake returns to the provider" if granted
                    else "stands and becomes releasable"))
-    return f"{text}; bond {row.bond} to {bond_to}"
+    return f"{text}; the bond of {show_tokens(row.bond)} tokens to {bond_to}"
 
 
 def _job_ruled(session: Session, *, row: DisputeRow, now: float) -> None:

@@ -18,7 +18,7 @@ from PIL import Image
 
 from agent.sandbox import Limits, Outcome, Sandbox
 from agent.workloads.blender import WORKER, FrameTask, render
-from mesh.customer import assemble_tiles, submit_job
+from mesh.customer import assemble_tiles, finished_frames, submit_job
 from mesh.cutproxy import CutProxy
 from mesh.localgrid import PAYMENT, Grid
 from orchestrator.api.schemas import JobSpec
@@ -70,6 +70,17 @@ def test_a_frame_with_a_tile_missing_is_not_assembled(tmp_path: Path) -> None:
     results = [{"name": f"frame-0001-tile-0{t}.exr", "frame": 1, "tile": t, "tiles": 3}
                for t in (0, 2)]
     assert assemble_tiles(results, tmp_path) == []
+
+
+def test_finishedFrames_areTheWholeFramesAndTheAssembledOnes_byFrame(tmp_path: Path) -> None:
+    """What `mesh job download --json` lists as frames: before, only frames assembled from
+    tiles, so a job rendered whole listed `"frames": []`."""
+    results = [{"name": "frame-0003.png", "frame": 3, "tile": 0, "tiles": 1},
+               {"name": "frame-0001.png", "frame": 1},
+               *({"name": f"frame-0002-tile-0{t}.png", "frame": 2, "tile": t, "tiles": 3}
+                 for t in (0, 2))]  # tile 1 missing: frame 2 is not finished
+    assert finished_frames(results, tmp_path) == [tmp_path / "frame-0001.png",
+                                                  tmp_path / "frame-0003.png"]
 
 
 @pytest.fixture

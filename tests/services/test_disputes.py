@@ -37,7 +37,7 @@ from orchestrator.domain.jobs import NewJob
 from orchestrator.domain.lifecycle import JobStatus, TaskStatus
 from orchestrator.domain.reliability import TaskOutcome
 from orchestrator.domain.score_commitment import EpochEntry, commit_epoch
-from orchestrator.domain.types import SlashReason, TaskNeeds, Tier
+from orchestrator.domain.types import SlashReason, TaskNeeds, Tier, show_tokens
 from orchestrator.domain.verification import ProviderRecord
 from orchestrator.scheduling.periodic import LeaderRunner
 from orchestrator.services import disputes, pls_chain, settlement
@@ -205,7 +205,9 @@ def test_a_customer_dispute_granted_moves_the_frozen_payout_and_the_job_follows(
 
     row = dispute_row(factory, dispute_id)
     assert row.status == "granted" and row.ruling_slash_id is not None
-    assert f"{frozen} frozen goes to {CUSTOMER.address}" in row.outcome
+    # tokens, not token units: what the dashboard prints
+    assert f"{show_tokens(frozen)} tokens frozen go to {CUSTOMER.address}" in row.outcome
+    assert str(frozen) not in row.outcome
     assert job_status(factory, job.job_id) == JobStatus.SETTLED
     # what the row says is what the chain did: the frozen payout is the customer's, at once
     assert mesh.escrow_balance(CUSTOMER.address).claimable == claimable_before + frozen
@@ -234,8 +236,9 @@ def test_a_dismissed_dispute_returns_the_payout_and_two_disputes_keep_the_job_di
 
     apply(factory, mesh, app, account(mesh, 3).resolve_dispute(second, granted=False), clock())
     row = dispute_row(factory, second)
-    assert row.status == "dismissed" and f"goes to {PROVIDER.address}" in row.outcome
-    assert f"bond {row.bond} to {PROVIDER.address}" in row.outcome
+    assert row.status == "dismissed" and f"go to {PROVIDER.address}" in row.outcome
+    assert f"the bond of {show_tokens(row.bond)} tokens to {PROVIDER.address}" in row.outcome
+    assert str(row.bond) not in row.outcome
     assert job_status(factory, job.job_id) == JobStatus.SETTLED
     assert mesh.escrow_balance(PROVIDER.address).frozen == 0
 

@@ -155,7 +155,8 @@ function renderSlashes(rows) {
     el("td", { class: "num", title: `decision ${s.decision_id}` }, s.slash_id === null ? "—" : s.slash_id),
     el("td", {}, el("code", {}, s.node_id)), el("td", { title: s.provider }, el("code", {}, short(s.provider))),
     el("td", {}, s.reason), el("td", { class: "num" }, tokens(s.amount)),
-    el("td", {}, s.chain_status === null ? "epoch proof" : `${s.chain_status} ${short(s.tx_hash)}`),
+    el("td", { class: s.chain_note ? "prose" : "" }, s.chain_status === null ? "epoch proof"
+      : s.chain_status + (s.tx_hash ? ` ${short(s.tx_hash)}` : "") + (s.chain_note ? `: ${s.chain_note}` : "")),
     el("td", {}, s.detail))));
 }
 

@@ -114,6 +114,27 @@ def test_serve_printsTheWarningsBeforeItStarts(tmp_path: Path) -> None:
     assert first.startswith("warning: no deployment") and "MESH_DATA_DIR" in first
 
 
+@pytest.mark.postgres
+def test_serve_onAMissingPostgresDatabase_isOneLine(tmp_path: Path) -> None:
+    """A real `mesh orchestrator serve` on a PostgreSQL server without the named database:
+    before, uvicorn's 180-line traceback of the failed start-up; now one line saying what to
+    do, before the server starts."""
+    base = os.environ.get("MESH_TEST_POSTGRES_URL")
+    if not base:
+        pytest.skip("no PostgreSQL server (MESH_TEST_POSTGRES_URL)")
+    missing = base.rsplit("/", 1)[0] + "/no_such_mesh_database"
+    done = subprocess.run(
+        [sys.executable, "-m", "mesh.cli", "orchestrator", "serve", "--port", "0"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO), "MESH_DATA_DIR": str(tmp_path),
+             "MESH_DATABASE_URL": missing})
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("warning: ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    (line,) = errors
+    assert line.startswith("mesh orchestrator serve: cannot open the database (")
+    assert 'database "no_such_mesh_database" does not exist' in line and "createdb" in line
+
+
 def test_serve_withABadSetting_isOneLine(mesh: Mesh) -> None:
     mesh.env["MESH_LEASE_TTL_S"] = "soon"
     error = one_line_error(mesh("orchestrator", "serve"), command="orchestrator serve")
@@ -189,3 +210,23 @@ def test_aModuleNoInstallLeavesOut_staysATraceback(tmp_path: Path) -> None:
     done = agent_only(tmp_path, "wallet", "list", blocked=["eth_utils"])
     assert done.returncode == 1 and "Traceback" in done.stderr
     assert "ModuleNotFoundError" in done.stderr
+
+
+
+def test_anErrorUnderJson_isOneJsonObjectWithCodeAndMessage_andExitsNonZero(
+        served: Mesh) -> None:
+    """A script that asked for `--json` reads the failure as JSON too (on stdout, where it
+    reads the answer), with a code it can branch on (the service's own where it refused);
+    without `--json` it stays one line on stderr."""
+    unknown = "0x" + "ab" * 32
+    refused = served("job", "status", unknown, "--json")
+    assert refused.exit_code == 2 and refused.stderr == ""
+    error = json.loads(refused.stdout)["error"]
+    assert (error["code"], error["command"]) == ("job_not_found", "mesh job status")
+    assert unknown in error["message"]
+    mistake = served("job", "download", unknown, "--out", "x", "--wallet", "nobody", "--json")
+    assert mistake.exit_code == 2
+    assert json.loads(mistake.stdout)["error"]["code"] == "user_error"
+    plain = served("job", "status", unknown)
+    assert "(job_not_found)" in one_line_error(plain, command="job status")
+    assert plain.stdout == ""

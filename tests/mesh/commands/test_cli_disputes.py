@@ -8,6 +8,7 @@ line, never a traceback."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -34,13 +35,25 @@ def key_file(tmp: Path, name: str, account: LocalAccount) -> Path:
     return path
 
 
-def mesh(grid: Grid, anvil: Anvil, who: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def mesh(grid: Grid, anvil: Anvil, who: Path | None, *args: str, stdin: str = ""
+         ) -> subprocess.CompletedProcess[str]:
+    """A mesh command at 80 columns; `who` signs it (None: the command names no wallet)."""
+    wallet = [] if who is None else ["--keystore", str(who), "--password-file",
+                                     str(who.with_suffix(".pw"))]
     return subprocess.run(
-        [sys.executable, "-m", "mesh.cli", *args, "--keystore", str(who),
-         "--password-file", str(who.with_suffix(".pw")), "--orchestrator", grid.url,
+        [sys.executable, "-m", "mesh.cli", *args, *wallet, "--orchestrator", grid.url,
          "--rpc-url", anvil.rpc_url, "--data-dir", str(grid.data_dir),
          "--orchestrator-id", ORCHESTRATOR_ID],
-        capture_output=True, text=True, timeout=300, check=False)
+        capture_output=True, text=True, timeout=300, check=False, input=stdin,
+        env={**os.environ, "COLUMNS": "80"})
+
+
+def human(done: subprocess.CompletedProcess[str]) -> str:
+    """A command's output for people: tables and lines, no Python dict, no wei, no unix time."""
+    assert done.returncode == 0, done.stderr
+    assert "{" not in done.stdout and "': " not in done.stdout, done.stdout
+    assert max(map(len, done.stdout.splitlines())) <= 80, done.stdout
+    return done.stdout
 
 
 def answer(done: subprocess.CompletedProcess[str]) -> Any:
@@ -82,19 +95,34 @@ def test_a_customer_disputes_and_the_arbiter_reproduces_the_tile_and_rules(
 
     bundle = answer(mesh(grid, anvil, customer, "dispute", "evidence", "--job", job_id,
                          "--json"))
+    summary = human(mesh(grid, anvil, customer, "dispute", "evidence", "--job", job_id))
+    assert "verified on chain (" in summary and "NOT verified" not in summary, summary
+    assert len(summary.splitlines()) < 60, summary
     assert bundle["verification_on_chain"]["verified"], bundle["verification_on_chain"]
     (provider,) = bundle["providers"]
 
+    dispute_args = ("dispute", "open", "--job", job_id, "--against", provider, "--amount",
+                    "0.000000000000001", "--reason", "frame 2 looks wrong")
+    declined = mesh(grid, anvil, customer, *dispute_args, stdin="n\n")
+    assert declined.returncode == 2 and "posts a bond of 10 tokens" in declined.stderr
+    assert "nothing sent: the dispute was not opened" in declined.stderr
+    assert grid.chain.dispute_of(1) is None
+
     started = time.perf_counter()
-    opened = answer(mesh(grid, anvil, customer, "dispute", "open", "--job", job_id,
-                         "--against", provider, "--amount", "0.000000000000001", "--reason",
-                         "frame 2 looks wrong", "--json"))
+    opening = mesh(grid, anvil, customer, *dispute_args, "--yes", "--json")
+    assert "posts a bond of 10 tokens" in opening.stderr
+    opened = answer(opening)
     dispute_id = int(opened["dispute_id"])
     assert opened["status"] == "open" and opened["frozen_amount"] == "1000"
     reflected(grid, job_id, dispute_id, ("disputed", "open"))
 
     listed = answer(mesh(grid, anvil, arbiter, "arbiter", "list", "--json"))
     assert [d["dispute_id"] for d in listed] == [dispute_id]
+    table = human(mesh(grid, anvil, arbiter, "arbiter", "list"))
+    assert "0.000000000000001" in table and job_id[:20] in table
+    shown_table = human(mesh(grid, anvil, arbiter, "arbiter", "show", str(dispute_id)))
+    assert "10 tokens" in shown_table and " UTC" in shown_table
+    assert "open: 0.000000000000001 tokens of the settlement" in shown_table  # not 1000 (wei)
     shown = answer(mesh(grid, anvil, arbiter, "arbiter", "show", str(dispute_id), "--json"))
     assert shown["evidence"]["verification_on_chain"]["verified"]
     (task,) = shown["evidence"]["tasks"]
@@ -117,7 +145,9 @@ def test_a_customer_disputes_and_the_arbiter_reproduces_the_tile_and_rules(
 
     status = answer(mesh(grid, anvil, customer, "dispute", "status", str(dispute_id), "--json"))
     assert status["chain"]["status"] == "dismissed"
-    assert "frozen goes to" in status["orchestrator"]["outcome"]
+    assert "0.000000000000001 tokens frozen go to" in status["orchestrator"]["outcome"]
+    as_written = human(mesh(grid, anvil, None, "dispute", "status", str(dispute_id)))
+    assert "dismissed" in as_written and "10 tokens" in as_written
     again = mesh(grid, anvil, arbiter, "arbiter", "rule", str(dispute_id), "--grant")
     assert again.returncode == 2 and "DisputesNotOpen" in again.stderr
     print(f"\ndispute {dispute_id} through the CLI: opened -> reproduced -> ruled -> "

@@ -169,3 +169,23 @@ def test_aRevertTheCommandCannotForesee_isDecodedWithItsHint(chain: MeshChain) -
         raise AssertionError("staking without tokens went through")
     assert line.startswith("the contract refused: ERC20InsufficientBalance(sender=")
     assert "mesh tokens mint" in line
+
+
+def test_status_showsTokensAndTheTierByName_andTakesThePasswordFile(on_chain: Mesh) -> None:
+    """The table shows tokens and ETH, never token units or wei; the tier is the dashboard's
+    word; `--password-file`, which every signing command takes, is taken here too."""
+    on_chain.new_wallet("provider")
+    assert on_chain("tokens", "mint", "provider", "1000").exit_code == 0
+    assert on_chain.signed("provider", "stake", "600", "--wallet", "provider").exit_code == 0
+    on_chain.env["COLUMNS"] = "80"
+    shown = on_chain.signed("provider", "status", "--wallet", "provider")
+    assert shown.exit_code == 0, shown.output
+    assert "600 tokens" in shown.stdout and "400 tokens" in shown.stdout
+    assert str(600 * TOKEN) not in shown.stdout and " ETH" in shown.stdout
+    lines = [line for line in shown.stdout.splitlines() if not line.startswith("nodes: ")]
+    assert max(map(len, lines)) <= 80  # the table; the line about nodes is prose
+    (tier,) = [line.split()[-1] for line in lines if line.startswith("tier")]
+    assert tier in ("background", "standard", "high")
+    as_json = json.loads(on_chain.signed("provider", "status", "--wallet", "provider",
+                                         "--json").stdout)
+    assert as_json["tier"] == tier and as_json["bonded"] == 600 * TOKEN
