@@ -50,7 +50,6 @@ class BatchResult:
     held_back: int = 0  # tasks the gate keeps waiting for a faster node
     conflicts: int = 0  # batches rolled back and retried
     decision_s: list[float] = field(default_factory=list)  # per-task decision latency
-    waited_s: list[float] = field(default_factory=list)  # per placement: queued -> reserved
     wrapped: bool = False  # this batch reached the end of the queue
 
 
@@ -144,7 +143,6 @@ class Placer:
                     waiting = waiting_tasks(session, limit=batch_size, after=self._cursor)
                     reservations: list[Reservation] = []
                     admissions: list[Admission | None] = []
-                    queued_at: list[float] = []
                     decisions: list[float] = []
                     for task in waiting:
                         started = time.perf_counter()
@@ -159,7 +157,6 @@ class Placer:
                         reservations.append(Reservation(task.task_id, task.job_id, choice[0],
                                                         choice[1], task.status))
                         admissions.append(choice[2])
-                        queued_at.append(task.queued_at)
                     now = self.clock()
                     commit_reservations(session, reservations=reservations, now=now,
                                         ttl_s=self.lease_ttl_s)
@@ -172,7 +169,6 @@ class Placer:
                                 admission=admission, now=now)
                 result.placed = reservations
                 result.decision_s = decisions
-                result.waited_s = [now - at for at in queued_at]
                 result.wrapped = len(waiting) < batch_size
                 self._cursor = None if result.wrapped else waiting[-1].place
                 return result
@@ -194,7 +190,6 @@ class Placer:
             total.placed.extend(batch.placed)
             total.conflicts += batch.conflicts
             total.decision_s.extend(batch.decision_s)
-            total.waited_s.extend(batch.waited_s)
             placed_this_pass += len(batch.placed)
             unplaceable_this_pass += batch.unplaceable
             held_this_pass += batch.held_back

@@ -61,9 +61,7 @@ class PlacementPass:
                     return None
             result = Placer(self.factory, gate=self.gate, clock=self.clock,
                             lease_ttl_s=self.reservation_ttl_s).place_all(batch_size=BATCH)
-        self.metrics.placements.inc(len(result.placed))
-        for waited in result.waited_s:
-            self.metrics.time_to_assignment.observe(max(waited, 0.0))
+        self.metrics.placements.inc(len(result.placed))  # the wait is counted at the start
         if result.conflicts:
             log.warning("placement pass: %d batches rolled back on a conflict and retried",
                         result.conflicts)
