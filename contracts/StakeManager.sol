@@ -632,6 +632,12 @@ contract StakeManager is IStakeManager, AccessControlDefaultAdminRules, Reentran
     }
 
     /// @inheritdoc IStakeManager
+    function reservationTermsOf(address provider) external view returns (bool set, uint256 ceiling, uint256 horizon) {
+        uint256 terms = _terms[provider];
+        return (terms != 0, uint96(terms), uint40(terms >> _UNTIL_SHIFT));
+    }
+
+    /// @inheritdoc IStakeManager
     function assignmentSlashed(bytes32 jobId, address provider, uint256 placement) external view returns (uint256) {
         return _assignmentSlashed[jobId][provider][placement];
     }

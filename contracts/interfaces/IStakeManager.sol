@@ -439,6 +439,9 @@ interface IStakeManager {
     function lockedFor(bytes32 jobId, address provider) external view returns (uint256);
     /// @notice `provider`'s live reservation (zero once lapsed) and when it lapses or lapsed.
     function reservationOf(address provider) external view returns (uint256 amount, uint256 until);
+    /// @notice `provider`'s reservation terms ({setReservationTerms}); `set` false: none, and
+    /// only its free stake and MAX_PERIOD bound a reservation.
+    function reservationTermsOf(address provider) external view returns (bool set, uint256 ceiling, uint256 horizon);
 
     /// @notice What `slashCollateral` took so far from `provider`'s reservation for its placement
     /// `placement` on job `jobId`.

@@ -37,6 +37,7 @@ from orchestrator.domain.chain_views import (
     EscrowedJob,
     EscrowStatus,
     ProviderStake,
+    ReservationTerms,
     SlashRecord,
     SlashStatus,
     UnbondingLock,
@@ -151,9 +152,11 @@ class MeshChain:
     def provider_stake(self, provider: str) -> ProviderStake:
         info = self._read_struct(self.stake_manager, "stakeOf", provider)
         reserved, until = self._read(self.stake_manager, "reservationOf", provider)
+        terms_set, ceiling, horizon = self._read(self.stake_manager, "reservationTermsOf", provider)
         return ProviderStake(provider=Web3.to_checksum_address(provider), bonded=info["bonded"],
                              locked=info["locked"] - reserved, unbonding=info["unbonding"],
-                             tier=info["tier"], reserved=reserved, reserved_until=until)
+                             tier=info["tier"], reserved=reserved, reserved_until=until,
+                             terms=ReservationTerms(ceiling, horizon) if terms_set else None)
 
     def unbonding_lock(self, provider: str, lock_id: int) -> UnbondingLock | None:
         lock = self._read_struct(self.stake_manager, "unbondingLock", provider, lock_id)

@@ -18,6 +18,7 @@ from orchestrator.domain.chain_views import (
     EscrowedJob,
     EscrowStatus,
     ProviderStake,
+    ReservationTerms,
 )
 from orchestrator.domain.types import Tier
 
@@ -28,8 +29,8 @@ DISPUTES = "Disputes"
 
 def provider_stake(provider: str, events: Iterable[ChainEvent], *,
                    now: int | None = None) -> ProviderStake:
-    """Bonded, locked, reserved and unbonding stake and tier of `provider` after `events`, its
-    own StakeManager events.
+    """Bonded, locked, reserved and unbonding stake, tier and reservation terms of `provider`
+    after `events`, its own StakeManager events.
 
     Settlement touches no collateral: a job lock is released only by `CollateralReleased`
     (after the job's collateral slash window). A collateral slash names what it took from:
@@ -39,6 +40,7 @@ def provider_stake(provider: str, events: Iterable[ChainEvent], *,
     bonded = unbonding = reserved = reserved_until = 0
     locks: dict[bytes, int] = {}  # job id -> collateral still locked for it
     tier = int(Tier.BACKGROUND)  # the contract's zero value, until a TierChanged
+    terms: ReservationTerms | None = None
     for event in events:
         args, name = event.args, event.name
         if event.contract != STAKE or args.get("provider") != provider:
@@ -64,6 +66,8 @@ def provider_stake(provider: str, events: Iterable[ChainEvent], *,
             bonded += args["amount"]
         elif name == "CollateralReserved":
             reserved, reserved_until = args["amount"], args["until"]
+        elif name == "ReservationTermsSet":
+            terms = ReservationTerms(args["ceiling"], args["horizon"])
         elif name == "Slashed":
             taken = args["amount"] + args["finderAmount"]
             bonded -= taken
@@ -79,7 +83,7 @@ def provider_stake(provider: str, events: Iterable[ChainEvent], *,
     live = now is None or reserved_until > now
     return ProviderStake(provider=provider, bonded=bonded, locked=sum(locks.values()),
                          unbonding=unbonding, tier=tier, reserved=reserved if live else 0,
-                         reserved_until=reserved_until)
+                         reserved_until=reserved_until, terms=terms)
 
 
 def escrowed_job(job_id: bytes, events: Iterable[ChainEvent]) -> EscrowedJob | None:

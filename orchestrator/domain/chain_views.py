@@ -28,6 +28,15 @@ class EscrowedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservationTerms:
+    """What a provider lets the orchestrator reserve of its stake: a reservation raised or
+    extended is at most `ceiling`, lapsing at most `horizon_s` after the raise."""
+
+    ceiling: int  # token units
+    horizon_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderStake:
     provider: str
     bonded: int  # stake that backs work (includes locked collateral)
@@ -36,6 +45,9 @@ class ProviderStake:
     tier: int  # orchestrator.domain.types.Tier value
     reserved: int = 0  # the live standing reservation, part of bonded, backing assignments
     reserved_until: int = 0  # unix seconds the reservation lapses
+    # The provider's reservation terms (`setReservationTerms`); None: it set none, and only its
+    # free stake and MAX_PERIOD bound a reservation.
+    terms: ReservationTerms | None = None
 
     @property
     def free(self) -> int:

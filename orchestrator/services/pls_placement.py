@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
-from orchestrator.db.placement import WaitingTask
+from orchestrator.db.placement import PlacementConflict, WaitingTask
 from orchestrator.domain.chain_actions import AssignCollateral, ReserveCollateral
 from orchestrator.domain.ids import unhex
 from orchestrator.domain.matching import Candidate, eligible
@@ -54,7 +54,8 @@ class PlacementGate(Protocol):
         ...
 
     def covers(self, provider: str, amount: int, now: float) -> bool:
-        """The provider's free stake still covers `amount`."""
+        """The provider's free stake still covers `amount`, and its reservation can back it
+        within the provider's terms."""
         ...
 
     def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
@@ -64,7 +65,8 @@ class PlacementGate(Protocol):
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
                  provider: str, admission: Admission, now: float) -> None:
-        """Called in the placement's transaction (locks the collateral)."""
+        """Called in the placement's transaction (locks the collateral); PlacementConflict
+        when the provider's stake no longer covers it (retried)."""
         ...
 
 
@@ -142,12 +144,39 @@ class PlsPlacement:
     def covers(self, provider: str, amount: int, now: float) -> bool:
         """The provider's free stake on the chain (the decision's read, not the listing's),
         less what this process locked since the read, still covers `amount` (an earlier
-        placement of the batch may have used it)."""
+        placement of the batch may have used it), and its reservation can back its open
+        assignments and `amount`, raised within the provider's terms where it falls short."""
+        stake = self.state.stake
         try:
-            return self.state.stake.free(provider, now) >= amount
+            return (stake.free(provider, now) >= amount and self._reservation_for(
+                provider, stake.open_collateral(provider, now) + amount, now) is not None)
         except StakeUnavailable as exc:
             log.warning("placement refused: %s", exc)
             return False
+
+    def _reservation_for(self, provider: str, needed: int, now: float) -> tuple[int, int] | None:
+        """The reservation (amount, until) that backs `needed` of `provider`'s collateral: the
+        live one (raises this process queued included) while it covers `needed` for at least
+        half the reservation horizon, else a raise to twice `needed` (at most the free stake,
+        never less than the live amount) lapsing a horizon from `now`. The horizon is the
+        config's, or the provider's terms' where shorter; a raise above the terms' ceiling or
+        lapsing past their horizon would revert, so None: no raise within the terms backs it."""
+        stake = self.state.stake
+        reserved, until = stake.reservation(provider, now)
+        terms = stake.stake(provider, now).terms
+        horizon = self.state.config.reservation_s
+        if terms is not None:
+            horizon = min(horizon, terms.horizon_s)
+        if reserved >= needed and until >= now + horizon / 2:
+            return reserved, until
+        free = stake.stake(provider, now).free
+        if terms is None:
+            return max(reserved, min(2 * needed, free)), max(until, int(now + horizon))
+        amount = max(reserved, min(2 * needed, free, terms.ceiling))
+        lapse = max(until, int(now + horizon))
+        if amount < needed or amount > terms.ceiling or not now < lapse <= now + terms.horizon_s:
+            return None
+        return amount, lapse
 
     def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
                  provider: str, admission: Admission, now: float) -> None:
@@ -158,12 +187,11 @@ class PlsPlacement:
         stake, listing = self.state.stake, self.state.listing
         attempt = store.task_attempts(session, task_id=task_id)
         needed = stake.open_collateral(provider, now) + admission.collateral
-        reserved, until = stake.reservation(provider, now)
-        horizon = self.state.config.reservation_s
-        if reserved < needed or until < now + horizon / 2:
-            # Twice what is needed, so raises stay rare; never less than the live amount.
-            amount = max(reserved, min(2 * needed, stake.stake(provider, now).free))
-            until = max(until, int(now + horizon))
+        target = self._reservation_for(provider, needed, now)
+        if target is None:  # a stake read since `covers` leaves no raise within the terms
+            raise PlacementConflict(f"no reservation within {provider}'s terms backs {needed}")
+        if target != stake.reservation(provider, now):
+            amount, until = target
             outbox.queue_action(
                 session, idempotency_key=f"reserve:{provider}:{task_id}:{attempt}", now=now,
                 action=ReserveCollateral(provider=provider, amount=amount, until=until))

@@ -81,6 +81,17 @@ def test_reserve_locksStakeUntilItLapsesAndThenFreesItWithoutATransaction(
     stake_manager.requestUnbond(STAKE, sender=bonded)  # all of it may leave now
 
 
+def test_reservationTermsOf_readsWhatTheProviderLastSetAndNoneBefore(
+    stake_manager: Any, bonded: Any
+) -> None:
+    assert stake_manager.reservationTermsOf(bonded) == (False, 0, 0)
+
+    stake_manager.setReservationTerms(300 * TOKEN, 2 * DAY, sender=bonded)
+    assert stake_manager.reservationTermsOf(bonded) == (True, 300 * TOKEN, 2 * DAY)
+    stake_manager.setReservationTerms(0, 0, sender=bonded)  # lends nothing more: still set
+    assert stake_manager.reservationTermsOf(bonded) == (True, 0, 0)
+
+
 def test_reserve_liveReservationMayGrowAndLastLongerButNeverShrinkOrShorten(
     stake_manager: Any, orchestrator: Any, bonded: Any, chain: Any
 ) -> None:

@@ -14,6 +14,7 @@ from orchestrator.domain.chain_views import (
     EscrowedJob,
     EscrowStatus,
     ProviderStake,
+    ReservationTerms,
 )
 from orchestrator.domain.types import Tier
 
@@ -109,6 +110,16 @@ def test_an_assignment_slash_takes_from_the_reservation_and_a_lapsed_one_reads_z
              stake("Slashed", jobId=b"\x03" * 32, placement=0, amount=1, finderAmount=0)]
     view = chain_ledger.provider_stake(ALICE, edges)
     assert (view.bonded, view.locked, view.reserved) == (904, 70, 340)
+
+
+def test_the_reservation_terms_are_the_providers_last_set_and_none_before() -> None:
+    history = [stake("Staked", amount=1_000)]
+    assert chain_ledger.provider_stake(ALICE, history).terms is None
+    history += [stake("ReservationTermsSet", ceiling=300, horizon=86_400),
+                stake("CollateralReserved", amount=200, until=5_000),
+                stake("ReservationTermsSet", ceiling=0, horizon=0)]
+    view = chain_ledger.provider_stake(ALICE, history)
+    assert (view.terms, view.reserved) == (ReservationTerms(ceiling=0, horizon_s=0), 200)
 
 
 def test_a_placement_slash_takes_from_the_reservation_even_where_the_job_has_a_lock() -> None:

@@ -50,6 +50,7 @@ from orchestrator.main import _periodic_jobs
 from orchestrator.services import pls_chain
 from orchestrator.services.outbox.sender import OutboxSender
 from orchestrator.services.pls import PlsService
+from orchestrator.services.pls_placement import Admission, PlsPlacement
 from orchestrator.telemetry.metrics import MeshMetrics
 from protocol.client import Wallet
 from tests.clients import VirtualClock, make_wallet, registration
@@ -63,6 +64,7 @@ TOKEN = 10**18
 COLLATERAL = 20 * TOKEN
 PROVIDER = dev_account(5)
 _numbers = itertools.count(1)
+_lenders = itertools.count(6)  # the dev accounts anvil funds that no other test uses (6-9)
 
 
 @pytest.fixture(scope="module")
@@ -640,3 +642,77 @@ def test_our_own_tier_decision_on_its_way_wins_over_a_chain_tier_it_will_replace
     assert [e.args["newTier"] for e in bridge.events("TierChanged")
             if "0x" + e.tx_hash.hex() == ours] == [int(decided)]
     assert bridge.tier_observations() == logged  # neither event moved the engines
+
+
+# ---------------------------------------------------------------- reservation terms
+
+
+def lender(bridge: Bridge, *, ceiling: int, horizon_s: int) -> str:
+    """A provider of its own (terms, once set, stay: one per test and database) with 100
+    tokens bonded under terms."""
+    account = dev_account(next(_lenders))
+    bridge.world.chain.account(dev_account(0)).mint(account.address, 100 * TOKEN)
+    own = bridge.world.chain.account(account)
+    own.stake(100 * TOKEN)
+    own.set_reservation_terms(ceiling, horizon_s)
+    return account.address
+
+
+def chain_placement(bridge: Bridge, make_app: AppMaker) -> PlsPlacement:
+    """The placement gate of a replica that reads stake from the chain, on chain time."""
+    bridge.clock.now = float(bridge.world.w3.eth.get_block("latest")["timestamp"])
+    app = make_app(stake_reader=bridge.world.chain)
+    service: PlsService = app.app.state.ctx.pls  # type: ignore[attr-defined]
+    return service.placement
+
+
+def place(bridge: Bridge, gate: PlsPlacement, provider: str, collateral: int) -> float:
+    """A task of an escrowed job placed on `provider` with `collateral` (`reserved`, as the
+    placer calls it in the placement's transaction); the outbox sends what it queued.
+    Returns the placement's time."""
+    job_hex = "0x" + escrow(bridge.world).hex()
+    now = bridge.clock()
+    with bridge.factory.begin() as session:
+        job_db.create_job(session, NewJob(
+            job_id=job_hex, customer=bridge.world.customer.address, spec={},
+            spec_hash="0x" + "05" * 32, amount=PAYMENT, deadline=now + 1e6, needs=TaskNeeds(),
+            payloads=({"frame": 1},)), now=now, status=JobStatus.RUNNING)
+        session.flush()
+        (task,) = job_db.job_tasks(session, job_id=job_hex)
+        gate.reserved(session, task_id=task.id, job_id=job_hex, node_id=bridge.node,
+                      provider=provider, admission=Admission(rs=0.9, collateral=collateral),
+                      now=now)
+    bridge.send_all()
+    return now
+
+
+def test_a_provider_is_placed_only_work_a_raise_within_its_ceiling_backs(
+        bridge: Bridge, make_app: AppMaker) -> None:
+    provider = lender(bridge, ceiling=30 * TOKEN, horizon_s=7 * 86_400)
+    gate = chain_placement(bridge, make_app)
+    assert gate.covers(provider, COLLATERAL, bridge.clock())
+
+    place(bridge, gate, provider, COLLATERAL)
+
+    # Raised to the ceiling, not to twice the collateral (which the contract refuses).
+    reserve = bridge.row(f"reserve:{provider}")
+    assert (reserve.status, reserve.payload["amount"]) == ("confirmed", str(30 * TOKEN))
+    assert bridge.world.chain.provider_stake(provider).reserved == 30 * TOKEN
+    # A second one would need 40 reserved: 80 tokens are free, but the provider lends 30.
+    assert bridge.world.chain.provider_stake(provider).free - COLLATERAL >= COLLATERAL
+    assert not gate.covers(provider, COLLATERAL, bridge.clock())
+    assert gate.covers(provider, 10 * TOKEN, bridge.clock())  # the ceiling still backs 30
+
+
+def test_a_reservation_lapses_within_the_providers_horizon(
+        bridge: Bridge, make_app: AppMaker) -> None:
+    provider = lender(bridge, ceiling=1_000 * TOKEN, horizon_s=86_400)  # < reservation_s
+    gate = chain_placement(bridge, make_app)
+
+    placed_at = place(bridge, gate, provider, COLLATERAL)
+
+    # A day from the placement, not the orchestrator's week (which the contract refuses).
+    assert bridge.row(f"reserve:{provider}").status == "confirmed"
+    reservation = bridge.world.chain.provider_stake(provider)
+    assert (reservation.reserved, reservation.reserved_until) == (2 * COLLATERAL,
+                                                                 int(placed_at) + 86_400)
