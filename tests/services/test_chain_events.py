@@ -122,6 +122,7 @@ def test_events_are_applied_once_when_final_and_the_read_model_agrees_with_the_c
     lock_id, _ = world.provider.request_unbond(10**18)
     world.provider.cancel_unbond(lock_id)
     world.provider.request_unbond(2 * 10**18)
+    world.provider.set_reservation_terms(5 * 10**18, 86_400)  # the fold reads them as the SDK
     catch_up(indexer, factory)
     with factory() as session:
         recent = [s for s in index.events(session, cursor="mesh")
