@@ -163,18 +163,17 @@ class PlsPlacement:
         lapsing past their horizon would revert, so None: no raise within the terms backs it."""
         stake = self.state.stake
         reserved, until = stake.reservation(provider, now)
-        terms = stake.stake(provider, now).terms
+        on_chain = stake.stake(provider, now)
+        terms, free = on_chain.terms, on_chain.free
         horizon = self.state.config.reservation_s
         if terms is not None:
             horizon = min(horizon, terms.horizon_s)
         if reserved >= needed and until >= now + horizon / 2:
             return reserved, until
-        free = stake.stake(provider, now).free
-        if terms is None:
-            return max(reserved, min(2 * needed, free)), max(until, int(now + horizon))
-        amount = max(reserved, min(2 * needed, free, terms.ceiling))
+        amount = max(reserved, min(2 * needed, free, free if terms is None else terms.ceiling))
         lapse = max(until, int(now + horizon))
-        if amount < needed or amount > terms.ceiling or not now < lapse <= now + terms.horizon_s:
+        if terms is not None and (amount < needed or amount > terms.ceiling
+                                  or not now < lapse <= now + terms.horizon_s):
             return None
         return amount, lapse
 
