@@ -415,7 +415,7 @@ def test_settlement_dispute_isResolvedByTheArbiterOnly(
 ) -> None:
     job_id = _locked_job(chain, customer, provider, orchestrator)
     settled = orchestrator.settle(job_id, [provider.address], [PAYMENT], bytes(32))
-    with pytest.raises(ContractError, match="JobEscrowPayoutNotProven"):
+    with pytest.raises(ContractError, match="DisputesInvalidRespondent"):
         customer.open_settlement_dispute(job_id, provider.address, PAYMENT, bytes(32))
     customer.prove_payout(job_id, provider.address, chain.settlement_pairs(settled.tx_hash))
 
