@@ -495,12 +495,14 @@ SILENCE_RELEASES = frozenset({"node dead", "lease lapsed"})
 
 
 def revoked_lease(session: Session, *, task_id: int, node_id: str) -> Lease | None:
-    """The node's latest lease on the task, when the sweep revoked it for the node's silence:
-    at the DEAD verdict, or when a lease held through the lone grace lapsed."""
-    lease = session.scalars(select(Lease).where(Lease.task_id == task_id,
-                                                Lease.node_id == node_id)
-                            .order_by(Lease.id.desc()).limit(1)).first()
-    return lease if lease is not None and lease.release_reason in SILENCE_RELEASES else None
+    """The node's latest lease on the task that the sweep revoked for the node's silence: at
+    the DEAD verdict, or when a lease held through the lone grace lapsed. A lease the node
+    took on the task after it came back (the placement pass may hand it the task again)
+    does not hide it: the proof answers the abandonment, whatever was placed since."""
+    return session.scalars(select(Lease).where(Lease.task_id == task_id,
+                                               Lease.node_id == node_id,
+                                               Lease.release_reason.in_(SILENCE_RELEASES))
+                           .order_by(Lease.id.desc()).limit(1)).first()
 
 
 def add_withdrawal(session: Session, *, task_id: int, node_id: str, session_key: str,
