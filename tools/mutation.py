@@ -66,6 +66,8 @@ MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
     **family_files("services/outbox"),
     "chain/errors": ("orchestrator/chain/errors.py", None),
     "api/auth": ("orchestrator/api/auth.py", None),
+    "api/limits": ("orchestrator/api/limits.py", None),
+    "storage/blobs": ("orchestrator/storage/blobs.py", None),
 }
 
 
