@@ -37,7 +37,7 @@ def test_a_missing_texture_is_refused_before_any_upload_or_escrow_naming_the_fil
     gone = blend.parent / "tex/rel.png"
     gone.unlink()
     before = stored_blobs(service)
-    done = served.signed("job", "submit", str(blend), "--frames", "1", "--budget", "2",
+    done = served.signed("job", "submit", "--yes", str(blend), "--frames", "1", "--budget", "2",
                          "--wallet", "customer")
     assert done.exit_code != 0
     assert f"missing: {gone}" in done.stderr.splitlines()
@@ -52,7 +52,7 @@ def test_a_missing_texture_is_refused_before_any_upload_or_escrow_naming_the_fil
     dry = served("job", "pack", str(blend), "--allow-missing", "--json")
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout)["missing"] == [str(gone)]
-    knowingly = served.signed("job", "submit", str(blend), "--frames", "1", "--budget", "2",
+    knowingly = served.signed("job", "submit", "--yes", str(blend), "--frames", "1", "--budget", "2",
                               "--wallet", "customer", "--allow-missing", "--json")
     assert knowingly.exit_code == 0, knowingly.output
     assert f"warning: missing: {gone}" in knowingly.stderr.splitlines()
@@ -76,7 +76,7 @@ def test_a_second_submit_with_one_texture_changed_uploads_that_texture_alone(
           f"bytes, traced and hashed in {listed['pack_s']} s")
 
     def submit() -> dict[str, object]:
-        done = served.signed("job", "submit", str(blend), "--frames", "1", "--budget", "2",
+        done = served.signed("job", "submit", "--yes", str(blend), "--frames", "1", "--budget", "2",
                              "--wallet", "customer", "--json")
         assert done.exit_code == 0, done.output
         return dict(json.loads(done.stdout))

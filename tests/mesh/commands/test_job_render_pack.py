@@ -53,7 +53,7 @@ def test_a_packed_scene_renders_on_the_grid_as_it_does_on_the_artists_machine(
     out = tmp_path / "frames"
 
     done = on_chain.signed(
-        "job", "submit", str(blend), "--frames", "1", "--samples", str(SAMPLES),
+        "job", "submit", "--yes", str(blend), "--frames", "1", "--samples", str(SAMPLES),
         "--resolution", "x".join(map(str, SIZE)), "--budget", "2", "--wallet", "customer",
         "--wait", "--out", str(out), "--json")
 
