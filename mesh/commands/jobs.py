@@ -36,6 +36,7 @@ from mesh.commands.common import (
     print_table,
     progress,
     service,
+    settings,
     show_tokens,
     tokens,
     user_errors,
@@ -115,12 +116,13 @@ def _job_id(value: str) -> bytes:
         raise UserError(f"{value!r} is not a job id (0x + 64 hex digits)") from None
 
 
-def _read_scene(blend: Path, quiet: bool) -> SceneInfo:
-    """The scene as the pinned Blender opens it; one line, before anything is sent or paid,
-    when it cannot."""
+def _read_scene(blend: Path, quiet: bool, data_dir: Path | None = None) -> SceneInfo:
+    """The scene as the pinned Blender opens it, with its copy remapped into its pack when it
+    names files outside its folder (kept under the data dir's `scenes/`); one line, before
+    anything is sent or paid, when it cannot."""
     with progress(f"opening {blend.name} in Blender", quiet=quiet):
         try:
-            return read_scene(blend)
+            return read_scene(blend, remap_dir=settings(data_dir=data_dir).data_dir / "scenes")
         except SceneUnreadable as unreadable:
             raise UserError(f"{blend} is not a scene Blender can open ({unreadable}); nothing "
                             "was uploaded or escrowed") from None
@@ -130,18 +132,17 @@ def _pack(blend: Path, scene: SceneInfo, *, allow_missing: bool, command: str) -
     """The scene's pack; before anything is sent or paid, a refusal with one line per file it
     reads that is not on this machine (unless `allow_missing`: then one warning each)."""
     from mesh.pack import PackError, pack_scene
-    from protocol.packs import OUTSIDE
 
     try:
         pack = pack_scene(blend, scene)
     except PackError as error:
         raise UserError(f"{error}; nothing was uploaded or escrowed") from None
-    for asset in pack.assets:
-        if asset.name.startswith(f"{OUTSIDE}/"):
-            typer.secho(f"warning: {asset.source} lies outside {blend.resolve().parent}: it is "
-                        "sent, but Blender on a provider looks for it by the path the scene "
-                        "names and will not find it; move it under the scene's folder and make "
-                        "the path relative (File > External Data > Make Paths Relative)",
+    for path in scene.unmapped:
+        if path.is_file():
+            typer.secho(f"warning: {path} lies outside {blend.resolve().parent} and a linked "
+                        "library names it there: it is sent, but Blender on a provider will "
+                        "not find it; move it under the scene's folder and make the library's "
+                        "paths relative (File > External Data > Make Paths Relative)",
                         err=True, fg=typer.colors.YELLOW)
     for path in pack.missing:
         typer.secho(f"{'warning: ' if allow_missing else ''}missing: {path}", err=True,
@@ -303,7 +304,7 @@ def submit(
             raise UserError("it asks before escrowing and there is no terminal to answer on: "
                             "pass --yes to escrow without asking (`mesh job quote` shows the "
                             "quote first); nothing was uploaded or escrowed")
-        scene = _read_scene(blend, quiet=as_json)
+        scene = _read_scene(blend, quiet=as_json, data_dir=data_dir)
         pack = _pack(blend, scene, allow_missing=allow_missing, command="job submit")
         if first < scene.frame_start or last > scene.frame_end:
             typer.secho(f"warning: frames {first}-{last} reach outside the scene's range "
