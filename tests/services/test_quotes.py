@@ -56,7 +56,7 @@ def test_the_quote_is_the_engines_prediction_and_orders_by_deadline_and_node(
         grid: tuple[LiveNode, LiveNode], client: TestClient, clock: VirtualClock) -> None:
     cool, hot = grid
     pls = pls_of(client)
-    only_cool = {"providers": [cool.wallet.address]}
+    only_cool: dict[str, Any] = {"providers": [cool.wallet.address]}
     # one attempt fits before a deadline 1.5 task-times away, many before one 10 hours away
     tight = quoted(client, spec(clock, due_in_s=1.5 * DURATION_S, **only_cool))
     loose = quoted(client, spec(clock, due_in_s=36_000, **only_cool))

@@ -150,8 +150,8 @@ def test_submit_mistakes_areOneLine_andEscrowNothing(scene: Path, served: Mesh, 
                                *[item for pair in args.items() for item in pair])
         assert message in one_line_error(result, command="job submit"), (option, value)
     assert "is not a file" in one_line_error(served.signed(
-        "job", "submit", "--yes", str(served.root / "missing.blend"), "--frames", "1", "--budget", "1",
-        "--wallet", "customer"), command="job submit")
+        "job", "submit", "--yes", str(served.root / "missing.blend"), "--frames", "1",
+        "--budget", "1", "--wallet", "customer"), command="job submit")
     notes, cut = served.root / "notes.txt", served.root / "cut.blend"
     notes.write_text("not a scene\n")
     cut.write_bytes(blend.read_bytes()[:5000])  # a .blend cut short in transfer
@@ -161,8 +161,9 @@ def test_submit_mistakes_areOneLine_andEscrowNothing(scene: Path, served: Mesh, 
             "customer"), command="job submit") == (
             f"mesh job submit: {bad} is not a scene Blender can open ({reason}); nothing was "
             "uploaded or escrowed")
-    unreachable = served.signed("job", "submit", "--yes", str(blend), "--frames", "1", "--budget", "1",
-                                "--wallet", "customer", "--orchestrator", "http://127.0.0.1:9")
+    unreachable = served.signed("job", "submit", "--yes", str(blend), "--frames", "1",
+                                "--budget", "1", "--wallet", "customer", "--orchestrator",
+                                "http://127.0.0.1:9")
     assert "no orchestrator answers" in one_line_error(unreachable, command="job submit")
     assert chain.token_balance(address) == 100 * TOKEN  # nothing escrowed by any of them
     wrong_id = served.signed("job", "list", "--wallet", "customer", "--orchestrator-id",
