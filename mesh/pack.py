@@ -2,7 +2,8 @@
 
 `pack_scene` takes the files the pinned Blender says a .blend reads (`mesh.scene_check`), names
 each by its path relative to the .blend's folder (those outside it under `protocol.packs.OUTSIDE`
-by their absolute path), hashes it, and lists the files that are not there. `upload` asks the
+by their absolute path, where the .blend packed, Blender's remapped copy, points at them),
+hashes it, and lists the files that are not there. `upload` asks the
 orchestrator which of the pack's hashes this wallet has still to send (`POST /v1/blobs/lacking`,
 in batches) and PUTs only those, with one progress bar: a second submit of the same scene with
 one texture changed sends that texture, and a submit cut short sends, when run again, what did
@@ -19,7 +20,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from mesh.scene_check import SceneInfo
 from protocol.client import Wallet, expect, sha256_file
-from protocol.packs import MAX_ASSETS, OUTSIDE, asset_path_problem
+from protocol.packs import MAX_ASSETS, asset_path_problem, outside_name
 
 LACKING_BATCH = 512  # hashes per question (the service's `MAX_LACKING_QUERY`)
 UPLOAD_BLOCK = 1 << 20
@@ -63,7 +64,7 @@ def pack_name(path: Path, root: Path) -> str:
     try:
         name = path.relative_to(root).as_posix()
     except ValueError:
-        name = f"{OUTSIDE}/{path.as_posix().lstrip('/')}"
+        name = outside_name(path.as_posix())
     problem = asset_path_problem(name)
     if problem is not None:
         raise PackError(f"{path} cannot be packed as {name!r}: the pack needs {problem}; "
@@ -72,7 +73,8 @@ def pack_name(path: Path, root: Path) -> str:
 
 
 def pack_scene(blend: Path, scene: SceneInfo) -> Pack:
-    """The pack of `blend`, whose files Blender listed in `scene` (hashed here)."""
+    """The pack of `blend`, whose files Blender listed in `scene` (hashed here); its .blend is
+    the copy remapped into the pack (`SceneInfo.remapped`) when Blender made one."""
     blend = blend.resolve()
     root = blend.parent
     present = [path for path in scene.files if path.is_file()]
@@ -81,7 +83,7 @@ def pack_scene(blend: Path, scene: SceneInfo) -> Pack:
                         f"{MAX_ASSETS}: split the scene or pack images into the .blend")
     assets = sorted((_packed(path, pack_name(path, root)) for path in present),
                     key=lambda file: file.name)
-    return Pack(blend=_packed(blend, blend.name), assets=tuple(assets),
+    return Pack(blend=_packed(scene.remapped or blend, blend.name), assets=tuple(assets),
                 missing=tuple(path for path in scene.files if not path.is_file()))
 
 

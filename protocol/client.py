@@ -104,6 +104,13 @@ class Wallet:
         self.http.close()
 
 
+def quote(http: httpx.Client, spec: dict[str, Any], amount: int) -> dict[str, Any]:
+    """The orchestrator's quote of a job spec escrowing `amount` token units, before anything
+    is paid (public: `POST /v1/quotes`): price range, expected completion, the chance of
+    meeting the deadline, the collateral providers lock."""
+    return dict(expect(http.post("/v1/quotes", json={"spec": spec, "amount": amount})))
+
+
 def sha256_file(path: Path) -> str:
     """The content address of a file (blobs, chunks and results are named by it)."""
     with path.open("rb") as handle:

@@ -5,7 +5,8 @@ job spec; the customer's client builds it (`mesh.pack`), the service checks ever
 `asset_path_problem` before it takes the spec, and whoever lays a pack out on disk checks it
 again, so a path never leads outside the folder it is laid out in.
 
-Files outside the .blend's folder are named under `OUTSIDE/` by their absolute path."""
+Files outside the .blend's folder are named under `OUTSIDE/` by their absolute path
+(`outside_name`); the .blend packed points at them there (`mesh.scene_check`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ MAX_ASSETS = 1024  # files in one pack besides the .blend
 MAX_ASSET_PATH = 256  # characters of one manifest path
 OUTSIDE = "_outside"  # the folder that files outside the .blend's folder are named under
 _PART = re.compile(r"^[^\x00-\x1f\\:*?\"<>|]+$")  # no control characters, no Windows specials
+
+
+def outside_name(path: str) -> str:
+    """The pack path of a file outside the .blend's folder, by its absolute POSIX `path`."""
+    return f"{OUTSIDE}/{path.lstrip('/')}"
 
 
 def asset_path_problem(name: str) -> str | None:

@@ -261,10 +261,11 @@ def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None)
 
 
 def print_table(result: Any, title: str | None = None,
-                header: tuple[str, str] = ("", "value")) -> None:
+                header: tuple[str, str] = ("", "value"), *, err: bool = False) -> None:
     """A rich table of a flat mapping (`header` names its two columns), or of a list of flat
-    mappings (one row each). It fits the terminal (80 columns too): a column whose cells are
-    all short never wraps, the long ones (ids, addresses, prose) fold within their cells."""
+    mappings (one row each), on stdout (`err`: stderr). It fits the terminal (80 columns too):
+    a column whose cells are all short never wraps, the long ones (ids, addresses, prose) fold
+    within their cells."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -284,7 +285,7 @@ def print_table(result: Any, title: str | None = None,
             table.add_column(column, no_wrap=widest <= SHORT_CELL, overflow="fold")
         for row in rows:
             table.add_row(*(row.get(column, "") for column in columns))
-    Console().print(table)
+    Console(stderr=err).print(table)
 
 
 SHORT_CELL = 12  # characters: a column no wider than this keeps each cell on one line
@@ -305,6 +306,16 @@ def progress(description: str, *, quiet: bool = False) -> contextlib.AbstractCon
     if quiet:
         return contextlib.nullcontext()
     return Console(stderr=True).status(description)
+
+
+def ask(line: str, question: str, *, yes: bool, declined: str) -> None:
+    """Say what is about to be paid (`line`, on stderr) and go on only once the user agrees
+    (`question`, answered on stdin), or at once with `yes` (--yes, for scripts); `declined`
+    is the one-line refusal when they do not."""
+    if yes:
+        typer.echo(line, err=True)
+    elif not typer.confirm(f"{line}. {question}", err=True):
+        raise UserError(declined)
 
 
 def tokens(amount: str) -> int:

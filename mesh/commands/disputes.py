@@ -25,6 +25,7 @@ from mesh.commands.common import (
     RpcUrl,
     UserError,
     WalletDir,
+    ask,
     checksum,
     connect_chain,
     emit,
@@ -399,10 +400,7 @@ def _announce_bond(bond: int, what: str, *, yes: bool) -> None:
     """Say what the dispute costs before it is paid, and ask unless told --yes."""
     line = (f"{what} posts a bond of {show_tokens(bond)} tokens from your wallet: returned "
             "if the dispute is granted, paid to the other side if it is dismissed")
-    if yes:
-        typer.echo(line, err=True)
-    elif not typer.confirm(f"{line}. Post it?", err=True):
-        raise UserError("nothing sent: the dispute was not opened")
+    ask(line, "Post it?", yes=yes, declined="nothing sent: the dispute was not opened")
 
 
 @dispute_app.command("status")

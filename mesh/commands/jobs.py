@@ -1,12 +1,14 @@
-"""`mesh job pack|submit|status|download|cancel`: a customer's render jobs. `submit` packs the
+"""`mesh job pack|quote|submit|status|download|cancel`: a customer's render jobs. `quote` says
+what a job would cost, when it would be done and how likely by its deadline. `submit` packs the
 scene (`mesh.pack`: the .blend and every file it reads), uploads what the orchestrator lacks,
-escrows the budget on chain and submits the signed spec in one step; the escrow is
+shows the quote and asks, escrows the budget on chain and submits the signed spec; the escrow is
 sent once, and the submission is retried with one idempotency key, so a lost answer can
 neither pay twice nor create two jobs."""
 
 from __future__ import annotations
 
 import secrets
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +26,7 @@ from mesh.commands.common import (
     UserError,
     WalletDir,
     WalletOption,
+    ask,
     call_service,
     checksums,
     connect_chain,
@@ -33,6 +36,7 @@ from mesh.commands.common import (
     print_table,
     progress,
     service,
+    settings,
     show_tokens,
     tokens,
     user_errors,
@@ -57,6 +61,26 @@ JobIdArg = Annotated[str, typer.Argument(help="The job id (0x + 64 hex) `submit`
 AllowMissing = Annotated[bool, typer.Option(
     "--allow-missing", help="Go on when files the scene reads are missing (they render as "
     "Blender renders a missing file: pink textures, absent objects).")]
+Blend = Annotated[Path, typer.Argument(help="The .blend file to render.")]
+Frames = Annotated[str, typer.Option(help="A frame (7) or a range (1-24).")]
+Budget = Annotated[str, typer.Option(help="Tokens escrowed for the job (e.g. 10).")]
+Samples = Annotated[int | None, typer.Option(help="Cycles samples (default: the file's).")]
+ChunkSamples = Annotated[int | None, typer.Option(
+    help="Checkpoint every this many samples (needs --samples).")]
+Tiles = Annotated[int, typer.Option(help="Tiles per frame, one task each.")]
+Resolution = Annotated[str | None, typer.Option(help="WIDTHxHEIGHT (default: the file's).")]
+ImageFormat = Annotated[str, typer.Option("--format", help="png or exr.")]
+Providers = Annotated[str | None, typer.Option(
+    help="Only these providers' nodes may render it: ADDR,ADDR (sensitive scenes).")]
+Regions = Annotated[str | None, typer.Option(help="Only nodes in these regions: eu,us-east.")]
+MinVram = Annotated[int, typer.Option(help="Smallest GPU memory a node may have.")]
+MaxPrice = Annotated[str | None, typer.Option(
+    help="Highest price per GPU hour a node may ask (tokens).")]
+PriorityOption = Annotated[str, typer.Option(help="low, normal or high.")]
+DeadlineHours = Annotated[float, typer.Option(help="Hours until the work is due.")]
+TaskMinutes = Annotated[float, typer.Option(
+    help="Minutes one task (a frame, or a tile) takes on the reference GPU (an RTX 3090): "
+         "prices the quote and sizes placement.")]
 FINISHED = {"completed", "settling", "settled", "disputed"}
 STOPPED = {"failed", "cancelled", "expired"}
 
@@ -92,12 +116,13 @@ def _job_id(value: str) -> bytes:
         raise UserError(f"{value!r} is not a job id (0x + 64 hex digits)") from None
 
 
-def _read_scene(blend: Path, quiet: bool) -> SceneInfo:
-    """The scene as the pinned Blender opens it; one line, before anything is sent or paid,
-    when it cannot."""
+def _read_scene(blend: Path, quiet: bool, data_dir: Path | None = None) -> SceneInfo:
+    """The scene as the pinned Blender opens it, with its copy remapped into its pack when it
+    names files outside its folder (kept under the data dir's `scenes/`); one line, before
+    anything is sent or paid, when it cannot."""
     with progress(f"opening {blend.name} in Blender", quiet=quiet):
         try:
-            return read_scene(blend)
+            return read_scene(blend, remap_dir=settings(data_dir=data_dir).data_dir / "scenes")
         except SceneUnreadable as unreadable:
             raise UserError(f"{blend} is not a scene Blender can open ({unreadable}); nothing "
                             "was uploaded or escrowed") from None
@@ -107,18 +132,17 @@ def _pack(blend: Path, scene: SceneInfo, *, allow_missing: bool, command: str) -
     """The scene's pack; before anything is sent or paid, a refusal with one line per file it
     reads that is not on this machine (unless `allow_missing`: then one warning each)."""
     from mesh.pack import PackError, pack_scene
-    from protocol.packs import OUTSIDE
 
     try:
         pack = pack_scene(blend, scene)
     except PackError as error:
         raise UserError(f"{error}; nothing was uploaded or escrowed") from None
-    for asset in pack.assets:
-        if asset.name.startswith(f"{OUTSIDE}/"):
-            typer.secho(f"warning: {asset.source} lies outside {blend.resolve().parent}: it is "
-                        "sent, but Blender on a provider looks for it by the path the scene "
-                        "names and will not find it; move it under the scene's folder and make "
-                        "the path relative (File > External Data > Make Paths Relative)",
+    for path in scene.unmapped:
+        if path.is_file():
+            typer.secho(f"warning: {path} lies outside {blend.resolve().parent} and a linked "
+                        "library names it there: it is sent, but Blender on a provider will "
+                        "not find it; move it under the scene's folder and make the library's "
+                        "paths relative (File > External Data > Make Paths Relative)",
                         err=True, fg=typer.colors.YELLOW)
     for path in pack.missing:
         typer.secho(f"{'warning: ' if allow_missing else ''}missing: {path}", err=True,
@@ -132,32 +156,125 @@ def _pack(blend: Path, scene: SceneInfo, *, allow_missing: bool, command: str) -
     return pack
 
 
+def _needs(providers: str | None, region: str | None, min_vram_gb: int,
+           max_price: str | None, priority: str, task_minutes: float) -> dict[str, Any]:
+    """The spec's needs from the options (a warning when one provider alone is named)."""
+    needs: dict[str, Any] = {"min_vram_gb": min_vram_gb, "priority": priority,
+                             "expected_duration_s": task_minutes * 60.0}
+    if providers:
+        needs["providers"] = checksums(providers.split(","))
+        if len(set(needs["providers"])) < 2:
+            typer.secho("warning: results are re-checked by another provider; with one "
+                        "named, verification (and so settlement) waits for a second: "
+                        "name two or more", err=True, fg=typer.colors.YELLOW)
+    if region:
+        needs["regions"] = [r.strip() for r in region.split(",") if r.strip()]
+    if max_price is not None:
+        needs["max_price_per_gpu_hour"] = tokens(max_price)
+    return needs
+
+
+def _workload(frames: str, tiles: int, samples: int | None, chunk_samples: int | None,
+              image_format: str, resolution: str | None, blend_sha256: str) -> dict[str, Any]:
+    first, last = _frames(frames)
+    return {"kind": "blender", "blend_sha256": blend_sha256,
+            "frames": {"start": first, "end": last}, "tiles": tiles, "samples": samples,
+            "chunk_samples": chunk_samples, "format": image_format,
+            "resolution": _resolution(resolution)}
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _show_quote(quote: dict[str, Any], *, err: bool = False) -> None:
+    """The quote as a table (on stderr with `err`: `submit` keeps stdout for its result)."""
+    rows: dict[str, Any] = {
+        "tasks": quote["tasks"],
+        "nodes": f"{quote['nodes']} would take it, of {quote['eligible_nodes']} alive that fit",
+        "budget": f"{show_tokens(quote['budget'])} tokens escrowed",
+        "due": when(quote["deadline"])}
+    if quote["price_min"] is not None:
+        rows["price"] = (f"{show_tokens(quote['price_min'])}-{show_tokens(quote['price_max'])} "
+                         f"tokens at the nodes' asking prices (expected "
+                         f"{show_tokens(quote['price_expected'])})")
+        rows["done in"] = f"about {_duration(quote['completion_s'])}"
+        rows["collateral"] = (f"{show_tokens(quote['collateral_min'])}-"
+                              f"{show_tokens(quote['collateral_max'])} tokens a task, "
+                              f"{show_tokens(quote['collateral_total'])} in all, locked by "
+                              "the providers")
+    rows["on time"] = f"{100 * quote['p_deadline']:.1f} % chance"
+    if quote.get("warning"):
+        rows["warning"] = quote["warning"]
+    print_table(rows, err=err)
+
+
+def _quote(http: Any, spec: dict[str, Any], amount: int) -> dict[str, Any]:
+    """The orchestrator's quote of `spec` escrowing `amount`, with both."""
+    from protocol.client import quote
+
+    found = call_service("quote the job", lambda: quote(http, spec, amount))
+    return {**found, "budget": amount, "deadline": spec["deadline"]}
+
+
+@app.command("quote")
+def quote(
+    blend: Blend, frames: Frames, budget: Budget, samples: Samples = None,
+    chunk_samples: ChunkSamples = None, tiles: Tiles = 1, resolution: Resolution = None,
+    image_format: ImageFormat = "png", providers: Providers = None, region: Regions = None,
+    min_vram_gb: MinVram = 0, max_price: MaxPrice = None, priority: PriorityOption = "normal",
+    deadline_h: DeadlineHours = 24.0, task_minutes: TaskMinutes = 1.0,
+    orchestrator: OrchestratorUrl = None, as_json: JsonFlag = False,
+) -> None:
+    """What the job would cost on the grid as it is, before anything is paid: the price range
+    at the asking prices of the nodes that would take it, when it would be done, the chance
+    it is done by its deadline (the orchestrator's reliability predictions) and the
+    collateral providers would lock. Nothing is uploaded or signed."""
+    import httpx
+
+    from orchestrator.api.schemas import JobSpec
+    from protocol.client import sha256_file
+
+    with user_errors("job quote", as_json=as_json):
+        if not blend.is_file():
+            raise UserError(f"{blend} is not a file: give the .blend to render")
+        amount = tokens(budget)
+        spec = JobSpec.model_validate({
+            "workload": _workload(frames, tiles, samples, chunk_samples, image_format,
+                                  resolution, sha256_file(blend)),
+            "needs": _needs(providers, region, min_vram_gb, max_price, priority, task_minutes),
+            "deadline": int(time.time() + deadline_h * 3600)}).model_dump(mode="json")
+        with httpx.Client(base_url=service(orchestrator, None).url, timeout=30.0) as http:
+            found = _quote(http, spec, amount)
+    emit(found, as_json, _show_quote)
+
+
 @app.command("submit")
 def submit(
-    blend: Annotated[Path, typer.Argument(help="The .blend file to render.")],
-    frames: Annotated[str, typer.Option(help="A frame (7) or a range (1-24).")],
-    budget: Annotated[str, typer.Option(help="Tokens escrowed for the job (e.g. 10).")],
+    blend: Blend,
+    frames: Frames,
+    budget: Budget,
     wallet: WalletOption,
     password_file: PasswordFile = None,
     directory: WalletDir = None,
-    samples: Annotated[int | None, typer.Option(help="Cycles samples (default: the file's).")
-                       ] = None,
-    chunk_samples: Annotated[int | None, typer.Option(
-        help="Checkpoint every this many samples (needs --samples).")] = None,
-    tiles: Annotated[int, typer.Option(help="Tiles per frame, one task each.")] = 1,
-    resolution: Annotated[str | None, typer.Option(help="WIDTHxHEIGHT (default: the file's).")
-                          ] = None,
-    image_format: Annotated[str, typer.Option("--format", help="png or exr.")] = "png",
-    providers: Annotated[str | None, typer.Option(
-        help="Only these providers' nodes may render it: ADDR,ADDR (sensitive scenes).")
-        ] = None,
-    region: Annotated[str | None, typer.Option(
-        help="Only nodes in these regions: eu,us-east.")] = None,
-    min_vram_gb: Annotated[int, typer.Option(help="Smallest GPU memory a node may have.")] = 0,
-    max_price: Annotated[str | None, typer.Option(
-        help="Highest price per GPU hour a node may ask (tokens).")] = None,
-    priority: Annotated[str, typer.Option(help="low, normal or high.")] = "normal",
-    deadline_h: Annotated[float, typer.Option(help="Hours until the work is due.")] = 24.0,
+    samples: Samples = None,
+    chunk_samples: ChunkSamples = None,
+    tiles: Tiles = 1,
+    resolution: Resolution = None,
+    image_format: ImageFormat = "png",
+    providers: Providers = None,
+    region: Regions = None,
+    min_vram_gb: MinVram = 0,
+    max_price: MaxPrice = None,
+    priority: PriorityOption = "normal",
+    deadline_h: DeadlineHours = 24.0,
+    task_minutes: TaskMinutes = 1.0,
+    yes: Annotated[bool, typer.Option(
+        "--yes", help="Escrow without asking (scripts); the quote is still shown.")] = False,
     wait: Annotated[bool, typer.Option(
         "--wait", help="Follow the job's progress until it finishes.")] = False,
     out: Annotated[Path | None, typer.Option(
@@ -169,8 +286,9 @@ def submit(
     allow_missing: AllowMissing = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Pack the scene, upload what the orchestrator lacks, escrow the budget on chain and
-    submit the signed job spec."""
+    """Pack the scene, upload what the orchestrator lacks, show the job's quote and ask
+    (--yes: go on without asking), escrow the budget on chain and submit the signed job
+    spec."""
 
     from mesh.pack import upload
     from orchestrator.api.schemas import JobSpec
@@ -178,32 +296,23 @@ def submit(
     with user_errors("job submit", as_json=as_json):
         if not blend.is_file():
             raise UserError(f"{blend} is not a file: give the .blend to render")
-        first, last = _frames(frames)
+        workload = _workload(frames, tiles, samples, chunk_samples, image_format, resolution,
+                             "0" * 64)
+        first, last = workload["frames"]["start"], workload["frames"]["end"]
         amount = tokens(budget)
-        scene = _read_scene(blend, quiet=as_json)
+        if not yes and not sys.stdin.isatty():
+            raise UserError("it asks before escrowing and there is no terminal to answer on: "
+                            "pass --yes to escrow without asking (`mesh job quote` shows the "
+                            "quote first); nothing was uploaded or escrowed")
+        scene = _read_scene(blend, quiet=as_json, data_dir=data_dir)
         pack = _pack(blend, scene, allow_missing=allow_missing, command="job submit")
         if first < scene.frame_start or last > scene.frame_end:
             typer.secho(f"warning: frames {first}-{last} reach outside the scene's range "
                         f"{scene.frame_start}-{scene.frame_end}", err=True,
                         fg=typer.colors.YELLOW)
-        needs: dict[str, Any] = {"min_vram_gb": min_vram_gb, "priority": priority}
-        if providers:
-            needs["providers"] = checksums(providers.split(","))
-            if len(set(needs["providers"])) < 2:
-                typer.secho("warning: results are re-checked by another provider; with one "
-                            "named, verification (and so settlement) waits for a second: "
-                            "name two or more", err=True, fg=typer.colors.YELLOW)
-        if region:
-            needs["regions"] = [r.strip() for r in region.split(",") if r.strip()]
-        if max_price is not None:
-            needs["max_price_per_gpu_hour"] = tokens(max_price)
+        needs = _needs(providers, region, min_vram_gb, max_price, priority, task_minutes)
         chain = connect_chain(rpc_url, data_dir)
         account = open_wallet(wallet, password_file, directory)
-        workload: dict[str, Any] = {"kind": "blender", "blend_sha256": "0" * 64,
-                                    "frames": {"start": first, "end": last}, "tiles": tiles,
-                                    "samples": samples, "chunk_samples": chunk_samples,
-                                    "format": image_format,
-                                    "resolution": _resolution(resolution)}
         if pack.manifest is not None:
             workload["assets"] = pack.manifest
         JobSpec.model_validate({"workload": workload, "needs": needs,  # before any upload
@@ -226,8 +335,15 @@ def submit(
                        "stopped before the orchestrator took it", err=True)
         spec = JobSpec.model_validate(record.spec)
         job_hex, deadline = record.job_id, spec.deadline
+        quoted: dict[str, Any] | None = None
         if chain.escrowed_job(bytes.fromhex(job_hex[2:])) is None:
             ensure_tokens(chain, account.address, amount, "this budget")
+            quoted = _quote(client.http, record.spec, amount)
+            if not as_json:
+                _show_quote(quoted, err=True)
+            ask(f"job {job_hex} escrows {show_tokens(amount)} tokens from your wallet",
+                "Escrow them?", yes=yes, declined="nothing escrowed: the job was not submitted "
+                "(its files stay uploaded; the same command quotes it again)")
             with progress(f"escrowing {budget} tokens for job {job_hex}", quiet=as_json):
                 receipt = chain.account(account).create_job(
                     bytes.fromhex(job_hex[2:]), amount, deadline, spec.canonical_hash())
@@ -244,7 +360,7 @@ def submit(
         result = {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
                   "budget": amount, "deadline": deadline, "escrow_tx": record.escrow_tx,
                   "blend_sha256": workload["blend_sha256"], "scene": scene.as_json(),
-                  "warning": job.get("warning"),
+                  "warning": job.get("warning"), "quote": quoted,
                   "pack": {"files": len(pack.files), "bytes": pack.total_bytes,
                            "sent_files": len(sent.sent), "sent_bytes": sent.sent_bytes}}
         if job.get("warning"):  # on stderr, under --json too

@@ -251,6 +251,29 @@ class JobSubmission(Strict):
     spec: JobSpec
 
 
+class QuoteIn(Strict):
+    spec: JobSpec  # as it would be escrowed (its blend_sha256 and assets are not read)
+    amount: TokenUnits = Field(gt=0)  # the budget it would escrow: each task's value
+
+
+class QuoteOut(BaseModel):
+    """What a job would cost and when it would finish, on the grid as it is (token units;
+    `services.quotes`). The forecast's fields are None when no node would take it now."""
+
+    tasks: int
+    eligible_nodes: int  # alive nodes taking work that fit the job's needs
+    nodes: int  # nodes the forecast places its tasks on
+    price_min: int | None = None  # every task at the cheapest of them (price per GPU-hour x time)
+    price_expected: int | None = None  # each task at the node it would go to
+    price_max: int | None = None  # every task at the dearest of them
+    completion_s: float | None = None  # expected seconds from now until the last task is done
+    p_deadline: float  # the chance every task is done by the spec's deadline
+    collateral_min: int | None = None  # a provider locks per task, over those nodes
+    collateral_max: int | None = None
+    collateral_total: int | None = None  # over all the job's tasks
+    warning: str | None = None  # why no node would take it
+
+
 class JobOut(BaseModel):
     job_id: str
     status: str

@@ -64,6 +64,12 @@ def faster_node_wait_s(needs: TaskNeeds, chosen_speed: float, faster_speed: floa
     return max(needs.expected_duration_s / chosen_speed - max(slack, faster_wall), 0.0)
 
 
+def compute_cost(prices: NDArray[np.float64], needs: TaskNeeds) -> NDArray[np.float64]:
+    """Token units the task's work costs at these prices per reference GPU-hour (the
+    expected cost's compute term; a quote's price, `services.quotes`)."""
+    return prices * (needs.expected_duration_s / 3600.0)
+
+
 @dataclass(frozen=True, slots=True)
 class CostModel:
     rework_fraction: float = 1.0  # share of the compute paid again after a failure
@@ -222,7 +228,7 @@ class PlsPolicy:
 
     def _expected_cost(self, prices: NDArray[np.float64], p_fail: NDArray[np.float64],
                        needs: TaskNeeds, wall_s: Durations) -> NDArray[np.float64]:
-        compute = prices * (needs.expected_duration_s / 3600.0)
+        compute = compute_cost(prices, needs)
         failure = (self.cost.rework_fraction * compute + self.cost.rescheduling_cost
                    + self.cost.delay_fraction * needs.value)
         slack = max(needs.critical_path_s, needs.expected_duration_s)
@@ -232,7 +238,8 @@ class PlsPolicy:
 
     def rank_rows(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
                   free_stake: NDArray[np.float64], needs: TaskNeeds, now: float,
-                  wall_durations_s: NDArray[np.float64] | None = None) -> RankedRows:
+                  wall_durations_s: NDArray[np.float64] | None = None, *, explore: bool = True
+                  ) -> RankedRows:
         """Rank already-eligible rows: drops offline nodes, those whose free stake is short
         of the collateral, and those under `min_rs` while the floor holds: while at least
         `floor_share` of the online candidates (the nodes free now, as the placement pass
@@ -242,7 +249,8 @@ class PlsPolicy:
         caller's order.
         `wall_durations_s`: how long the task would run on each row (its work over the
         node's verified speed), so a fast GPU is asked to survive a shorter time; default
-        `needs.expected_duration_s` for all."""
+        `needs.expected_duration_s` for all. `explore` False: no exploration draw (a quote,
+        which places nothing, leaves the seeded sequence of placements as it was)."""
         rows = np.asarray(rows, dtype=np.intp)
         durations = (needs.expected_duration_s if wall_durations_s is None
                      else np.asarray(wall_durations_s, dtype=np.float64))
@@ -278,7 +286,7 @@ class PlsPolicy:
             cost = cost * (1.0 + self.cost.record_share * (1.0 - record))
         by_cost = np.argsort(cost, kind="stable")
         explored = False
-        if (by_cost.size > 1 and needs.expected_duration_s <= self.short_task_s
+        if (explore and by_cost.size > 1 and needs.expected_duration_s <= self.short_task_s
                 and self._rng.random() < self.explore_share):
             sessions = self.book.sessions_observed_many(rows[usable[by_cost]])
             newcomers = np.flatnonzero(sessions < self.new_node_sessions)
@@ -293,18 +301,19 @@ class PlsPolicy:
 
     def rank_at_speeds(self, rows: NDArray[np.intp], prices: NDArray[np.float64],
                        speeds: NDArray[np.float64], free_stake: NDArray[np.float64],
-                       needs: TaskNeeds, now: float) -> RankedRows:
+                       needs: TaskNeeds, now: float, *, explore: bool = True) -> RankedRows:
         """`rank_rows` for nodes of the given render speeds (against the reference card):
         asking prices per GPU-hour become prices per reference GPU-hour (a cheap slow card is
         not cheaper than it is) and the task's reference seconds its wall time on each (a
         fast card is asked to survive a shorter time, a slow one pays for delivering past the
         critical path)."""
         return self.rank_rows(rows, np.asarray(prices) / speeds, free_stake, needs, now,
-                              wall_durations_s=needs.expected_duration_s / speeds)
+                              wall_durations_s=needs.expected_duration_s / speeds,
+                              explore=explore)
 
     def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
-             free_stake: Mapping[str, int], speeds: NDArray[np.float64] | None = None
-             ) -> list[Placement]:
+             free_stake: Mapping[str, int], speeds: NDArray[np.float64] | None = None, *,
+             explore: bool = True) -> list[Placement]:
         """Eligible candidates with a free slot and enough free stake, best first; ties go
         to the emptier node, then to the node id (as `matching.rank`). `speeds`: per book
         row, each node's render speed against the reference card (`rank_at_speeds`); the
@@ -317,7 +326,7 @@ class PlsPolicy:
         speed = np.full(rows.size, REFERENCE_SPEED) if speeds is None else speeds[rows]
         prices = np.array([c.spec.price_per_gpu_hour for c in usable], dtype=np.float64)
         stake = np.array([free_stake.get(c.spec.provider, 0) for c in usable], dtype=np.float64)
-        ranked = self.rank_at_speeds(rows, prices, speed, stake, needs, now)
+        ranked = self.rank_at_speeds(rows, prices, speed, stake, needs, now, explore=explore)
         placements: list[Placement] = []
         for i, (pos, rs, pf, cost, raw) in enumerate(zip(
                 ranked.positions.tolist(), ranked.rs.tolist(), ranked.p_fail.tolist(),

@@ -403,12 +403,15 @@ class PlsEngine:
                                              needs, now)
 
     def rank_candidates(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float,
-                        free_stake: Mapping[str, int]) -> list[Placement]:
+                        free_stake: Mapping[str, int], *, explore: bool = True
+                        ) -> list[Placement]:
         """The same ranking over `matching.Candidate`s (the service): eligible ones with a
         free slot, ties to the emptier node then the node id, each with the exact collateral
-        its provider's free stake covers. Nodes the engine does not know are no candidates."""
+        its provider's free stake covers. Nodes the engine does not know are no candidates.
+        `explore` False: no exploration draw (`PlsPolicy.rank_rows`)."""
         known = [c for c in candidates if c.spec.node_id in self._providers]
-        return self.placement.rank(known, needs, now, free_stake, speeds=self._speeds)
+        return self.placement.rank(known, needs, now, free_stake, speeds=self._speeds,
+                                   explore=explore)
 
     def runs_late(self, needs: TaskNeeds, speed: float) -> bool:
         """Whether the task would run past its job's critical path on a node of `speed`, so

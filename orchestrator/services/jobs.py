@@ -61,19 +61,25 @@ def stop_reason(session: Session, job: Job) -> str | None:
 
 
 def unplaceable(session: Session, job: Job) -> str | None:
-    """Why no node can take a job waiting for its first placement (no registered node that
-    accepts work fits its needs, e.g. it names providers with no nodes); None when one can,
-    or the job is past waiting."""
+    """Why no node can take a job waiting for its first placement (`no_node_for`); None
+    when one can, or the job is past waiting."""
     if job.status != JobStatus.FUNDED.value:
         return None
-    needs = job_db.needs_from_json(job_db.job_tasks(session, job_id=job.id)[0].needs)
+    reason = no_node_for(session, job_db.needs_from_json(
+        job_db.job_tasks(session, job_id=job.id)[0].needs))
+    return None if reason is None else (f"{reason}: it waits until one registers; "
+                                        "`mesh job cancel` refunds its escrow at once")
+
+
+def no_node_for(session: Session, needs: TaskNeeds) -> str | None:
+    """Why no node can take tasks of these needs (no registered node that accepts work fits
+    them, e.g. they name providers with no nodes); None when one can."""
     if any(not node.draining and eligible(node_db.node_spec(node), needs)
            for node in node_db.all_nodes(session)):
         return None
     restricted = (f" among providers {', '.join(sorted(needs.providers))}"
                   if needs.providers is not None else "")
-    return (f"no registered node{restricted} can take this job: it waits until one "
-            "registers; `mesh job cancel` refunds its escrow at once")
+    return f"no registered node{restricted} can take this job"
 
 
 def view(session: Session, job: Job) -> JobView:

@@ -109,18 +109,19 @@ class PlsPlacement:
                 free[provider] = 0
         return free
 
-    def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float
-             ) -> list[tuple[str, Admission]]:
+    def rank(self, candidates: Sequence[Candidate], needs: TaskNeeds, now: float, *,
+             explore: bool = True) -> list[tuple[str, Admission]]:
         """The engine's ranking of these candidates for a task, best first, each with what
         its placement locks, over the listing's free stake (the indexed events); the caller
         takes the first whose provider still `covers` it. Candidates with no free slot left
-        tell how fast a node the task could wait for (`held_back`)."""
+        tell how fast a node the task could wait for (`held_back`). `explore` False: no
+        exploration draw (a quote: `services.quotes`)."""
         able = [c for c in candidates if eligible(c.spec, needs)]
         usable = [c for c in able if c.free_slots > 0]
         free = self._free_stake({c.spec.provider for c in usable}, now)
         with self.state.lock:
             engine = self.state.engine
-            placements = engine.rank_candidates(usable, needs, now, free)
+            placements = engine.rank_candidates(usable, needs, now, free, explore=explore)
             busy = [engine.speed(c.spec.node_id) for c in able
                     if c.free_slots <= 0 and engine.knows(c.spec.node_id)]
         faster = max(busy, default=0.0)

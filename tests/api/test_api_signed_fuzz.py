@@ -5,7 +5,7 @@ case in ten as a wrong identity, counted apart) and steered to name things that 
 parts: per-operation generation (valid and invalid data) and a stateful run that chains
 operations along the links schemathesis infers (a lease's task id into a progress report, a
 job's id into its results). No answer may be a 5xx or differ from the schema; at least 40 of
-the 46 operations must reach the logic (the definition is signed_fuzz's docstring). The test
+the 47 operations must reach the logic (the definition is signed_fuzz's docstring). The test
 prints its report: per operation the requests, those that reached the logic, the 401/403s and
 5xx. CI's budget is about a minute per database; `make fuzz` runs 20 times the cases."""
 
@@ -73,7 +73,7 @@ def test_signed_fuzz_reaches_the_logic_with_no_server_error_or_schema_mismatch(
     with capsys.disabled():
         print("\n" + per_operation.render("signed fuzz, per operation", generated - started))
         print(stateful.render("signed fuzz, stateful", finished - generated))
-    assert len(operations) == 46
+    assert len(operations) == 47
     failures = per_operation.failures + stateful.failures
     assert not failures, "\n".join(failures[:20])
     assert len(per_operation.reached()) >= REACHED_AT_LEAST, sorted(

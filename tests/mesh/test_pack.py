@@ -65,3 +65,37 @@ def test_a_file_no_pack_path_can_name_is_refused_naming_it(tmp_path: Path) -> No
     assert pack_name(Path("/srv/tex/b.png"), tmp_path) == f"{OUTSIDE}/srv/tex/b.png"
     with pytest.raises(PackError, match=re.escape("bad\\name.png")):
         pack_name(tmp_path / "bad\\name.png", tmp_path)
+
+
+def test_a_scene_reading_files_outside_its_folder_packs_a_copy_that_finds_them_in_the_pack(
+        tmp_path: Path) -> None:
+    """Absolute and `//../` paths: the .blend packed is Blender's copy pointing them at the
+    pack's `OUTSIDE/` folder; laid out anywhere by its manifest, that copy reads every file
+    from inside the layout, and none is missing. The artist's .blend is left as it was, and a
+    second read of the same scene packs the same copy."""
+    subprocess.run([sys.executable, "-m", "tests.mesh.outside_scene", str(tmp_path / "artist"),
+                    str(tmp_path / "elsewhere")], check=True, capture_output=True, timeout=120)
+    blend = tmp_path / "artist/scene.blend"
+    original = blend.read_bytes()
+    scene = read_scene(blend, remap_dir=tmp_path / "scenes")
+    assert scene.remapped is not None and scene.unmapped == ()
+    pack = pack_scene(blend, scene)
+    outside = {f"{OUTSIDE}{tmp_path / name}" for name in ("elsewhere/abs.png", "shared/up.png")}
+    assert set(pack.manifest or {}) == outside
+    assert pack.blend.sha256 != hashlib.sha256(original).hexdigest()
+    assert blend.read_bytes() == original
+
+    # laid out as deep as the artist's folder: Blender names the bundled brushes the factory
+    # scene refers to relative to the file, and those are not the pack's business
+    laid = tmp_path / "laid"
+    laid.mkdir()
+    (laid / "scene.blend").write_bytes(pack.blend.source.read_bytes())
+    for asset in pack.assets:
+        (laid / asset.name).parent.mkdir(parents=True, exist_ok=True)
+        (laid / asset.name).write_bytes(asset.source.read_bytes())
+    there = read_scene(laid / "scene.blend")
+    assert sorted(there.files) == sorted(laid / name for name in outside)
+    assert there.unmapped == ()
+
+    again = pack_scene(blend, read_scene(blend, remap_dir=tmp_path / "scenes"))
+    assert again.blend == pack.blend

@@ -13,8 +13,11 @@ from orchestrator.api.errors import errors
 from orchestrator.api.routes.blobs import blob_file
 from orchestrator.api.schemas import (
     JobIdPath,
+    JobNeeds,
     JobOut,
     JobSubmission,
+    QuoteIn,
+    QuoteOut,
     ResultOut,
     ResultsOut,
     Sha256Path,
@@ -22,7 +25,7 @@ from orchestrator.api.schemas import (
 from orchestrator.domain.errors import Forbidden, Missing, Refused, Unfunded
 from orchestrator.domain.ids import hex0x
 from orchestrator.domain.types import TaskNeeds
-from orchestrator.services import jobs
+from orchestrator.services import jobs, quotes
 from orchestrator.services.jobs import JobView, Submission
 
 router = APIRouter(tags=["jobs"], route_class=NonceAfterValidation)
@@ -36,24 +39,49 @@ def job_out(job: JobView) -> JobOut:
                   reason=job.reason, warning=job.warning)
 
 
+def task_needs(needs: JobNeeds) -> TaskNeeds:
+    """What each of a spec's tasks needs (its value is set from the escrowed amount)."""
+    return TaskNeeds(
+        min_vram_gb=needs.min_vram_gb,
+        gpu_models=None if needs.gpu_models is None else frozenset(needs.gpu_models),
+        regions=None if needs.regions is None else frozenset(needs.regions),
+        providers=None if needs.providers is None
+        else frozenset(to_checksum_address(p) for p in needs.providers),
+        max_price_per_gpu_hour=needs.max_price_per_gpu_hour, priority=needs.priority,
+        expected_duration_s=needs.expected_duration_s)
+
+
+@router.post("/quotes", response_model=QuoteOut,
+             summary="What a job would cost, when it would finish, how likely by its deadline "
+                     "and the collateral providers would lock, on the grid as it is, before "
+                     "anything is paid (public)")
+def quote(body: QuoteIn, session: SessionDep, ctx: CtxDep) -> QuoteOut:
+    found = quotes.quote(session, workload=body.spec.model_dump(mode="json")["workload"],
+                         needs=task_needs(body.spec.needs), amount=body.amount,
+                         deadline=float(body.spec.deadline), gate=ctx.pls.placement,
+                         now=ctx.now())
+    forecast = found.forecast
+    return QuoteOut(
+        tasks=found.tasks, eligible_nodes=found.eligible_nodes, warning=found.warning,
+        nodes=0 if forecast is None else forecast.nodes,
+        p_deadline=0.0 if forecast is None else forecast.p_deadline,
+        **({} if forecast is None else {
+            "price_min": forecast.price_min, "price_expected": forecast.price_expected,
+            "price_max": forecast.price_max, "completion_s": forecast.completion_s,
+            "collateral_min": forecast.collateral_min,
+            "collateral_max": forecast.collateral_max,
+            "collateral_total": forecast.collateral_total}))
+
+
 @router.post("/jobs", response_model=JobOut,
              responses=errors(Refused, Unfunded, Forbidden),
              summary="Submit a job whose escrow is already funded on chain (signed)")
 def submit(body: JobSubmission, signed: SignedDep, session: SessionDep, ctx: CtxDep,
            escrow: EscrowDep, idempotency_key: IdempotencyKey) -> JobOut:
-    needs = body.spec.needs
     return job_out(jobs.submit(session, job=Submission(
         job_id=body.job_id, customer=signed.address, spec=body.spec.model_dump(mode="json"),
         spec_hash=body.spec.canonical_hash(), deadline=float(body.spec.deadline),
-        needs=TaskNeeds(
-            min_vram_gb=needs.min_vram_gb,
-            gpu_models=None if needs.gpu_models is None else frozenset(needs.gpu_models),
-            regions=None if needs.regions is None else frozenset(needs.regions),
-            providers=None if needs.providers is None
-            else frozenset(to_checksum_address(p) for p in needs.providers),
-            max_price_per_gpu_hour=needs.max_price_per_gpu_hour, priority=needs.priority,
-            expected_duration_s=needs.expected_duration_s),
-        idempotency_key=idempotency_key,
+        needs=task_needs(body.spec.needs), idempotency_key=idempotency_key,
         request_hash=hex0x(keccak(body.model_dump_json().encode()))),
         read_escrow=lambda job_id: escrow().escrowed_job(job_id), now=ctx.now()))
 

@@ -37,7 +37,7 @@ def test_submitWaitOut_rendersOnlyOnTheNamedProviders_andDownloadsTheFrames(
     out = on_chain.root / "frames"
 
     done = on_chain.signed(
-        "job", "submit", str(scene), "--frames", "1-2", "--samples", "8", "--resolution",
+        "job", "submit", "--yes", str(scene), "--frames", "1-2", "--samples", "8", "--resolution",
         "32x24", "--budget", "2", "--wallet", "customer", "--providers",
         ",".join(a.address for a in trusted), "--wait", "--out", str(out), "--json")
 

@@ -1,15 +1,18 @@
 """A packed production-style scene through real agents (issue 35): `mesh job submit` sends the
-.blend with its textures, UDIM tiles, image sequence and linked library; the agent lays the
-pack out beside the .blend in its sandbox; the frame it renders has the pixels of a direct
-bpy render of the artist's unpacked scene in place (the agent's own Blender worker, run on the
-original folder outside any sandbox), and not those of the .blend alone."""
+.blend with its textures, UDIM tiles, image sequence and linked library, or with textures
+outside its folder (absolute and `//../` paths, which the .blend packed points into the pack);
+the agent lays the pack out beside the .blend in its sandbox; the frame it renders has the
+pixels of a direct bpy render of the artist's unpacked scene in place (the agent's own Blender
+worker, run on the original folder outside any sandbox), and not those of the .blend alone."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,8 +40,10 @@ def render_in_place(blend: Path, out: Path) -> np.ndarray:
     return image_pixels(next(out.glob("*1.png")))
 
 
-def test_a_packed_scene_renders_on_the_grid_as_it_does_on_the_artists_machine(
-        grid: Grid, on_chain: Mesh, tmp_path: Path) -> None:
+def rendered_on_the_grid(grid: Grid, on_chain: Mesh, blend: Path, out: Path
+                         ) -> tuple[np.ndarray, dict[str, Any]]:
+    """Frame 1 of `blend` as two real agents render it through `mesh job submit --wait
+    --out`, and the submit's answer (its quote included)."""
     grid.start()
     agents = [grid.agent(f"renders-{i}") for i in range(2)]
     for agent in agents:
@@ -49,22 +54,48 @@ def test_a_packed_scene_renders_on_the_grid_as_it_does_on_the_artists_machine(
     key = on_chain.root / "customer.key"
     key.write_text(bytes(dev_account(4).key).hex())
     assert on_chain.signed("wallet", "import", "customer", "--key-file", str(key)).exit_code == 0
-    blend = build_scene(tmp_path / "artist", tmp_path / "elsewhere")
-    out = tmp_path / "frames"
-
+    started = time.monotonic()
     done = on_chain.signed(
-        "job", "submit", str(blend), "--frames", "1", "--samples", str(SAMPLES),
+        "job", "submit", "--yes", str(blend), "--frames", "1", "--samples", str(SAMPLES),
         "--resolution", "x".join(map(str, SIZE)), "--budget", "2", "--wallet", "customer",
         "--wait", "--out", str(out), "--json")
-
     assert done.exit_code == 0, done.output + "".join(a.log()[-2000:] for a in agents)
     job = json.loads(done.stdout)
     assert job["status"] in ("completed", "settling", "settled") and job["downloaded"] == 1
-    on_grid = image_pixels(out / "frame-0001.png")
-    local = render_in_place(blend, tmp_path / "local")
-    assert np.array_equal(on_grid, local)
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    (alone / "scene.blend").write_bytes(blend.read_bytes())
-    assert not np.array_equal(on_grid, render_in_place(alone / "scene.blend",
-                                                       tmp_path / "alone-out"))
+    quote = job["quote"]
+    print(f"quoted: done in {quote['completion_s']} s, p(deadline) {quote['p_deadline']}; "
+          f"submit to download: {time.monotonic() - started:.1f} s")
+    return image_pixels(out / "frame-0001.png"), job
+
+
+def alone(blend: Path, tmp_path: Path) -> np.ndarray:
+    """Frame 1 of the .blend copied alone into an empty folder (none of its files found)."""
+    folder = tmp_path / "alone"
+    folder.mkdir()
+    (folder / "scene.blend").write_bytes(blend.read_bytes())
+    return render_in_place(folder / "scene.blend", tmp_path / "alone-out")
+
+
+def test_a_packed_scene_renders_on_the_grid_as_it_does_on_the_artists_machine(
+        grid: Grid, on_chain: Mesh, tmp_path: Path) -> None:
+    blend = build_scene(tmp_path / "artist", tmp_path / "elsewhere")
+    on_grid, _ = rendered_on_the_grid(grid, on_chain, blend, tmp_path / "frames")
+    assert np.array_equal(on_grid, render_in_place(blend, tmp_path / "local"))
+    assert not np.array_equal(on_grid, alone(blend, tmp_path))
+
+
+def test_textures_outside_the_scenes_folder_render_on_the_grid_as_on_the_artists_machine(
+        grid: Grid, on_chain: Mesh, tmp_path: Path) -> None:
+    """An absolute path and a `//../` one: the .blend packed (Blender's copy pointing them into
+    the pack) finds both on the provider."""
+    subprocess.run([sys.executable, "-m", "tests.mesh.outside_scene", str(tmp_path / "artist"),
+                    str(tmp_path / "elsewhere")], check=True, capture_output=True, timeout=120)
+    blend = tmp_path / "artist/scene.blend"
+    on_grid, job = rendered_on_the_grid(grid, on_chain, blend, tmp_path / "frames")
+    assert np.array_equal(on_grid, render_in_place(blend, tmp_path / "local"))
+    for folder in ("elsewhere", "shared"):  # without them the frame differs: they show in it
+        (tmp_path / folder).rename(tmp_path / f"{folder}-gone")
+    assert not np.array_equal(on_grid, render_in_place(blend, tmp_path / "without"))
+    assert job["pack"]["files"] == 3
+    quote = job["quote"]
+    assert quote["nodes"] >= 1 and 0.0 < quote["p_deadline"] <= 1.0 and quote["warning"] is None

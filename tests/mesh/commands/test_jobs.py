@@ -43,7 +43,7 @@ def customer(mesh: Mesh) -> str:
 def test_submit_escrowsAndSubmitsInOneStep_withTheProviderAndRegionConstraint(
         scene: Path, served: Mesh, chain: MeshChain, service: OrchestratorProcess) -> None:
     address = customer(served)
-    done = served.signed("job", "submit", str(scene), "--frames", "1-3", "--budget",
+    done = served.signed("job", "submit", "--yes", str(scene), "--frames", "1-3", "--budget",
                          "7.5", "--wallet", "customer", "--providers", TRUSTED.lower(),
                          "--region", "eu", "--samples", "16", "--json")
     assert done.exit_code == 0, done.output
@@ -86,7 +86,7 @@ def service_db(service: OrchestratorProcess) -> Path:
 def test_cancel_ofAJobNoNodeTook_refundsTheWholeEscrowAtOnce(
         scene: Path, served: Mesh, chain: MeshChain) -> None:
     address = customer(served)
-    done = served.signed("job", "submit", str(scene), "--frames", "1", "--budget", "4",
+    done = served.signed("job", "submit", "--yes", str(scene), "--frames", "1", "--budget", "4",
                          "--wallet", "customer", "--deadline-h", "1", "--json")
     job = json.loads(done.stdout)
     cancelled = served.signed("job", "cancel", job["job_id"], "--wallet", "customer", "--json")
@@ -124,7 +124,7 @@ def test_cancel_says_what_was_paid_and_what_comes_back_in_tokens(
 
 def test_cancel_byAnotherWallet_isOneLine(scene: Path, served: Mesh) -> None:
     customer(served)
-    job = json.loads(served.signed("job", "submit", str(scene), "--frames", "1",
+    job = json.loads(served.signed("job", "submit", "--yes", str(scene), "--frames", "1",
                                    "--budget", "1", "--wallet", "customer", "--json").stdout)
     served.new_wallet("stranger")
     error = one_line_error(served.signed("job", "cancel", job["job_id"], "--wallet",
@@ -146,23 +146,24 @@ def test_submit_mistakes_areOneLine_andEscrowNothing(scene: Path, served: Mesh, 
     }
     for (option, value), message in cases.items():
         args = {"--frames": "1", "--budget": "1", option: value}
-        result = served.signed("job", "submit", str(blend), "--wallet", "customer",
+        result = served.signed("job", "submit", "--yes", str(blend), "--wallet", "customer",
                                *[item for pair in args.items() for item in pair])
         assert message in one_line_error(result, command="job submit"), (option, value)
     assert "is not a file" in one_line_error(served.signed(
-        "job", "submit", str(served.root / "missing.blend"), "--frames", "1", "--budget", "1",
-        "--wallet", "customer"), command="job submit")
+        "job", "submit", "--yes", str(served.root / "missing.blend"), "--frames", "1",
+        "--budget", "1", "--wallet", "customer"), command="job submit")
     notes, cut = served.root / "notes.txt", served.root / "cut.blend"
     notes.write_text("not a scene\n")
     cut.write_bytes(blend.read_bytes()[:5000])  # a .blend cut short in transfer
     for bad, reason in ((notes, "File format is not supported"), (cut, "Missing DNA block")):
         assert one_line_error(served.signed(
-            "job", "submit", str(bad), "--frames", "1", "--budget", "1", "--wallet",
+            "job", "submit", "--yes", str(bad), "--frames", "1", "--budget", "1", "--wallet",
             "customer"), command="job submit") == (
             f"mesh job submit: {bad} is not a scene Blender can open ({reason}); nothing was "
             "uploaded or escrowed")
-    unreachable = served.signed("job", "submit", str(blend), "--frames", "1", "--budget", "1",
-                                "--wallet", "customer", "--orchestrator", "http://127.0.0.1:9")
+    unreachable = served.signed("job", "submit", "--yes", str(blend), "--frames", "1",
+                                "--budget", "1", "--wallet", "customer", "--orchestrator",
+                                "http://127.0.0.1:9")
     assert "no orchestrator answers" in one_line_error(unreachable, command="job submit")
     assert chain.token_balance(address) == 100 * TOKEN  # nothing escrowed by any of them
     wrong_id = served.signed("job", "list", "--wallet", "customer", "--orchestrator-id",
@@ -227,7 +228,7 @@ def test_ctrlC_afterTheEscrow_thenTheSameCommandAgain_paysOnce_andSubmitsThatJob
     more, and `mesh job list` shows it with full ids."""
     address = customer(served)
     blend = scene
-    command = ["job", "submit", str(blend), "--frames", "1-2", "--budget", "3", "--wallet",
+    command = ["job", "submit", "--yes", str(blend), "--frames", "1-2", "--budget", "3", "--wallet",
                "customer", "--json"]
     proxy = CutProxy(service.port).restore()
     submit: subprocess.Popen[str] | None = None
