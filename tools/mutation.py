@@ -68,6 +68,8 @@ MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
     "api/auth": ("orchestrator/api/auth.py", None),
     "api/limits": ("orchestrator/api/limits.py", None),
     "storage/blobs": ("orchestrator/storage/blobs.py", None),
+    "agent/spool": ("agent/spool.py", None),
+    "agent/connection": ("agent/connection.py", None),
 }
 
 

@@ -59,3 +59,50 @@ def test_acknowledging_a_result_keeps_every_file_another_pending_result_names(
     assert not (root / f"{'d' * 64}.exr").exists()  # first's own part is gone with it
     after_restart.acknowledged(second)
     assert sorted(p.name for p in root.iterdir()) == []
+
+
+def test_a_kept_result_comes_back_after_a_restart_with_everything_sent_with_it(
+        tmp_path: Path) -> None:
+    root = tmp_path / "new" / "spool"  # a folder not made yet
+    frame = tmp_path / "frame.png"
+    frame.write_bytes(b"frame 5")
+    render = {"build": "5.0.1", "kernel": "cpu", "chunks": [[0, 80]]}
+
+    kept = Spool(root).keep(task_id=5, lease_id=51, sha256="5" * 64, source=frame,
+                            render=render)
+    frame.unlink()
+
+    (found,) = Spool(root).pending()
+    assert found == kept
+    assert (found.task_id, found.lease_id, found.sha256, found.render) == (
+        5, 51, "5" * 64, render)
+    assert Spool(root).path(found).read_bytes() == b"frame 5"
+    assert sorted(p.name for p in root.iterdir()) == [f"{'5' * 64}.png", "task-5.json"]
+
+
+def test_a_record_whose_result_file_is_gone_is_not_pending(tmp_path: Path) -> None:
+    root = tmp_path / "spool"
+    frame = tmp_path / "frame.png"
+    frame.write_bytes(b"frame 6")
+    kept = Spool(root).keep(task_id=6, lease_id=61, sha256="6" * 64, source=frame)
+    (root / kept.name).unlink()  # a damaged disk
+
+    assert Spool(root).pending() == []
+
+
+def test_acknowledging_or_showing_twice_is_harmless(tmp_path: Path) -> None:
+    """An agent killed between the orchestrator's answer and the spool's clean-up does it
+    again after its restart, over files already gone."""
+    root = tmp_path / "spool"
+    frame = tmp_path / "frame.png"
+    frame.write_bytes(b"frame 8")
+    kept = Spool(root).keep(task_id=8, lease_id=81, sha256="8" * 64, source=frame)
+    chunk = OfflineChunk(8, "e" * 64, 0, 80, 1000.0)
+    Spool(root).keep_offline(chunk, frame)
+
+    for _ in range(2):
+        Spool(root).acknowledged(kept)
+        Spool(root).shown([chunk])
+
+    assert Spool(root).pending() == [] and Spool(root).offline() == []
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == []
