@@ -70,6 +70,7 @@ MODULES: dict[str, tuple[str, frozenset[str] | None]] = {
     "storage/blobs": ("orchestrator/storage/blobs.py", None),
     "agent/spool": ("agent/spool.py", None),
     "agent/connection": ("agent/connection.py", None),
+    "services/settlement": ("orchestrator/services/settlement.py", None),
 }
 
 
@@ -246,6 +247,12 @@ def main() -> int:
         last = results()
         chosen = [m for m in chosen if last.get(m) in SURVIVED and m not in equivalent]
     if chosen and not args.report_only:
+        if wanted and not args.survivors:
+            # mutmut regenerates only sources changed since its copy: a module just added to
+            # the list still has an unmutated copy under mutants/, and would match nothing.
+            for module in wanted:
+                for stale_copy in (f"{MODULES[module][0]}", f"{MODULES[module][0]}.meta"):
+                    (ROOT / "mutants" / stale_copy).unlink(missing_ok=True)
         run_started = time.monotonic()
         run_mutmut(chosen, args.jobs, whole_modules=not (args.sample or args.survivors),
                    fresh=not (args.survivors or wanted), log=args.out / "mutmut.log")
