@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import ChainNonce, OutboxAction, OutboxTransaction
@@ -73,6 +73,27 @@ def queue_action(session: Session, *, action: ChainAction, idempotency_key: str,
     already queued (exactly-once)."""
     return enqueue_chain_action(session, kind=action.kind, idempotency_key=idempotency_key,
                                 payload=encode(action), now=now)
+
+
+def queue_actions(session: Session, *, actions: Sequence[tuple[str, ChainAction]],
+                  now: float) -> list[str]:
+    """Queue typed chain actions, each (idempotency key, action) once, in one read of the
+    keys already queued and one INSERT of the rest (in the given order; a key repeated in
+    `actions` counts once, its first action). Returns the keys queued now."""
+    keys = [key for key, _ in actions]
+    queued = set(session.scalars(select(OutboxAction.idempotency_key)
+                                 .where(OutboxAction.idempotency_key.in_(keys)))) if keys else set()
+    rows = []
+    for key, action in actions:
+        if key in queued:
+            continue
+        queued.add(key)
+        rows.append({"idempotency_key": key, "kind": action.kind, "payload": encode(action),
+                     "status": OutboxStatus.PENDING.value, "attempts": 0, "created_at": now,
+                     "updated_at": now})
+    if rows:
+        session.execute(insert(OutboxAction), rows)
+    return [row["idempotency_key"] for row in rows]
 
 
 def _entry(row: OutboxAction) -> OutboxEntry:
