@@ -183,12 +183,19 @@ class Placer:
                 session.close()
         return result
 
-    def place_all(self, *, batch_size: int = 500) -> BatchResult:
-        """Sweep the whole queue until a full pass places nothing (the service's pass)."""
+    def place_all(self, *, batch_size: int = 500,
+                  renew: Callable[[], bool] | None = None) -> BatchResult:
+        """Sweep the whole queue until a full pass places nothing (the service's pass).
+        `renew`, when given, is called before every batch after the first (the pass's leader
+        lease); False ends the pass there (another process leads placement now)."""
         total = BatchResult()
         self._cursor = None
         placed_this_pass = unplaceable_this_pass = held_this_pass = 0
+        first = True
         while True:
+            if not first and renew is not None and not renew():
+                return total
+            first = False
             batch = self.place_batch(batch_size=batch_size)
             total.placed.extend(batch.placed)
             total.conflicts += batch.conflicts

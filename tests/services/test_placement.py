@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db.models import Lease
+from orchestrator.scheduling.placer import BatchResult
 from orchestrator.services import work
 from orchestrator.services.placement import PlacementPass
 from orchestrator.telemetry.metrics import MeshMetrics
@@ -50,7 +52,7 @@ def test_one_process_places_at_a_time_and_another_takes_over_when_its_lead_lapse
 
     def replica() -> PlacementPass:
         return PlacementPass(factory, gate=gate, reservation_ttl_s=30.0, lead_ttl_s=3.0,
-                             metrics=MeshMetrics(), clock=clock)
+                             idle_gap_s=1.0, metrics=MeshMetrics(), clock=clock)
 
     leader, other = replica(), replica()
     assert leader.run() is not None  # nothing waits: it leads all the same
@@ -84,3 +86,55 @@ def test_a_node_whose_reservation_lapsed_gets_no_placement_until_it_is_heard_fro
     with factory() as session:
         released = session.scalars(select(Lease).where(Lease.released_at.is_not(None))).one()
         assert released.release_reason == "start lapsed"
+
+
+def test_a_pass_longer_than_the_lead_renews_it_between_batches(
+        agent: Callable[..., LiveNode], factory: sessionmaker[Session],
+        clock: VirtualClock) -> None:
+    for i in range(8):
+        agent(f"gpu-{i}")
+    make_job(factory, tasks=8, value=TOKEN, now=clock())
+    began = clock()
+
+    def slow() -> float:  # every read of the clock is a second later: a long pass
+        clock.advance(1.0)
+        return clock()
+
+    def replica() -> PlacementPass:
+        return PlacementPass(factory, gate=None, reservation_ttl_s=600.0, lead_ttl_s=5.0,
+                             idle_gap_s=1.0, metrics=MeshMetrics(), clock=slow, batch_size=1)
+
+    leader, other = replica(), replica()
+    result = leader.run()
+    assert result is not None and len(result.placed) == 8
+    assert clock() - began > 3 * 5.0  # the pass outlasted its lease three times over
+    assert other.run() is None  # still the leader's: renewed before its last batches
+
+
+def test_an_idle_pull_runs_a_pass_only_when_something_changed_for_it_or_none_ran_lately(
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    clock.advance(0.1)
+    assert ctx.placement.run() is not None  # nothing waits; it saw gpu-1 registered
+    passes: list[BatchResult | None] = []
+    run = ctx.placement.run
+
+    def counted(**kwargs: float | None) -> BatchResult | None:
+        passes.append(run(**kwargs))
+        return passes[-1]
+
+    monkeypatch.setattr(ctx.placement, "run", counted)
+
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    assert passes == []  # the last pass saw this node free and the same queue
+    clock.advance(ctx.settings.placement_interval_s)  # none began lately: the pull runs one
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    assert len(passes) == 1
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 204
+    assert len(passes) == 1
+    make_job(factory, value=TOKEN, now=clock())  # a task became ready: a change
+    assert node.post("/v1/nodes/gpu-1/lease").status_code == 200
+    assert len(passes) == 2
