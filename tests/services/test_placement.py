@@ -12,14 +12,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.db.models import Lease
+from orchestrator.db import pls as pls_store
+from orchestrator.db.models import CollateralLock, Lease
 from orchestrator.scheduling.placer import BatchResult
 from orchestrator.services import work
 from orchestrator.services.placement import PlacementPass
 from orchestrator.telemetry.metrics import MeshMetrics
 from tests.builders import TOKEN, make_job
 from tests.clients import LiveNode, VirtualClock
-from tests.services.pls_harness import FixedStake
+from tests.services.pls_harness import ADMIN, FixedStake
 from tests.services.test_placement_gates import pls_of
 
 
@@ -77,7 +78,7 @@ def test_a_node_whose_reservation_lapsed_gets_no_placement_until_it_is_heard_fro
     assert ctx.placement.run().placed  # reserved on gpu-1, which never pulls it
     clock.advance(ctx.settings.reservation_ttl_s + 1.0)
     with factory.begin() as session:
-        assert work.expire_leases(session, now=clock()) == 1
+        assert work.expire_leases(session, now=clock()).leases == 1
     assert ctx.placement.run().placed == []  # silent since: not placed on again
     assert node.post("/v1/nodes/gpu-1/heartbeat").status_code == 200
     ctx.heartbeats.flush()
@@ -138,3 +139,31 @@ def test_an_idle_pull_runs_a_pass_only_when_something_changed_for_it_or_none_ran
     make_job(factory, value=TOKEN, now=clock())  # a task became ready: a change
     assert node.post("/v1/nodes/gpu-1/lease").status_code == 200
     assert len(passes) == 2
+
+
+def test_a_reservation_never_started_is_fed_to_pls_as_a_failed_start(
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    node = agent("gpu-1")
+    stake.free[node.wallet.address] = 10 * TOKEN
+    make_job(factory, value=TOKEN, now=clock())
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    pls = pls_of(client)
+    assert ctx.placement.run().placed  # reserved on gpu-1, which never pulls it
+    failed_before = pls.state.book.summary("gpu-1", clock()).tasks_failed
+    clock.advance(ctx.settings.reservation_ttl_s + 1.0)
+
+    assert client.post("/v1/admin/sweep", headers=ADMIN).json()["expired_leases"] == 1
+
+    # The node's record counts the failed start, and the provider's stake no longer backs it.
+    assert pls.state.book.summary("gpu-1", clock()).tasks_failed == failed_before + 1
+    with factory() as session:
+        (lock,) = session.scalars(select(CollateralLock))
+        assert (lock.ended_at, lock.finished) == (clock(), False)
+        kinds = [kind for _, kind, _ in pls_store.observations_after(session, after=0,
+                                                                     limit=10_000)]
+    assert kinds.count("start_failed") == 1
+    # A replica rebuilt from the tables learns the same.
+    with factory() as session:
+        pls.replay.rebuild(session, now=clock())
+    assert pls.state.book.summary("gpu-1", clock()).tasks_failed == failed_before + 1
