@@ -78,8 +78,10 @@ def queue_action(session: Session, *, action: ChainAction, idempotency_key: str,
 def queue_actions(session: Session, *, actions: Sequence[tuple[str, ChainAction]],
                   now: float) -> list[str]:
     """Queue typed chain actions, each (idempotency key, action) once, in one read of the
-    keys already queued and one INSERT of the rest (in the given order; a key repeated in
-    `actions` counts once, its first action). Returns the keys queued now."""
+    keys already queued and one executemany INSERT of the rest (in the given order; a key
+    repeated in `actions` counts once, its first action). Returns the keys queued now. (An
+    executemany: psycopg pipelines it, where one multi-row INSERT of a batch spends longer
+    compiling its thousands of bind parameters than the pipeline takes.)"""
     keys = [key for key, _ in actions]
     queued = set(session.scalars(select(OutboxAction.idempotency_key)
                                  .where(OutboxAction.idempotency_key.in_(keys)))) if keys else set()
