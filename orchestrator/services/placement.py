@@ -8,9 +8,10 @@ released by the sweep (`work.expire_leases`).
 A pass runs every `placement_interval_s` on the periodic scheduler (a job submitted, a lease
 released, a node back), so a task waits at most that long for a pass once a node is free, and
 when an idle node pulls (`idle_pull`) if something changed for it since the last pass began
-(it registered, a slot of its came free, a task became ready) or no pass began within
-`idle_gap_s`; otherwise the last pass already weighed this node's free slots against the same
-queue, and the scheduler's next one places what comes after. One process places at a time:
+(`db.placement.changed_for`: it registered, a slot of its came free, it was heard from
+after a failed start, a task became ready) or no pass began within `idle_gap_s`; otherwise
+the last pass already weighed this node's free slots against the same queue, and the
+scheduler's next one places what comes after. One process places at a time:
 a pass takes the named leader lease `placement` first (`db.leaders.try_lead`) and renews it
 before every batch, ending early if it lost it, so a pass longer than the lease cannot
 overlap another replica's; within a process passes run one after another; the partial unique
