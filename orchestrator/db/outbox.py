@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import ChainNonce, OutboxAction, OutboxTransaction
@@ -85,17 +85,19 @@ def queue_actions(session: Session, *, actions: Sequence[tuple[str, ChainAction]
     keys = [key for key, _ in actions]
     queued = set(session.scalars(select(OutboxAction.idempotency_key)
                                  .where(OutboxAction.idempotency_key.in_(keys)))) if keys else set()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    new_keys: list[str] = []
     for key, action in actions:
         if key in queued:
             continue
         queued.add(key)
+        new_keys.append(key)
         rows.append({"idempotency_key": key, "kind": action.kind, "payload": encode(action),
                      "status": OutboxStatus.PENDING.value, "attempts": 0, "created_at": now,
                      "updated_at": now})
-    if rows:
-        session.execute(insert(OutboxAction), rows)
-    return [row["idempotency_key"] for row in rows]
+    if rows:  # Core: no ORM bookkeeping per row
+        session.execute(insert(cast(Table, OutboxAction.__table__)), rows)
+    return new_keys
 
 
 def _entry(row: OutboxAction) -> OutboxEntry:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, delete, event, func, insert, select, update
+from sqlalchemy import Engine, Table, delete, event, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import (
@@ -191,9 +191,10 @@ class NewLock:
 
 
 def add_locks(session: Session, *, locks: Sequence[NewLock], at: float) -> None:
-    """Record these placements' collateral locks, in one statement."""
+    """Record these placements' collateral locks, in one statement (Core: no ORM bookkeeping
+    per row)."""
     if locks:
-        session.execute(insert(CollateralLock), [
+        session.execute(insert(cast(Table, CollateralLock.__table__)), [
             {"task_id": lock.task_id, "attempt": lock.attempt, "job_id": lock.job_id,
              "node_id": lock.node_id, "provider": lock.provider, "amount": lock.amount,
              "raw_rs": lock.raw_rs, "created_at": at} for lock in locks])
