@@ -128,8 +128,8 @@ def changed_for(session: Session, *, node_id: str, since: float) -> bool:
     last = session.execute(select(Lease.release_reason, Lease.released_at).where(
         Lease.node_id == node_id, Lease.released_at.is_not(None))
         .order_by(Lease.released_at.desc()).limit(1)).first()
-    if last is not None:
-        reason, released_at = last
+    if last is not None and last.released_at is not None:
+        reason, released_at = last.release_reason, last.released_at
         heard = node.last_heartbeat_at
         if released_at >= since or (reason == START_LAPSED and heard is not None
                                     and heard >= since and heard >= released_at):
