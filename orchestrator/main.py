@@ -303,7 +303,8 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
         clock=clock, pls=pls_service,
         placement=PlacementPass(factory, gate=pls_service.placement if settings.pls_placement
                                 else None, reservation_ttl_s=settings.reservation_ttl_s,
-                                lead_ttl_s=3 * settings.placement_interval_s, metrics=metrics,
+                                lead_ttl_s=3 * settings.placement_interval_s,
+                                idle_gap_s=settings.placement_interval_s, metrics=metrics,
                                 clock=clock),
         verifier=Verifier(blobs=blob_store, pls=pls_service, secret=verification_secret,
                           policy=SamplingPolicy.parse(settings.verification_policy),

@@ -91,7 +91,8 @@ def _run_backend(url: str, nodes: int, tasks: int, pls: bool = False) -> dict[st
                 payloads=tuple({"frame": f} for f in range(count))), now=0.0,
                 status=JobStatus.FUNDED)
     placement = PlacementPass(factory, gate=_pls_gate(factory) if pls else None,
-                              reservation_ttl_s=30.0, lead_ttl_s=3600.0, metrics=MeshMetrics(),
+                              reservation_ttl_s=30.0, lead_ttl_s=3600.0, idle_gap_s=1.0,
+                              metrics=MeshMetrics(),
                               clock=lambda: 60.0)
     started = time.perf_counter()
     result = placement.run()

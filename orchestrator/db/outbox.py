@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import ChainNonce, OutboxAction, OutboxTransaction
@@ -73,6 +73,31 @@ def queue_action(session: Session, *, action: ChainAction, idempotency_key: str,
     already queued (exactly-once)."""
     return enqueue_chain_action(session, kind=action.kind, idempotency_key=idempotency_key,
                                 payload=encode(action), now=now)
+
+
+def queue_actions(session: Session, *, actions: Sequence[tuple[str, ChainAction]],
+                  now: float) -> list[str]:
+    """Queue typed chain actions, each (idempotency key, action) once, in one read of the
+    keys already queued and one executemany INSERT of the rest (in the given order; a key
+    repeated in `actions` counts once, its first action). Returns the keys queued now. (An
+    executemany: psycopg pipelines it, where one multi-row INSERT of a batch spends longer
+    compiling its thousands of bind parameters than the pipeline takes.)"""
+    keys = [key for key, _ in actions]
+    queued = set(session.scalars(select(OutboxAction.idempotency_key)
+                                 .where(OutboxAction.idempotency_key.in_(keys)))) if keys else set()
+    rows: list[dict[str, Any]] = []
+    new_keys: list[str] = []
+    for key, action in actions:
+        if key in queued:
+            continue
+        queued.add(key)
+        new_keys.append(key)
+        rows.append({"idempotency_key": key, "kind": action.kind, "payload": encode(action),
+                     "status": OutboxStatus.PENDING.value, "attempts": 0, "created_at": now,
+                     "updated_at": now})
+    if rows:  # Core: no ORM bookkeeping per row
+        session.execute(insert(cast(Table, OutboxAction.__table__)), rows)
+    return new_keys
 
 
 def _entry(row: OutboxAction) -> OutboxEntry:

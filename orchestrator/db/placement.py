@@ -117,6 +117,27 @@ def waiting_tasks(session: Session, *, limit: int, after: QueuePlace | None = No
             for task_id, job_id, status, needs, queued, updated in session.execute(query)]
 
 
+def changed_for(session: Session, *, node_id: str, since: float) -> bool:
+    """Whether the placement's answer for this node may have changed at or after `since`: it
+    registered (or re-registered), a lease of its was released (a slot came free), it was
+    heard from after a failed start (`load_slot_view` takes it back), or a task became
+    schedulable (new or requeued)."""
+    node = session.get(Node, node_id)
+    if node is None or node.registered_at >= since:
+        return True
+    last = session.execute(select(Lease.release_reason, Lease.released_at).where(
+        Lease.node_id == node_id, Lease.released_at.is_not(None))
+        .order_by(Lease.released_at.desc()).limit(1)).first()
+    if last is not None and last.released_at is not None:
+        reason, released_at = last.release_reason, last.released_at
+        heard = node.last_heartbeat_at
+        if released_at >= since or (reason == START_LAPSED and heard is not None
+                                    and heard >= since and heard >= released_at):
+            return True
+    return session.scalars(select(Task.id).where(
+        Task.status.in_(SCHEDULABLE), Task.updated_at >= since).limit(1)).first() is not None
+
+
 def commit_reservations(
     session: Session, *, reservations: Sequence[Reservation], now: float, ttl_s: float
 ) -> None:

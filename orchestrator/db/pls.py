@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, delete, event, func, insert, select, update
+from sqlalchemy import Engine, Table, delete, event, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from orchestrator.db.models import (
@@ -171,15 +171,33 @@ def latest_verdicts(session: Session) -> list[tuple[PopwVerdictRecord, str | Non
 # ---------------------------------------------------------------- collateral and slashes
 
 
-def task_attempts(session: Session, *, task_id: int) -> int:
-    """How many times the task was placed (the attempt a new lock belongs to)."""
-    return int(session.scalar(select(Task.attempts).where(Task.id == task_id)) or 0)
+def task_attempts(session: Session, *, task_ids: Sequence[int]) -> dict[int, int]:
+    """How many times each task was placed (the attempt a new lock belongs to), by task id."""
+    return {task_id: int(attempts or 0) for task_id, attempts in session.execute(
+        select(Task.id, Task.attempts).where(Task.id.in_(task_ids)))}
 
 
-def add_lock(session: Session, *, task_id: int, attempt: int, job_id: str, node_id: str,
-             provider: str, amount: int, raw_rs: float | None, at: float) -> None:
-    session.add(CollateralLock(task_id=task_id, attempt=attempt, job_id=job_id, node_id=node_id,
-                               provider=provider, amount=amount, raw_rs=raw_rs, created_at=at))
+@dataclass(frozen=True, slots=True)
+class NewLock:
+    """The collateral of one placement (its task's attempt), with the raw RS it was made at."""
+
+    task_id: int
+    attempt: int
+    job_id: str
+    node_id: str
+    provider: str
+    amount: int
+    raw_rs: float | None
+
+
+def add_locks(session: Session, *, locks: Sequence[NewLock], at: float) -> None:
+    """Record these placements' collateral locks, in one statement (Core: no ORM bookkeeping
+    per row)."""
+    if locks:
+        session.execute(insert(cast(Table, CollateralLock.__table__)), [
+            {"task_id": lock.task_id, "attempt": lock.attempt, "job_id": lock.job_id,
+             "node_id": lock.node_id, "provider": lock.provider, "amount": lock.amount,
+             "raw_rs": lock.raw_rs, "created_at": at} for lock in locks])
 
 
 def open_collateral(session: Session, *, provider: str) -> int:

@@ -16,6 +16,7 @@ Versions: a payload without "v" is version 1, the format of every row written so
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -293,9 +294,17 @@ def _bytes32(value: object, key: str) -> bytes:
 
 
 def _address(value: object, key: str) -> str:
-    if not isinstance(value, str) or not is_address(value):
+    checksummed = _checksummed(value) if isinstance(value, str) else None
+    if checksummed is None:
         raise PayloadError(f"{key} holds {value!r}, not an address")
-    return str(to_checksum_address(value))
+    return checksummed
+
+
+@functools.lru_cache(maxsize=65_536)
+def _checksummed(value: str) -> str | None:
+    """The address in checksum form (a keccak each: a batch names few providers many times);
+    None: not an address."""
+    return str(to_checksum_address(value)) if is_address(value) else None
 
 
 def _uint(value: object, key: str) -> int:

@@ -195,6 +195,9 @@ class PlsEngine:
                 self.checkpoint_measured(observation.node_id, observation.seconds)
             case obs.AttemptEnded():  # the record, the recalibrator, and a failed check's slash
                 self._attempt_ended(observation)
+            case obs.StartFailed():  # a reservation never started: the record, the recalibrator
+                self.outcome(observation.node_id, TaskOutcome.ABANDONED)
+                self.attempt_ended(observation.raw_rs, False)
             case obs.TierDecided():  # a tier decided by the leader's policy or the chain
                 self.staking.adopt_tier(observation.node_id, Tier(observation.tier),
                                         observation.at)

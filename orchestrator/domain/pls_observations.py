@@ -1,6 +1,7 @@
 """What the PLS engine learns, as data: every input a replica receives (a registration, a
 session start or end, heartbeats, a probe, GPU samples, an upload, a checkpoint cost, a task
-outcome, a handshake verdict, a tier the leader decided) is one frozen `Observation`.
+outcome, a reservation never started, a handshake verdict, a tier the leader decided) is one
+frozen `Observation`.
 
 The service writes each one to the shared observation log in the transaction that records
 it, and every replica applies the log in its order (`services.pls_log`), so two
@@ -131,6 +132,22 @@ class AttemptEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class StartFailed:
+    """A reservation its node never started within the reservation's time to live (released
+    `start lapsed`): the placed attempt failed before it began. `raw_rs` and `collateral` are
+    those of its collateral lock (None / 0 when none was locked). The engine counts it as an
+    abandonment on the node's task record (it was idle, eligible and placed on, and dropped
+    the work while registered) and teaches the recalibrator a failure at the raw RS it was
+    placed at; nothing is slashed (no work was lost, only time)."""
+
+    node_id: str
+    task_id: int
+    raw_rs: float | None
+    collateral: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Handshake:
     verdict: PopwVerdict
 
@@ -147,15 +164,16 @@ class TierDecided:
 
 Observation = (NodeKnown | SessionStarted | SessionEnded | Departed | Abandoned | LoneHeld
                | Heartbeats
-               | Probe | GpuReport | Upload | CheckpointCost | AttemptEnded | Handshake
-               | TierDecided)
+               | Probe | GpuReport | Upload | CheckpointCost | AttemptEnded | StartFailed
+               | Handshake | TierDecided)
 
 KINDS: dict[str, type[Any]] = {
     "node": NodeKnown, "session_started": SessionStarted, "session_ended": SessionEnded,
     "departed": Departed, "abandoned": Abandoned, "lone_held": LoneHeld,
     "heartbeats": Heartbeats, "probe": Probe,
     "gpu": GpuReport, "upload": Upload, "checkpoint_cost": CheckpointCost,
-    "attempt_ended": AttemptEnded, "handshake": Handshake, "tier": TierDecided}
+    "attempt_ended": AttemptEnded, "start_failed": StartFailed, "handshake": Handshake,
+    "tier": TierDecided}
 KIND_OF = {cls: kind for kind, cls in KINDS.items()}
 
 

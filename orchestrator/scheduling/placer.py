@@ -29,7 +29,7 @@ from orchestrator.db.placement import (
 )
 from orchestrator.domain.matching import Candidate, ScoreFn, cheapest_first, rank
 from orchestrator.domain.types import NodeSpec, TaskNeeds
-from orchestrator.services.pls_placement import Admission, PlacementGate
+from orchestrator.services.pls_placement import Admission, Placed, PlacementGate
 
 
 @dataclass(slots=True)
@@ -63,8 +63,9 @@ class Placer:
         """`score_at(now)`, when given, supplies a fresh score at every reload; otherwise
         `score` is used as is. `gate` (PLS) replaces the score: it sets each node's usable
         tier at reload, ranks the candidates of each kind of need (the PLS engine's ranking:
-        RS floor, collateral covered by free stake, probation, exploration), and locks
-        collateral in the batch's transaction."""
+        RS floor, collateral covered by free stake, probation, exploration), is told each
+        placement's collateral as it is decided (`claim`, so the batch's later decisions
+        count it) and locks the batch's collateral in its transaction (`reserved_many`)."""
         self.factory = factory
         self.gate = gate
         self.score = score
@@ -140,9 +141,11 @@ class Placer:
             session = self.factory()
             try:
                 with session.begin():
+                    if self.gate is not None:
+                        self.gate.drop_claims()  # a rolled-back attempt's claims
                     waiting = waiting_tasks(session, limit=batch_size, after=self._cursor)
                     reservations: list[Reservation] = []
-                    admissions: list[Admission | None] = []
+                    placed: list[Placed] = []
                     decisions: list[float] = []
                     for task in waiting:
                         started = time.perf_counter()
@@ -154,19 +157,19 @@ class Placer:
                         if choice is None:
                             result.unplaceable += 1
                             continue
-                        reservations.append(Reservation(task.task_id, task.job_id, choice[0],
-                                                        choice[1], task.status))
-                        admissions.append(choice[2])
+                        node_id, slot, admission = choice
+                        reservations.append(Reservation(task.task_id, task.job_id, node_id,
+                                                        slot, task.status))
+                        if self.gate is not None and admission is not None:
+                            provider = self._nodes[node_id].provider
+                            self.gate.claim(provider, admission.collateral)  # seen by the next
+                            placed.append(Placed(task.task_id, task.job_id, node_id, provider,
+                                                 admission))
                     now = self.clock()
                     commit_reservations(session, reservations=reservations, now=now,
                                         ttl_s=self.lease_ttl_s)
-                    for reservation, admission in zip(reservations, admissions, strict=True):
-                        if self.gate is not None and admission is not None:
-                            self.gate.reserved(
-                                session, task_id=reservation.task_id,
-                                job_id=reservation.job_id, node_id=reservation.node_id,
-                                provider=self._nodes[reservation.node_id].provider,
-                                admission=admission, now=now)
+                    if self.gate is not None:
+                        self.gate.reserved_many(session, placements=placed, now=now)
                 result.placed = reservations
                 result.decision_s = decisions
                 result.wrapped = len(waiting) < batch_size
@@ -180,12 +183,19 @@ class Placer:
                 session.close()
         return result
 
-    def place_all(self, *, batch_size: int = 500) -> BatchResult:
-        """Sweep the whole queue until a full pass places nothing (the service's pass)."""
+    def place_all(self, *, batch_size: int = 500,
+                  renew: Callable[[], bool] | None = None) -> BatchResult:
+        """Sweep the whole queue until a full pass places nothing (the service's pass).
+        `renew`, when given, is called before every batch after the first (the pass's leader
+        lease); False ends the pass there (another process leads placement now)."""
         total = BatchResult()
         self._cursor = None
         placed_this_pass = unplaceable_this_pass = held_this_pass = 0
+        first = True
         while True:
+            if not first and renew is not None and not renew():
+                return total
+            first = False
             batch = self.place_batch(batch_size=batch_size)
             total.placed.extend(batch.placed)
             total.conflicts += batch.conflicts

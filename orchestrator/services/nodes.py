@@ -137,13 +137,12 @@ class PulledLease:
 def pull_lease(session: Session, *, node_id: str, address: str, pls: PlsService,
                placement: PlacementPass, clock: Callable[[], float]) -> PulledLease | None:
     """The node's next lease, or None when there is no work for it right now. A node with no
-    reservation waiting is idle: its pull runs the placement pass (which may place a task on
-    a better node instead) before it looks again."""
+    reservation waiting is idle: its pull may run the placement pass (`PlacementPass.idle_pull`;
+    it may place a task on a better node instead) before it looks again."""
     owned_node(session, node_id=node_id, address=address)
     grant = work.pull_lease(session, node_id=node_id, pls=pls, now=clock())
     if grant is None:
-        session.commit()  # the pass writes in transactions of its own; read what it wrote
-        placement.run()
+        placement.idle_pull(session, node_id=node_id)
         grant = work.pull_lease(session, node_id=node_id, pls=pls, now=clock())
     if grant is None:
         session.commit()

@@ -28,6 +28,7 @@ from orchestrator.domain.pls_observations import (
     Probe,
     SessionEnded,
     SessionStarted,
+    StartFailed,
     Upload,
 )
 from orchestrator.domain.reliability import GpuSample, TaskOutcome
@@ -43,6 +44,7 @@ class SweepFacts:
     abandoned: Sequence[tuple[str, int]]  # (node id, task id) running on a node that died
     returned: Sequence[str]
     held: Sequence[str] = ()  # of dead: leases kept through a silence its peers share
+    failed_starts: Sequence[tuple[str, int]] = ()  # (node id, task id): reservations lapsed
 
 
 def lapsed_lone_holds(session: Session, engine: PlsEngine, now: float) -> list[Observation]:
@@ -105,7 +107,8 @@ class PlsIngest:
         the collateral locked for them and the work lost (their attempts end unfinished, in
         task order; a drained node's are never slashed), a lone silent node's tasks are logged
         as held for the lone grace (`PlsStaking.decide` reports the lapsed ones), returns start
-        a new session; then overdue probes count as lost. What the DB records decides what is
+        a new session, reservations never started are failed starts (`StartFailed`); then
+        overdue probes count as lost. What the DB records decides what is
         logged (a session is ended or opened only once, whichever replica's engine is ahead)."""
         state = self.state
         with state.lock:
@@ -134,8 +137,21 @@ class PlsIngest:
         for node_id in facts.returned:
             if store.open_session(session, node_id=node_id, at=now):
                 observations.append(SessionStarted(node_id, now))
+        for node_id, task_id in sorted(facts.failed_starts, key=lambda pair: pair[1]):
+            observations.append(self._start_failed(session, node_id, task_id, now))
         self.log.observe(session, *observations)
         self._expire_probes(session, now)
+
+    @staticmethod
+    def _start_failed(session: Session, node_id: str, task_id: int, now: float) -> StartFailed:
+        """A reservation the node never started: stored as an abandonment on its record and its
+        collateral lock ended unfinished (the provider's stake no longer backs it; a rebuild
+        replays both), then logged (`StartFailed`)."""
+        store.add_outcome(session, node_id=node_id, task_id=task_id,
+                          outcome=TaskOutcome.ABANDONED.value, at=now)
+        lock = store.end_lock(session, task_id=task_id, node_id=node_id, at=now, finished=False)
+        return StartFailed(node_id, task_id, None if lock is None else lock.raw_rs,
+                           0 if lock is None else lock.amount, now)
 
     @staticmethod
     def _damage(session: Session, task_id: int, node_id: str) -> tuple[int | None, float | None]:

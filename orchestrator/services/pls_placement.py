@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
 from orchestrator.db.placement import PlacementConflict, WaitingTask
-from orchestrator.domain.chain_actions import AssignCollateral, ReserveCollateral
+from orchestrator.domain.chain_actions import AssignCollateral, ChainAction, ReserveCollateral
 from orchestrator.domain.ids import unhex
 from orchestrator.domain.matching import Candidate, eligible
 from orchestrator.domain.merkle import placement_id
@@ -38,6 +38,17 @@ class Admission:
     raw_rs: float | None = None
     speed: float = 1.0
     faster_speed: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """One placement of a batch whose collateral the gate locks (`reserved_many`)."""
+
+    task_id: int
+    job_id: str
+    node_id: str
+    provider: str
+    admission: Admission
 
 
 class PlacementGate(Protocol):
@@ -63,10 +74,19 @@ class PlacementGate(Protocol):
         """The task should wait for a faster node than the admitted one."""
         ...
 
-    def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
-                 provider: str, admission: Admission, now: float) -> None:
-        """Called in the placement's transaction (locks the collateral); PlacementConflict
-        when the provider's stake no longer covers it (retried)."""
+    def claim(self, provider: str, amount: int) -> None:
+        """A placement of the batch being decided uses `amount` of the provider's stake: the
+        batch's later `covers` count it (until `reserved_many` or `drop_claims`)."""
+        ...
+
+    def drop_claims(self) -> None:
+        """The batch being decided was rolled back: its claims no longer use any stake."""
+        ...
+
+    def reserved_many(self, session: Session, *, placements: Sequence[Placed], now: float
+                      ) -> None:
+        """Called in the batch's transaction (locks the collateral of its placements);
+        PlacementConflict when a provider's stake no longer covers them (retried)."""
         ...
 
 
@@ -75,6 +95,7 @@ class PlsPlacement:
 
     def __init__(self, state: PlsState) -> None:
         self.state = state
+        self._claimed: dict[str, int] = {}  # provider -> collateral of the batch being decided
 
     def effective_spec(self, spec: NodeSpec, now: float) -> NodeSpec:
         """The node with the tier work may use now: the policy's tier (demotions count at
@@ -144,13 +165,15 @@ class PlsPlacement:
 
     def covers(self, provider: str, amount: int, now: float) -> bool:
         """The provider's free stake on the chain (the decision's read, not the listing's),
-        less what this process locked since the read, still covers `amount` (an earlier
-        placement of the batch may have used it), and its reservation can back its open
+        less what this process locked since the read and what the batch being decided claimed
+        (`claim`), still covers `amount`, and its reservation can back its open
         assignments and `amount`, raised within the provider's terms where it falls short."""
         stake = self.state.stake
+        claimed = self._claimed.get(provider, 0)
         try:
-            return (stake.free(provider, now) >= amount and self._reservation_for(
-                provider, stake.open_collateral(provider, now) + amount, now) is not None)
+            return (stake.free(provider, now) - claimed >= amount and self._reservation_for(
+                provider, stake.open_collateral(provider, now) + claimed + amount, now)
+                is not None)
         except StakeUnavailable as exc:
             log.warning("placement refused: %s", exc)
             return False
@@ -178,35 +201,61 @@ class PlsPlacement:
             return None
         return amount, lapse
 
-    def reserved(self, session: Session, *, task_id: int, job_id: str, node_id: str,
-                 provider: str, admission: Admission, now: float) -> None:
-        """Back the collateral of a placement, in the placement's transaction, with the raw
-        RS it was made at (the recalibrator learns from it when the attempt ends): an assign
-        leaf (batched into one committed root), after a raise of the provider's standing
-        reservation when it no longer covers its open assignments or runs short of time."""
+    def claim(self, provider: str, amount: int) -> None:
+        self._claimed[provider] = self._claimed.get(provider, 0) + amount
+
+    def drop_claims(self) -> None:
+        self._claimed.clear()
+
+    def reserved_many(self, session: Session, *, placements: Sequence[Placed], now: float
+                      ) -> None:
+        """Back the collateral of a batch's placements, in the batch's transaction, each with
+        the raw RS it was made at (the recalibrator learns from it when the attempt ends): an
+        assign leaf per placement (batched into one committed root), after one raise per
+        provider of its standing reservation when it no longer covers its open assignments
+        and the batch's, or runs short of time (`_reservation_for` over the provider's batch
+        total, so the terms' ceiling and horizon bind the one raise). The raises are queued
+        before the assigns they back, every row in one INSERT, each under the exactly-once key
+        of a placement (`reserve:` the provider's first placement of the batch, `assign:`
+        each). The batch's claims become the stake caches' assignments."""
+        if not placements:
+            return
         stake, listing = self.state.stake, self.state.listing
-        attempt = store.task_attempts(session, task_id=task_id)
-        needed = stake.open_collateral(provider, now) + admission.collateral
-        target = self._reservation_for(provider, needed, now)
-        if target is None:  # a stake read since `covers` leaves no raise within the terms
-            raise PlacementConflict(f"no reservation within {provider}'s terms backs {needed}")
-        if target != stake.reservation(provider, now):
-            amount, until = target
-            outbox.queue_action(
-                session, idempotency_key=f"reserve:{provider}:{task_id}:{attempt}", now=now,
-                action=ReserveCollateral(provider=provider, amount=amount, until=until))
+        attempts = store.task_attempts(session, task_ids=[p.task_id for p in placements])
+        by_provider: dict[str, list[Placed]] = {}
+        for placed in placements:
+            by_provider.setdefault(placed.provider, []).append(placed)
+        raises: dict[str, tuple[int, int]] = {}
+        actions: list[tuple[str, ChainAction]] = []
+        for provider, placed_on in by_provider.items():
+            needed = (stake.open_collateral(provider, now)
+                      + sum(p.admission.collateral for p in placed_on))
+            target = self._reservation_for(provider, needed, now)
+            if target is None:  # a stake read since `covers` leaves no raise within the terms
+                raise PlacementConflict(f"no reservation within {provider}'s terms backs {needed}")
+            if target != stake.reservation(provider, now):
+                first = placed_on[0]
+                raises[provider] = target
+                actions.append((f"reserve:{provider}:{first.task_id}:{attempts[first.task_id]}",
+                                ReserveCollateral(provider=provider, amount=target[0],
+                                                  until=target[1])))
+        locks = [store.NewLock(task_id=p.task_id, attempt=attempts[p.task_id], job_id=p.job_id,
+                               node_id=p.node_id, provider=p.provider,
+                               amount=p.admission.collateral, raw_rs=p.admission.raw_rs)
+                 for p in placements]
+        store.add_locks(session, locks=locks, at=now)
+        actions.extend((f"assign:{lock.task_id}:{lock.attempt}", AssignCollateral(
+            job_id=unhex(lock.job_id), provider=lock.provider,
+            placement=placement_id(lock.task_id, lock.attempt), collateral=lock.amount))
+            for lock in locks)
+        outbox.queue_actions(session, actions=actions, now=now)
+        for provider, (amount, until) in raises.items():
             stake.raised(provider, amount, until)
-        store.add_lock(session, task_id=task_id, attempt=attempt, job_id=job_id,
-                       node_id=node_id, provider=provider, amount=admission.collateral,
-                       raw_rs=admission.raw_rs, at=now)
-        outbox.queue_action(
-            session, idempotency_key=f"assign:{task_id}:{attempt}", now=now,
-            action=AssignCollateral(job_id=unhex(job_id), provider=provider,
-                                    placement=placement_id(task_id, attempt),
-                                    collateral=admission.collateral))
-        stake.assign(provider, admission.collateral)
-        if listing is not stake:
-            listing.assign(provider, admission.collateral)
+        for placed in placements:
+            stake.assign(placed.provider, placed.admission.collateral)
+            if listing is not stake:
+                listing.assign(placed.provider, placed.admission.collateral)
+        self._claimed.clear()
 
     def checkpoint_interval_s(self, node_id: str, now: float, duration_s: float) -> float:
         """Young/Daly interval from the node's predicted MTBF over the task and its measured

@@ -330,22 +330,33 @@ def revoke_node_leases(session: Session, *, node_id: str, now: float, cause: str
     return moved
 
 
-def expire_leases(session: Session, *, now: float) -> int:
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """What `expire_leases` released."""
+
+    leases: int
+    failed_starts: list[tuple[str, int]]  # (node id, task id) of reservations never started
+
+
+def expire_leases(session: Session, *, now: float) -> Expired:
     """Release reservations never started (`START_LAPSED`: a failed start, the node gets no
-    placement until it is heard from again, `db.placement.load_slot_view`) and running leases
-    whose renewals stopped (cause "dead" when the node is DEAD: a lease held through a silence
-    that did not end)."""
+    placement until it is heard from again, `db.placement.load_slot_view`, and the sweep tells
+    PLS, `PlsIngest.after_sweep`) and running leases whose renewals stopped (cause "dead" when
+    the node is DEAD: a lease held through a silence that did not end)."""
     expired = lease_db.lapsed_leases(session, now=now)
+    failed_starts: list[tuple[str, int]] = []
     for lease in expired:
         task = job_db.get_task(session, task_id=lease.task_id)
         assert task is not None
         node = node_db.get_node(session, node_id=lease.node_id)
         dead = node is not None and node.health == NodeHealth.DEAD.value
-        reason = (lease_db.START_LAPSED if lease.state == LeaseState.RESERVED.value
-                  else "lease lapsed")  # a failed start: no placement on it until heard from
-        requeue_task(session, task=task, lease=lease, now=now, reason=reason,
+        unstarted = lease.state == LeaseState.RESERVED.value
+        if unstarted:
+            failed_starts.append((lease.node_id, lease.task_id))
+        requeue_task(session, task=task, lease=lease, now=now,
+                     reason=lease_db.START_LAPSED if unstarted else "lease lapsed",
                      cause="dead" if dead else "lapsed")
-    return len(expired)
+    return Expired(len(expired), failed_starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +368,7 @@ class SweepResult:
     abandoned: list[tuple[str, int]] = field(default_factory=list)  # (node, started task) lost
     returned: list[str] = field(default_factory=list)  # dead nodes heard from again
     held: list[str] = field(default_factory=list)  # of dead_nodes: leases kept, not revoked
+    failed_starts: list[tuple[str, int]] = field(default_factory=list)  # (node, task) lapsed
 
 
 LeaseHolds = Callable[[Sequence[str], float], Mapping[str, float]]
@@ -404,9 +416,9 @@ def _reconcile(session: Session, *, detector: PhiAccrualDetector, now: float,
     expired = expire_leases(session, now=now)
     expire_overdue_jobs(session, now=now)
     draining = {node.id for node in nodes if node.draining}
-    return SweepResult(expired_leases=expired, dead_nodes=dead, revoked=revoked,
+    return SweepResult(expired_leases=expired.leases, dead_nodes=dead, revoked=revoked,
                        draining_dead=draining & newly_dead, abandoned=abandoned,
-                       returned=returned, held=held)
+                       returned=returned, held=held, failed_starts=expired.failed_starts)
 
 
 OPEN_JOB_STATUSES = (JobStatus.SUBMITTED, JobStatus.FUNDED, JobStatus.SCHEDULED, JobStatus.RUNNING)
@@ -472,7 +484,8 @@ def sweep_facts(result: SweepResult) -> SweepFacts:
     neither session ends in a departure of the node's own."""
     own = set(result.dead_nodes) - result.draining_dead - set(result.held)
     return SweepFacts(dead=[(node_id, node_id in own) for node_id in result.dead_nodes],
-                      abandoned=result.abandoned, returned=result.returned, held=result.held)
+                      abandoned=result.abandoned, returned=result.returned, held=result.held,
+                      failed_starts=result.failed_starts)
 
 
 def sweep(session: Session, *, detector: PhiAccrualDetector, pls: PlsService,

@@ -317,7 +317,7 @@ def test_lapsed_running_lease_records_the_work_lost(
                                   reason="go")
         task.progress, task.checkpoint_progress = 0.9, 0.6
     with factory.begin() as session:
-        assert work.expire_leases(session, now=31.0) == 1
+        assert work.expire_leases(session, now=31.0).leases == 1
     with factory() as session:
         (event,) = lease_db.recovery_events(session, task_id=placed.task_id)
         assert event.cause == "lapsed" and abs(event.rework - 0.3) < 1e-9

@@ -222,8 +222,8 @@ def test_expired_reservation_frees_the_slot_and_requeues_the_task_once_its_node_
     make_job(1)
     Placer(factory, lease_ttl_s=30, clock=lambda: 0.0).place_all()
     with factory.begin() as session:
-        assert work.expire_leases(session, now=10.0) == 0
-        assert work.expire_leases(session, now=31.0) == 1
+        assert work.expire_leases(session, now=10.0).leases == 0
+        assert work.expire_leases(session, now=31.0).leases == 1
     with factory() as session:
         assert live_slots(session) == []
         assert session.scalar(select(Task.status)) == "retry"

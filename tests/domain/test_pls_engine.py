@@ -12,6 +12,7 @@ from orchestrator.domain.continuity import ChunkMark, session_address, sign_prog
 from orchestrator.domain.matching import Candidate
 from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import NO_EVIDENCE, LoneHold, PlsConfig, PlsEngine, Reading
+from orchestrator.domain.pls_observations import StartFailed
 from orchestrator.domain.popw import PopwVerdict
 from orchestrator.domain.reliability import (
     GpuSample,
@@ -154,6 +155,17 @@ def test_a_completed_attempt_counts_as_finished_for_the_recalibrator() -> None:
     engine.abandoned("a", "t1", TOKEN, 0.1, at=10.0)  # an abandonment did not finish
     assert engine.recalibrator.fitted is not None
     assert engine.recalibrator(np.array([0.9]))[0] > engine.recalibrator(np.array([0.1]))[0]
+
+
+def test_a_failed_start_counts_on_the_record_and_teaches_a_failure_but_slashes_nothing() -> None:
+    engine = engine_with("a", config=PlsConfig(recalibrate_after=2, recalibrate_every=1))
+    engine.completed("a", 0.9)
+    engine.apply(StartFailed("a", 7, raw_rs=0.2, collateral=TOKEN, at=10.0))
+    engine.apply(StartFailed("nobody", 8, raw_rs=0.2, collateral=TOKEN, at=10.0))  # unknown
+    assert engine.book.summary("a", 20.0).tasks_failed == 1
+    assert engine.recalibrator.fitted is not None  # one finished, one not: fitted
+    assert engine.recalibrator(np.array([0.9]))[0] > engine.recalibrator(np.array([0.2]))[0]
+    assert engine.decide({}, {}, 1e6).slashes == ()  # an abandonment would be, by now
 
 
 def test_an_abandonment_is_slashed_after_the_delay_with_the_telemetry_of_its_verdict() -> None:

@@ -50,7 +50,7 @@ from orchestrator.main import _periodic_jobs
 from orchestrator.services import pls_chain
 from orchestrator.services.outbox.sender import OutboxSender
 from orchestrator.services.pls import PlsService
-from orchestrator.services.pls_placement import Admission, PlsPlacement
+from orchestrator.services.pls_placement import Admission, Placed, PlsPlacement
 from orchestrator.telemetry.metrics import MeshMetrics
 from protocol.client import Wallet
 from tests.clients import VirtualClock, make_wallet, registration
@@ -200,9 +200,9 @@ def decide_a_slash(bridge: Bridge) -> SlashRecord:
             status_db.set_task_status(session, task=task, target=status, now=now, reason="test")
         task.node_id = bridge.node
         task_id = task.id
-        pls_store.add_lock(session, task_id=task_id, attempt=1, job_id=job_hex,
-                           node_id=bridge.node, provider=PROVIDER.address, amount=COLLATERAL,
-                           raw_rs=None, at=now)
+        pls_store.add_locks(session, locks=[pls_store.NewLock(
+            task_id=task_id, attempt=1, job_id=job_hex, node_id=bridge.node,
+            provider=PROVIDER.address, amount=COLLATERAL, raw_rs=None)], at=now)
     bridge.queue(ReserveCollateral(provider=PROVIDER.address, amount=2 * COLLATERAL,
                                    until=until), f"reserve:{job_hex}")
     bridge.queue(AssignCollateral(job_id=job_id, provider=PROVIDER.address,
@@ -667,7 +667,7 @@ def chain_placement(bridge: Bridge, make_app: AppMaker) -> PlsPlacement:
 
 
 def place(bridge: Bridge, gate: PlsPlacement, provider: str, collateral: int) -> float:
-    """A task of an escrowed job placed on `provider` with `collateral` (`reserved`, as the
+    """A task of an escrowed job placed on `provider` with `collateral` (`reserved_many`, as the
     placer calls it in the placement's transaction); the outbox sends what it queued.
     Returns the placement's time."""
     job_hex = "0x" + escrow(bridge.world).hex()
@@ -679,9 +679,9 @@ def place(bridge: Bridge, gate: PlsPlacement, provider: str, collateral: int) ->
             payloads=({"frame": 1},)), now=now, status=JobStatus.RUNNING)
         session.flush()
         (task,) = job_db.job_tasks(session, job_id=job_hex)
-        gate.reserved(session, task_id=task.id, job_id=job_hex, node_id=bridge.node,
-                      provider=provider, admission=Admission(rs=0.9, collateral=collateral),
-                      now=now)
+        gate.reserved_many(session, placements=[Placed(
+            task.id, job_hex, bridge.node, provider, Admission(rs=0.9, collateral=collateral))],
+            now=now)
     bridge.send_all()
     return now
 

@@ -112,7 +112,7 @@ class ServiceSide:
         self.running: dict[int, str] = {}
         self.now = START
         self.placement = PlacementPass(factory, gate=self.pls.placement, reservation_ttl_s=30.0,
-                                       lead_ttl_s=3.0, metrics=MeshMetrics(),
+                                       lead_ttl_s=3.0, idle_gap_s=1.0, metrics=MeshMetrics(),
                                        clock=lambda: self.now)
 
     def register(self, host: Host, now: float) -> None:
@@ -248,7 +248,14 @@ class SimulatorSide:
             key=lambda n: (-free[n], n))
         rows = np.array([self.engine.book.index_of(n) for n in candidates], dtype=np.intp)
         prices = np.array([float(self.hosts[n].spec.price_per_gpu_hour) for n in candidates])
-        stake = np.array([float(self.hosts[n].stake) for n in candidates])
+        # Free stake: the bond less the collateral of the provider's open placements (those
+        # of this pass included), as the service's gate counts it.
+        used: dict[str, int] = {}
+        for node_id, collateral, _ in self.running.values():
+            provider = self.hosts[node_id].spec.provider
+            used[provider] = used.get(provider, 0) + collateral
+        stake = np.array([float(self.hosts[n].stake - used.get(self.hosts[n].spec.provider, 0))
+                          for n in candidates])
         ranked = self.engine.rank(rows, prices, stake, needs, now)
         if ranked.rows.size == 0:
             return None

@@ -175,6 +175,30 @@ def test_placer_ranks_by_pls_skips_unstaked_providers_and_locks_in_the_same_batc
             str(placement_id(leases[0].task_id, 1))]
 
 
+def test_one_batch_never_places_more_collateral_than_the_providers_free_stake(
+        agent: Callable[..., LiveNode], stake: FixedStake, factory: sessionmaker[Session],
+        client: TestClient, clock: VirtualClock) -> None:
+    first = agent("gpu-1")
+    agent("gpu-2", wallet=first.wallet)  # the same provider: its stake backs both nodes
+    for _ in range(2):
+        make_job(factory, value=TOKEN, now=clock())
+    pls = pls_of(client)
+    collateral = pls.state.config.collateral.required(
+        TOKEN, 1.0 - pls.state.book.score("gpu-1", clock(), 60.0), 60.0)
+    stake.free[first.wallet.address] = collateral * 3 // 2  # one task's, not two
+
+    result = Placer(factory, gate=pls.placement, clock=clock).place_all()
+
+    # The batch's second decision counts the first one's claim on the stake: one placement,
+    # decided right the first time (no rollback).
+    assert (len(result.placed), result.conflicts) == (1, 0)
+    with factory() as session:
+        locks = list(session.scalars(select(CollateralLock)))
+        assigns = list(session.scalars(select(OutboxAction).where(OutboxAction.kind == "assign")))
+    assert len(locks) == len(assigns) == 1
+    assert sum(lock.amount for lock in locks) <= stake.free[first.wallet.address]
+
+
 def test_a_staking_demotion_outranks_a_passing_high_handshake(
         agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock, pls_config: object) -> None:

@@ -130,7 +130,7 @@ def test_a_pass_that_read_its_clock_before_the_sweep_freed_a_task_leases_it_afte
         return reads[-1]
 
     placement = PlacementPass(factory, gate=None, reservation_ttl_s=60, lead_ttl_s=3.0,
-                              metrics=MeshMetrics(), clock=clock)
+                              idle_gap_s=1.0, metrics=MeshMetrics(), clock=clock)
     result = placement.run()
     assert result is not None and [r.task_id for r in result.placed] == [tasks[0]]
     with factory() as session:
