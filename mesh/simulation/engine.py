@@ -330,7 +330,7 @@ class Simulation:
                 self._start_lapsed(ref)
             else:
                 self._schedule_queued = False
-                self._schedule()
+                self.placement_pass()
         return self.result
 
     # ----- handlers -------------------------------------------------------------------
@@ -532,7 +532,7 @@ class Simulation:
         heapq.heappush(self.pending, self._queued(task))
         self.request_schedule()
 
-    def _schedule(self) -> None:
+    def placement_pass(self) -> None:
         """One placement pass, as the service's: pending tasks in the queue's order (least
         laxity first) take slots by the service's rule (`FreeSlots`) over the policy's
         ranking of the idle eligible nodes, while idle nodes remain. Two shortcuts the
