@@ -657,7 +657,6 @@ def test_the_simulators_placement_pass_places_as_the_services(
         assert_equal(f"placements of pass {round_}",
                      {r.task_id: locks[r.task_id] for r in result.placed}, theirs)
         placed_total += len(theirs)
-        print("DBG", hours, round_, len(theirs), result.held_back, result.unplaceable, len(sim.pending))
         waiting = len(sim.pending)
         now += 300.0
     # The passes had choices to make: several tasks placed, some left waiting for a node.

@@ -17,7 +17,14 @@ from typer.testing import CliRunner
 from mesh.bench import churn
 from mesh.cli import app
 from mesh.simulation import world as world_module
-from mesh.simulation.engine import POLL_S, Attempt, Simulation, TaskState
+from mesh.simulation.engine import (
+    POLL_S,
+    RESERVATION_TTL_S,
+    Attempt,
+    PolicyResult,
+    Simulation,
+    TaskState,
+)
 from mesh.simulation.jobs import Job
 from mesh.simulation.models import TOKEN, NodeProfile
 from mesh.simulation.policies import (
@@ -28,7 +35,7 @@ from mesh.simulation.policies import (
     Unobservant,
 )
 from mesh.simulation.traces import Session, TraceError
-from mesh.simulation.world import World
+from mesh.simulation.world import Partition, World
 from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds, Tier
 from orchestrator.scheduling.free_slots import Ranking
 from orchestrator.services.pls_placement import Admission, QueuedTask
@@ -191,6 +198,42 @@ def test_every_idle_eligible_node_is_a_candidate() -> None:
     Simulation(world, profiles, [spec(p) for p in profiles], [one_job(600.0)], spy,
                np.random.default_rng(0)).run()
     assert spy.offered[0] == set(range(150))  # all but the node short of VRAM
+
+
+def cut_off_at_the_pickup(end: float) -> tuple[Simulation, PolicyResult]:
+    """Two nodes up all day; the preferred one's link is cut from 59.5 s to `end`, too short
+    for the detector to call it, so the pass at the job's arrival (60 s) reserves it."""
+    profiles = [profile("cut"), profile("steady")]
+    trace = {p.node_id: [Session(0.0, math.inf)] for p in profiles}
+    world = World(trace, {p.node_id: p for p in profiles}, 86_400.0, np.random.default_rng(0))
+    timeline = world.timelines["cut"]
+    timeline.partitions = [Partition(59.5, end, None)]
+    timeline.index()
+    sim = Simulation(world, profiles, [spec(p) for p in profiles], [one_job(600.0)],
+                     Prefer(0), np.random.default_rng(0))
+    return sim, sim.run()
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_a_reservation_not_started_in_time_is_a_failed_start_and_goes_elsewhere() -> None:
+    """The service's timing: the cut-off node's agent cannot pull its reservation, which
+    lapses after the service's reservation time to live; that is a failed start, the node
+    gets no placement until heard from, and the next pass places the task on the other node,
+    whose agent picks it up on its next pull."""
+    sim, result = cut_off_at_the_pickup(60.0 + 2 * RESERVATION_TTL_S)
+    assert result.failed_starts == 1
+    (attempt,) = sim.attempts.values()
+    assert attempt.node == 1
+    assert 60.0 + RESERVATION_TTL_S < attempt.start <= 60.0 + RESERVATION_TTL_S + POLL_S
+    assert 0 in result.job_done_at
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_a_reservation_is_picked_up_once_the_link_is_back_within_its_time_to_live() -> None:
+    sim, result = cut_off_at_the_pickup(75.0)
+    assert result.failed_starts == 0
+    (attempt,) = sim.attempts.values()
+    assert (attempt.node, attempt.start) == (0, 75.0)
 
 
 @pytest.mark.usefixtures("quiet_world")
