@@ -540,6 +540,8 @@ class Simulation:
         (VRAM, priority) with at least as much work left are skipped for the rest of the pass
         (the pool has not changed), and the pass stops after `MAX_FAILED_TRIES_PER_PASS`
         such tasks in a row. A task held back for a faster node counts against neither."""
+        if not self.pending or not len(self.pool):
+            return
         in_view = self.accepted & ~self.blocked
         slots = FreeSlots(PassSlots(self.pool), self._rank, gate=self.policy.gate,
                           provider_of=self._provider)

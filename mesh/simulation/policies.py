@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -51,11 +51,26 @@ class HoldingGate(SlotGate, Protocol):
     held_until: float
 
 
-def believed(needs: TaskNeeds, nodes: Sequence[int], probabilities: Sequence[float]
-             ) -> Ranking[int]:
-    """A baseline's ranking whose admissions carry only the completion probability it
-    implied for each node (for calibration), no collateral."""
-    return Ranking(list(nodes), needs, [Admission(p, 0) for p in probabilities])
+class Believed(Sequence[Admission]):
+    """A baseline's admissions: only the completion probability it implied for each node of
+    its ranking (for calibration), no collateral; made when the rule looks at one."""
+
+    def __init__(self, probabilities: NDArray[np.float64]) -> None:
+        self._probabilities = probabilities
+
+    def __len__(self) -> int:
+        return int(self._probabilities.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Admission: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Admission]: ...
+
+    def __getitem__(self, index: int | slice) -> Admission | Sequence[Admission]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return Admission(float(self._probabilities[index]), 0)
 
 
 class Grid(Protocol):
@@ -163,7 +178,7 @@ class UptimePolicy(Unobservant):
         shares = self.shares(candidates, now)
         order = np.argsort(-(shares * (0.8 + 0.2 * self._stake_weight[candidates])),
                            kind="stable")
-        return believed(task.needs, candidates[order].tolist(), shares[order].tolist())
+        return Ranking(candidates[order].tolist(), task.needs, Believed(shares[order]))
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
@@ -221,7 +236,7 @@ class OraclePolicy(Unobservant):
                             break  # past the head: the first will do
                 if nodes:
                     break
-        return believed(task.needs, nodes, [1.0] * len(nodes))
+        return Ranking(nodes, task.needs, Believed(np.ones(len(nodes))))
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return math.inf
