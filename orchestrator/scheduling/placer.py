@@ -1,5 +1,5 @@
-"""Batch placement: decide in memory, commit a batch per transaction, DB as arbiter. The
-service's one placement path (`services.placement.PlacementPass` runs it).
+"""Batch placement: decide in memory (`free_slots.FreeSlots`), commit a batch per transaction,
+DB as arbiter. The service's one placement path (`services.placement.PlacementPass` runs it).
 
 Keeping candidate nodes and their free slots in memory makes one decision cost a
 walk down a cached ranking rather than a query, and committing many placements in

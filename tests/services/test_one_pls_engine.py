@@ -1,14 +1,17 @@
 """One PLS engine: the same observations fed through the service (a real DB, the placement
 pass a pull runs, the collateral locks) and through the simulator's path (a bare `PlsEngine`,
-fed the way `PlsDriver` feeds it, placing as `Simulation` does: every waiting task in the
-queue's order, least laxity first, on the engine's best idle eligible node) give the same
+fed the way `PlsDriver` feeds it, placing by a stand-in for hosts of many slots, which
+`Simulation` does not model: every waiting task in the queue's order, least laxity first, on
+the engine's best idle eligible node, with no faster node to wait for) give the same
 scores, the same placements of the same queue (node, collateral, raw RS), the same slashes
 and tier changes, the same recalibration map and population prior; and a service restarted
 from the DB rebuilds the same scores, map and prior. The simulator's own `PlsDriver` feeds its
 engine the typed observations the service logs, through the same `PlsEngine.apply`: its world
 events meet the service's guards (duplicates, an end dated before its start), and a whole
 simulated run's observations, written to the service's log on the DB, give the service's
-engine the driver's state.
+engine the driver's state. And the simulator's own placement pass (`Simulation`, its PLS
+driver's ranking and gate, the service's `FreeSlots` rule) reserves what the service's
+`PlacementPass` reserves on the DB from the same engine state, busy nodes and queue.
 
 The script is drawn once from a seeded generator; each side keeps its own view of which node
 runs which task, so a decision that diverges shows up at once as a different node, and every
