@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 from mesh.simulation.engine import Attempt, PlacementObserver, Reservation, Simulation
 from mesh.simulation.jobs import VALUE_PER_REF_GPU_HOUR
 from mesh.simulation.models import GPU_CLASSES, THROTTLE_SLOWDOWN, TOKEN, NodeProfile
-from mesh.simulation.policies import Grid, TaskView
+from mesh.simulation.policies import Grid, HoldingGate, TaskView
 from orchestrator.domain.pls import RankedRows
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
 from orchestrator.domain.pls_observations import (
@@ -136,7 +136,7 @@ class PlsDriver(PlacementObserver):
         self._nodes_of: dict[str, list[int]] = {}
         for node, provider in enumerate(self.providers):
             self._nodes_of.setdefault(provider, []).append(node)
-        self.gate = self
+        self.gate: HoldingGate | None = self  # it is its own gate
         self.held_until = math.inf  # the end of the wait `held_back` last decided
         self.verdict_expires = np.zeros(n)
         self._lease_hold_s = np.zeros(n)  # per node, decided at its last DEAD verdict
