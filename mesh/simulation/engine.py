@@ -1,8 +1,15 @@
 """Discrete-event engine: one virtual clock, one heapq of events, one seeded generator per
 policy. Drives the real domain code: `matching.eligible` filters candidates, the task state
-machine (`lifecycle.task_transition`) checks every move, the policy decides placements and
-checkpoint intervals. No per-second ticking: a running task costs two events (start, end)
-and its checkpoints are counted arithmetically when it ends or is lost."""
+machine (`lifecycle.task_transition`) checks every move, the service's placement rule
+(`scheduling.free_slots.FreeSlots`) takes slots over the policy's ranking, and the policy
+decides checkpoint intervals. No per-second ticking: a running task costs two events (start,
+end) and its checkpoints are counted arithmetically when it ends or is lost.
+
+The service's timing is paid: a placement is a reservation the node's agent picks up on its
+next pull (an idle agent pulls every `POLL_S`, the agent's own interval; the pull of a node
+that just went idle runs the pass, so it picks up at once); a reservation not started within
+the service's `RESERVATION_TTL_S` is released as a failed start and the node gets no
+placement until heard from again; a node called dead loses its reservation."""
 
 from __future__ import annotations
 
@@ -15,13 +22,17 @@ from enum import IntEnum
 
 import numpy as np
 
+from agent.config import AgentConfig
 from mesh.simulation.jobs import VALUE_PER_REF_GPU_HOUR, Job
 from mesh.simulation.models import TOKEN, NodeProfile
-from mesh.simulation.policies import Policy, TaskView, Wait
+from mesh.simulation.policies import Policy, TaskView
 from mesh.simulation.world import NodeTimeline, Partition, World
+from orchestrator.config import Settings
 from orchestrator.domain.lifecycle import TaskStatus, task_transition
 from orchestrator.domain.matching import eligible, latest_start
 from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds
+from orchestrator.scheduling.free_slots import FreeSlots, Ranking
+from orchestrator.services.pls_placement import Admission
 
 CHECKPOINT_MB = 40.0  # finished tiles and render state uploaded per checkpoint
 RESULT_MB = 60.0  # rendered frames uploaded at the end
@@ -31,6 +42,10 @@ BAD_RESULT_RATE = 0.3  # share of a cheater's results that are wrong
 SPOT_CHECK_CATCH_RATE = 0.9  # chance the sampled tiles expose a wrong result
 MAX_FAILED_TRIES_PER_PASS = 32  # a pass stops after this many unplaceable tasks in a row
 EPOCH_S = 3600.0  # scores observed, slashes decided and tiers revised once per epoch
+(_POLL,) = [f.default for f in dataclasses.fields(AgentConfig) if f.name == "poll_s"]
+assert isinstance(_POLL, float)
+POLL_S = _POLL  # an idle agent pulls for work this often (`AgentConfig.poll_s`)
+RESERVATION_TTL_S = float(Settings.model_fields["reservation_ttl_s"].default)
 
 
 class Ev(IntEnum):
@@ -43,6 +58,8 @@ class Ev(IntEnum):
     SCHEDULE = 6
     LEASE_EXPIRY = 7
     WAKE = 8  # a task the policy chose to hold back may be placed now
+    PICKUP = 9  # a node's agent pulls its reservation
+    START_LAPSE = 10  # a reservation not started within its time to live is released
 
 
 @dataclass(slots=True)
@@ -55,6 +72,18 @@ class TaskState:
     saved_s: float = 0.0  # reference GPU-seconds safely checkpointed
     attempts: int = 0
     queued_at: float = 0.0  # when it last joined the queue
+
+
+@dataclass(slots=True)
+class Reservation:
+    """A slot the placement pass reserved for a task, until the node's agent starts it."""
+
+    task: TaskState
+    node: int
+    view: TaskView  # the task as it was placed
+    admission: Admission | None  # what the placement was admitted at (None: no belief)
+    at: float
+    ident: int
 
 
 @dataclass(slots=True)
@@ -161,14 +190,36 @@ class IdlePool:
         """The idle nodes: a view, valid until the pool next changes."""
         return self._items[: self._size]
 
+    def __contains__(self, node: int) -> bool:
+        return bool(self._where[node] >= 0)
+
     def __len__(self) -> int:
         return self._size
+
+
+class PassSlots(dict[int, list[int]]):
+    """One placement pass's free slots over the idle pool, made for a node when the rule
+    first looks at it: an idle node has its one slot free, any other none."""
+
+    def __init__(self, pool: IdlePool) -> None:
+        super().__init__()
+        self._pool = pool
+
+    def __missing__(self, node: int) -> list[int]:
+        free = [0] if node in self._pool else []
+        self[node] = free
+        return free
 
 
 class PlacementObserver:
     """Hooks for what a real orchestrator observes about placements (PLS feeds on them)."""
 
-    def placed(self, sim: Simulation, attempt: Attempt) -> None:
+    def reserved(self, sim: Simulation, reservation: Reservation) -> None:
+        """The pass reserved a slot (the service locks the collateral then)."""
+        return None
+
+    def released(self, sim: Simulation, reservation: Reservation) -> None:
+        """A reservation ended unstarted (its start lapsed, or its node was called dead)."""
         return None
 
     def completed(self, sim: Simulation, attempt: Attempt) -> None:
@@ -204,6 +255,12 @@ class Simulation:
         self.accepted = np.zeros(n, dtype=bool)
         self.blocked = np.zeros(n, dtype=bool)  # a lease start failed: wait until reachable
         self.running: list[Attempt | None] = [None] * n
+        self.reservations: list[Reservation | None] = [None] * n
+        self._live: dict[int, Reservation] = {}  # by ident: reserved, not started
+        self._reservations_made = 0
+        self.idle_since = np.zeros(n)  # when each idle node's agent began pulling
+        # the task the pass is placing, and its idle eligible nodes
+        self._placing: tuple[TaskView, np.ndarray] | None = None
         self.pending: list[tuple[float, int]] = []
         self.tasks: dict[int, TaskState] = {}
         self.job_tasks_left: dict[int, int] = {}
@@ -267,9 +324,13 @@ class Simulation:
                 if at >= self._wake_at:
                     self._wake_at = math.inf
                 self.request_schedule()
+            elif kind == Ev.PICKUP:
+                self._pickup(ref)
+            elif kind == Ev.START_LAPSE:
+                self._start_lapsed(ref)
             else:
                 self._schedule_queued = False
-                self._schedule()
+                self.placement_pass()
         return self.result
 
     # ----- handlers -------------------------------------------------------------------
@@ -319,6 +380,9 @@ class Simulation:
         self.accepted[node] = False
         self.pool.remove(node)
         self.policy.node_down(node, self.now)
+        reservation = self.reservations[node]
+        if reservation is not None:  # the service revokes a dead node's leases
+            self._unreserve(reservation, "node dead")
         attempt = self.running[node]
         if attempt is None or attempt.held_since is not None:
             return
@@ -450,8 +514,11 @@ class Simulation:
         self.running[attempt.node] = None
 
     def _release(self, node: int) -> None:
-        if self.accepted[node] and not self.blocked[node] and self.running[node] is None:
+        """The node may be idle now: its agent pulls, which runs a pass."""
+        if (self.accepted[node] and not self.blocked[node] and self.running[node] is None
+                and self.reservations[node] is None and node not in self.pool):
             self.pool.add(node)
+            self.idle_since[node] = self.now
             self.request_schedule()
 
     @staticmethod
@@ -465,30 +532,75 @@ class Simulation:
         heapq.heappush(self.pending, self._queued(task))
         self.request_schedule()
 
-    def _schedule(self) -> None:
-        """Place pending tasks, least laxity first, while idle nodes remain. Once a task found
-        no taker among ALL idle nodes, tasks of its class (VRAM, priority) with at least as
-        much work left are skipped for the rest of the pass: the pool has not changed. A task
-        the policy holds back (`Wait`) counts against neither: it could have been placed."""
+    def placement_pass(self) -> None:
+        """One placement pass, as the service's: pending tasks in the queue's order (least
+        laxity first) take slots by the service's rule (`FreeSlots`) over the policy's
+        ranking of the idle eligible nodes, while idle nodes remain. Two shortcuts the
+        service does not take, for speed: once a task found no taker, tasks of its class
+        (VRAM, priority) with at least as much work left are skipped for the rest of the pass
+        (the pool has not changed), and the pass stops after `MAX_FAILED_TRIES_PER_PASS`
+        such tasks in a row. A task held back for a faster node counts against neither."""
+        if not self.pending or not len(self.pool):
+            return
+        in_view = self.accepted & ~self.blocked
+        slots = FreeSlots(PassSlots(self.pool), self._rank, gate=self.policy.gate,
+                          provider_of=self._provider)
         deferred: list[tuple[float, int]] = []
         hopeless: dict[tuple[int, Priority], float] = {}  # class -> smallest refused work
         failures = 0
         while self.pending and len(self.pool) and failures < MAX_FAILED_TRIES_PER_PASS:
             entry = heapq.heappop(self.pending)
+            deferred.append(entry)
             task = self.tasks[entry[1]]
             task_class = (task.needs.min_vram_gb, task.needs.priority)
-            refused = hopeless.get(task_class, math.inf)
-            if task.work_s - task.saved_s >= refused:
-                placed: bool | None = False
+            remaining = task.work_s - task.saved_s
+            if remaining >= hopeless.get(task_class, math.inf):
+                failures += 1
+                continue
+            able = self.eligible_mask(task.needs)
+            idle = self.pool.nodes()
+            candidates = idle[able[idle]]
+            if candidates.size == 0:  # no ranking of its class can offer a node
+                hopeless[task_class] = 0.0
+                failures += 1
+                continue
+            needs = dataclasses.replace(
+                task.needs, expected_duration_s=remaining,
+                value=round(remaining / 3600.0 * VALUE_PER_REF_GPU_HOUR))
+            view = TaskView(task.key, needs, remaining, task.queued_at, task.job.deadline_s,
+                            able, in_view)
+            self._placing = view, candidates
+            taken = slots.take(view, needs, self.now)
+            if taken == "held":
+                assert self.policy.gate is not None
+                self._wake(self.policy.gate.held_until)
+            elif taken is None:
+                hopeless[task_class] = min(hopeless.get(task_class, math.inf), remaining)
+                failures += 1
             else:
-                placed = self._place(task, hopeless)
-            if placed:
+                deferred.pop()
                 failures = 0
-            else:
-                deferred.append(entry)
-                failures += placed is False
+                node, _, admission = taken
+                self._reserve(task, node, view, admission)
+        self._placing = None
         for entry in deferred:
             heapq.heappush(self.pending, entry)
+
+    def _rank(self, kind: object, now: float) -> Ranking[int]:
+        """The policy's ranking of the idle eligible nodes for the task being placed (the
+        first of its kind of need in this pass), offered in node id order."""
+        assert self._placing is not None
+        view, candidates = self._placing
+        return self.policy.rank(view, np.sort(candidates), now)
+
+    def _provider(self, node: int) -> str:
+        return self.specs[node].provider
+
+    def _wake(self, until: float) -> None:
+        """Offer the held tasks again at `until` (or at an earlier pass)."""
+        if until < self._wake_at:
+            self._wake_at = until
+            self.push(until, Ev.WAKE, 0)
 
     def eligible_mask(self, needs: TaskNeeds) -> np.ndarray:
         key = (needs.min_vram_gb, needs.priority)
@@ -504,49 +616,68 @@ class Simulation:
         for (min_vram, priority), mask in self._eligible.items():
             mask[node] = eligible(spec, TaskNeeds(min_vram_gb=min_vram, priority=priority))
 
-    def _place(self, task: TaskState, hopeless: dict[tuple[int, Priority], float]
-               ) -> bool | None:
-        """True: placed; False: no taker; None: the policy holds it back (`Wait`)."""
-        task_class = (task.needs.min_vram_gb, task.needs.priority)
-        idle = self.pool.nodes()
-        eligible_nodes = idle[self.eligible_mask(task.needs)[idle]]
-        if eligible_nodes.size == 0:
-            hopeless[task_class] = 0.0
-            return False
-        # Every idle eligible node is a candidate, as the service's placement pass ranks them;
-        # shuffled so that no policy favours low node indices when it breaks ties.
-        candidates = self.rng.permutation(eligible_nodes)
-        remaining = task.work_s - task.saved_s
-        needs = dataclasses.replace(
-            task.needs, expected_duration_s=remaining,
-            value=round(remaining / 3600.0 * VALUE_PER_REF_GPU_HOUR))
-        view = TaskView(task.key, needs, remaining, task.queued_at, task.job.deadline_s,
-                        self.eligible_mask(task.needs))
-        choice = self.policy.choose(view, candidates, self.now)
-        if isinstance(choice, Wait):
-            if choice.until < self._wake_at:
-                self._wake_at = choice.until
-                self.push(choice.until, Ev.WAKE, 0)
-            return None
-        if choice is None:
-            hopeless[task_class] = min(hopeless.get(task_class, math.inf), remaining)
-            return False
-        node = int(candidates[choice.position])
+    def _reserve(self, task: TaskState, node: int, view: TaskView,
+                 admission: Admission | None) -> None:
+        """The pass placed the task: a reservation the node's agent picks up on its next
+        pull (at once when the node's own pull ran this pass, as it went idle)."""
         task_transition(task.status, TaskStatus.RESERVED, at=self.now, reason="placed")
         task.status = TaskStatus.RESERVED
         self.pool.remove(node)
-        if not self.timelines[node].reachable(self.now):
-            # The lease handshake gets no answer: the reservation is released and the node
-            # stays out of the pool until the detector's next verdict about it.
-            task_transition(TaskStatus.RESERVED, TaskStatus.RETRY, at=self.now,
-                            reason="failed start")
-            task.status = TaskStatus.RETRY
-            self.result.failed_starts += 1
-            self.blocked[node] = True
-            partition = self.timelines[node].partition_at(self.now)
-            if partition is not None:
-                self.push(partition.end, Ev.NODE_REACHABLE, node)
-            return False
+        self._reservations_made += 1
+        ident = self._reservations_made
+        reservation = Reservation(task, node, view, admission, self.now, ident)
+        self.reservations[node] = reservation
+        self._live[ident] = reservation
+        for observer in self.observers:
+            observer.reserved(self, reservation)
+        since = float(self.idle_since[node])
+        self.push(since + math.ceil((self.now - since) / POLL_S) * POLL_S, Ev.PICKUP, ident)
+
+    def _pickup(self, ident: int) -> None:
+        """The agent pulls its reservation: it starts when the node is reachable; a node cut
+        off pulls again once its link is back, if that is before the reservation lapses."""
+        reservation = self._live.get(ident)
+        if reservation is None:
+            return
+        timeline = self.timelines[reservation.node]
+        if timeline.reachable(self.now):
+            self._start(reservation)
+            return
+        lapse = reservation.at + RESERVATION_TTL_S
+        partition = timeline.partition_at(self.now)
+        if partition is not None and partition.end < lapse and timeline.reachable(partition.end):
+            self.push(partition.end, Ev.PICKUP, ident)
+        else:
+            self.push(lapse, Ev.START_LAPSE, ident)
+
+    def _start_lapsed(self, ident: int) -> None:
+        """Not started in time (the sweep's `start lapsed`): a failed start; the node gets no
+        placement until heard from (its link back, or its next session)."""
+        reservation = self._live.get(ident)
+        if reservation is None:
+            return
+        node = reservation.node
+        self.result.failed_starts += 1
+        self.blocked[node] = True
+        partition = self.timelines[node].partition_at(self.now)
+        if partition is not None:
+            self.push(partition.end, Ev.NODE_REACHABLE, node)
+        self._unreserve(reservation, "start lapsed")
+
+    def _unreserve(self, reservation: Reservation, reason: str) -> None:
+        del self._live[reservation.ident]
+        self.reservations[reservation.node] = None
+        task = reservation.task
+        task_transition(TaskStatus.RESERVED, TaskStatus.RETRY, at=self.now, reason=reason)
+        task.status = TaskStatus.RETRY
+        for observer in self.observers:
+            observer.released(self, reservation)
+        self._requeue(task)
+
+    def _start(self, reservation: Reservation) -> None:
+        del self._live[reservation.ident]
+        node, task, view = reservation.node, reservation.task, reservation.view
+        self.reservations[node] = None
         task_transition(TaskStatus.RESERVED, TaskStatus.RUNNING, at=self.now, reason="started")
         task.status = TaskStatus.RUNNING
         task.attempts += 1
@@ -556,18 +687,17 @@ class Simulation:
         interval = self.policy.checkpoint_interval(node, view, cost, self.now)
         resend_chance = min(0.5, 10.0 * profile.loss)
         resends = int(self.rng.geometric(1.0 - resend_chance)) - 1
+        admission = reservation.admission
         attempt = Attempt(
             task=task, node=node, start=self.now, speed=profile.effective_speed,
             interval_s=interval, cost_s=cost,
             durable_lag_s=CHECKPOINT_MB * 8.0 / profile.upload_mbps,
             compute_s=view.remaining_work_s / profile.effective_speed, upload_s=upload,
-            resends=resends, predicted=choice.predicted, attempt_id=len(self.attempts))
+            resends=resends, predicted=None if admission is None else admission.rs,
+            attempt_id=len(self.attempts))
         self.running[node] = attempt
         self.attempts[attempt.attempt_id] = attempt
         self.push(self.now + attempt.duration_s, Ev.ATTEMPT_END, attempt.attempt_id)
-        for observer in self.observers:
-            observer.placed(self, attempt)
-        return True
 
 
 class FraudSlashing(PlacementObserver):

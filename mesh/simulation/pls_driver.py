@@ -8,21 +8,31 @@ abrupt ends), signed probes (RTT, loss), agent GPU telemetry, measured upload th
 checkpoint times, and task outcomes. Each reaches the engine as the typed observation the
 service logs for it (`domain.pls_observations`), through `PlsEngine.apply` (`observe`), so the
 engine's guards are the service's. Ground truth enters only through those samples; the
-driver models only the world (stake on chain, the handshake's judgement of a true link)."""
+driver models only the world (stake on chain, the handshake's judgement of a true link).
+
+It places as the service's `PlsPlacement` gate does, through the same rule
+(`scheduling.free_slots.FreeSlots`): the engine's ranking of the idle eligible nodes in node
+id order (`PlsPolicy.rank_at_speeds`, as `PlsEngine.rank_candidates` calls it), each with its
+exact collateral, raw RS, speed and the fastest busy node that could take the task; the
+provider's free stake must cover the collateral; the task waits for a faster node by
+`PlsEngine.wait_until`. The collateral is locked when the slot is reserved."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 from eth_utils import to_checksum_address
 from numpy.typing import NDArray
 
-from mesh.simulation.engine import Attempt, PlacementObserver, Simulation
+from mesh.simulation.engine import Attempt, PlacementObserver, Reservation, Simulation
 from mesh.simulation.jobs import VALUE_PER_REF_GPU_HOUR
 from mesh.simulation.models import GPU_CLASSES, THROTTLE_SLOWDOWN, TOKEN, NodeProfile
-from mesh.simulation.policies import Choice, Grid, TaskView, Wait
+from mesh.simulation.policies import Grid, HoldingGate, TaskView
+from orchestrator.domain.pls import RankedRows
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
 from orchestrator.domain.pls_observations import (
     Abandoned,
@@ -42,7 +52,9 @@ from orchestrator.domain.pls_observations import (
 from orchestrator.domain.popw import PopwConfig, PopwVerdict
 from orchestrator.domain.reliability import GpuSample, TaskOutcome
 from orchestrator.domain.slashing import SlashReason
-from orchestrator.domain.types import NodeSpec, Tier
+from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
+from orchestrator.scheduling.free_slots import Ranking
+from orchestrator.services.pls_placement import Admission, QueuedTask
 
 PROBES_PER_CONTACT = 4  # ping-pong rounds timed whenever the orchestrator talks to a node
 GPU_SAMPLES_PER_CONTACT = 8  # enough that the throttled share tracks the true rate
@@ -72,8 +84,38 @@ def handshake_tier(profile: NodeProfile, config: PopwConfig) -> Tier:
     return Tier.STANDARD
 
 
+class Admissions(Sequence[Admission]):
+    """The admissions of a ranking, made when the placement rule looks at one (it seldom
+    walks past the first few of thousands)."""
+
+    def __init__(self, engine: PlsEngine, needs: TaskNeeds, ranked: RankedRows,
+                 speeds: NDArray[np.float64], faster_speed: float) -> None:
+        self._engine = engine
+        self._needs = needs
+        self._ranked = ranked
+        self._speeds = speeds
+        self._faster = faster_speed
+
+    def __len__(self) -> int:
+        return int(self._ranked.rows.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Admission: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Admission]: ...
+
+    def __getitem__(self, index: int | slice) -> Admission | Sequence[Admission]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        ranked = self._ranked
+        rs, p_fail = float(ranked.rs[index]), float(ranked.p_fail[index])
+        return Admission(rs, self._engine.collateral(self._needs, p_fail),
+                         float(ranked.raw_rs[index]), float(self._speeds[index]), self._faster)
+
+
 class PlsDriver(PlacementObserver):
-    """Policy `pls`: feeds observations into the engine and asks it to decide."""
+    """Policy `pls`: feeds observations into the engine, ranks and gates placements with it."""
 
     name = "pls"
 
@@ -91,11 +133,15 @@ class PlsDriver(PlacementObserver):
         self.locked = np.zeros(n)
         self.prices = np.asarray([float(p.price_per_gpu_hour) for p in profiles])
         self.providers = [spec.provider for spec in specs]
+        self._nodes_of: dict[str, list[int]] = {}
+        for node, provider in enumerate(self.providers):
+            self._nodes_of.setdefault(provider, []).append(node)
+        self.gate: HoldingGate | None = self  # it is its own gate
+        self.held_until = math.inf  # the end of the wait `held_back` last decided
         self.verdict_expires = np.zeros(n)
         self._lease_hold_s = np.zeros(n)  # per node, decided at its last DEAD verdict
         self._collateral: dict[int, int] = {}  # node -> collateral locked for its task
         self._raw_rs: dict[int, float] = {}  # node -> raw RS its running task was placed at
-        self._chosen: tuple[int, int, float] | None = None  # (node, collateral, raw RS)
         self._abandoned: dict[str, tuple[int, bool]] = {}  # task id -> (node, blameless)
         self.slashes_by_reason: dict[str, int] = {r.name.lower(): 0 for r in SlashReason}
         for row, (profile, spec) in enumerate(zip(profiles, specs, strict=True)):
@@ -109,27 +155,38 @@ class PlsDriver(PlacementObserver):
         return self.engine.prior_refits
 
     # ----- decisions ------------------------------------------------------------------
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | Wait | None:
-        """The engine's best candidate, unless the task would run late on it and should
-        wait for a faster node that is busy now (`PlsEngine.wait_until`)."""
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
+        """The engine's ranking of the candidates (free stake covering the collateral, the
+        RS floor, probation, exploration) at their verified speeds, as the service's
+        `PlsPlacement.rank`; the fastest busy node that could take the task is looked for
+        only when a ranked node would run late (else no wait can follow)."""
         free_stake = self.stake[candidates] - self.locked[candidates]
         ranked = self.engine.rank(candidates, self.prices[candidates], free_stake,
                                   task.needs, now)
-        if ranked.rows.size == 0:
-            return None
-        position = int(ranked.positions[0])
-        node = int(candidates[position])
-        speed = self.engine.speed(self.profiles[node].node_id)
-        if self.engine.runs_late(task.needs, speed):
-            until = self.engine.wait_until(task.needs, speed, self._fastest_busy(task, candidates),
-                                           queued_at=task.queued_at, deadline=task.deadline_s,
-                                           p_fail=float(ranked.p_fail[0]))
-            if until > now:
-                return Wait(until)
-        collateral = self.engine.collateral(task.needs, float(ranked.p_fail[0]))
-        self._chosen = (node, collateral, float(ranked.raw_rs[0]))  # committed when it starts
-        return Choice(position, float(ranked.rs[0]))
+        speeds = self.engine.speeds(ranked.rows)
+        faster = (self._fastest_busy(task, candidates)
+                  if speeds.size and self.engine.runs_late(task.needs, float(speeds.min()))
+                  else 0.0)
+        return Ranking(ranked.rows.tolist(), task.needs,
+                       Admissions(self.engine, task.needs, ranked, speeds, faster))
+
+    def covers(self, provider: str, amount: int, now: float) -> bool:
+        """The provider's free stake (bonded, less what its running tasks lock) covers
+        `amount`."""
+        nodes = self._nodes_of[provider]
+        return float((self.stake[nodes] - self.locked[nodes]).sum()) >= amount
+
+    def held_back(self, needs: TaskNeeds, admission: Admission, task: QueuedTask,
+                  now: float) -> bool:
+        """As `PlsPlacement.held_back`: the task waits for the faster busy node until
+        `PlsEngine.wait_until` (kept in `held_until`)."""
+        until = self.engine.wait_until(needs, admission.speed, admission.faster_speed,
+                                       queued_at=task.queued_at, deadline=task.deadline(needs),
+                                       p_fail=1.0 - admission.rs)
+        if now < until:
+            self.held_until = until
+            return True
+        return False
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         """Young's interval from the node's predicted hazard over this task and its measured
@@ -148,12 +205,6 @@ class PlsDriver(PlacementObserver):
         for observation in observations:
             self.engine.apply(observation)
 
-    def online_mask(self) -> NDArray[np.bool_]:
-        """Per node, whether the engine holds it in a session now."""
-        mask = np.zeros(len(self.profiles), dtype=bool)
-        mask[self.book.online_rows()] = True
-        return mask
-
     def node_up(self, node: int, now: float) -> None:
         self.observe(SessionStarted(self.profiles[node].node_id, now))
         self._contact(node, now)
@@ -168,15 +219,20 @@ class PlsDriver(PlacementObserver):
         self._lease_hold_s[node] = hold
         self.observe(SessionEnded(node_id, now, abrupt=hold == 0.0))
 
-    def placed(self, sim: Simulation, attempt: Attempt) -> None:
-        """The lease started: lock the collateral priced at the choice."""
-        if self._chosen is None or self._chosen[0] != attempt.node:
-            raise RuntimeError("a placement the PLS policy did not choose")
-        node, collateral, raw = self._chosen
-        self._chosen = None
-        self._collateral[node] = collateral
-        self._raw_rs[node] = raw
-        self.locked[node] += collateral
+    def reserved(self, sim: Simulation, reservation: Reservation) -> None:
+        """The slot is reserved: lock the collateral it was admitted at."""
+        admission = reservation.admission
+        if admission is None:
+            raise RuntimeError("a placement the PLS gate did not admit")
+        node = reservation.node
+        self._collateral[node] = admission.collateral
+        if admission.raw_rs is not None:
+            self._raw_rs[node] = admission.raw_rs
+        self.locked[node] += admission.collateral
+
+    def released(self, sim: Simulation, reservation: Reservation) -> None:
+        """Not started: the collateral goes back (the service feeds PLS nothing of it)."""
+        self._unlock(reservation.node)
 
     def completed(self, sim: Simulation, attempt: Attempt) -> None:
         collateral, raw = self._unlock(attempt.node)
@@ -235,10 +291,10 @@ class PlsDriver(PlacementObserver):
 
     # ----- helpers --------------------------------------------------------------------
     def _fastest_busy(self, task: TaskView, idle: NDArray[np.intp]) -> float:
-        """The verified speed of the fastest node online, able to take the task (its tier
-        and VRAM, as the service's `PlsPlacement.rank` reads them) and not idle now (0 when
-        there is none)."""
-        busy = self.online_mask() & task.able
+        """The verified speed of the fastest node of the pass's view (up, no failed start),
+        able to take the task (its tier and VRAM) and not idle now, as the service's
+        `PlsPlacement.rank` reads its slot view (0 when there is none)."""
+        busy = task.in_view & task.able
         busy[idle] = False
         rows = np.flatnonzero(busy)
         return float(self.engine.speeds(rows).max()) if rows.size else 0.0

@@ -2,7 +2,11 @@
 
 Each sees the same observed world (detector verdicts, probes, outcomes) through the same
 hooks; only `oracle` may read ground truth, which is what makes it an upper bound. Every
-policy picks among the same candidates: every idle node that passes `matching.eligible`.
+policy ranks the same candidates, every idle node that passes `matching.eligible`, and the
+simulator places through the service's rule over that ranking
+(`orchestrator.scheduling.free_slots.FreeSlots`): the first node of the ranking with a free
+slot, under PLS also with its stake covering the collateral and no faster node worth the
+wait (the policy's `gate`). A baseline has no gate: its ranking alone decides.
 """
 
 from __future__ import annotations
@@ -10,31 +14,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
 from mesh.simulation.world import NodeTimeline
 from orchestrator.domain.types import NodeSpec, TaskNeeds
+from orchestrator.scheduling.free_slots import Ranking, SlotGate
+from orchestrator.services.pls_placement import Admission
 
 FIXED_CHECKPOINT_S = 600.0  # a typical grid's fixed interval (BOINC apps, render farms)
 ORACLE_HEAD = 32  # the oracle sorts only this many fastest candidates unless none will do
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """The candidate picked and the completion probability the policy implied for it."""
-
-    position: int  # index into the candidate sequence
-    predicted: float | None  # P(task completes and verifies) the policy believed; None: none
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Place nothing now; offer the task again at `until` (or at the next pass before it)."""
-
-    until: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +38,39 @@ class TaskView:
     queued_at: float  # since when it waits for a node (its arrival, or its requeue)
     deadline_s: float  # its job's deadline
     able: NDArray[np.bool_]  # per node: its spec may take the task (tier, VRAM), busy or idle
+    in_view: NDArray[np.bool_]  # per node: the placement pass may use it (up, no failed start)
+
+    def deadline(self, needs: TaskNeeds) -> float:
+        """Its job's deadline (`pls_placement.QueuedTask`)."""
+        return self.deadline_s
+
+
+class HoldingGate(SlotGate, Protocol):
+    """A policy's gate; after `held_back` said yes, `held_until` is when that wait ends."""
+
+    held_until: float
+
+
+class Believed(Sequence[Admission]):
+    """A baseline's admissions: only the completion probability it implied for each node of
+    its ranking (for calibration), no collateral; made when the rule looks at one."""
+
+    def __init__(self, probabilities: NDArray[np.float64]) -> None:
+        self._probabilities = probabilities
+
+    def __len__(self) -> int:
+        return int(self._probabilities.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Admission: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Admission]: ...
+
+    def __getitem__(self, index: int | slice) -> Admission | Sequence[Admission]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return Admission(float(self._probabilities[index]), 0)
 
 
 class Grid(Protocol):
@@ -61,11 +85,13 @@ class Grid(Protocol):
 
 class Policy(Protocol):
     name: str
+    gate: HoldingGate | None  # the checks the rule makes on the ranking; None: none
 
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | Wait | None:
-        """Pick one of `candidates` (node indices, all eligible and idle, in random order);
-        None: none will do; `Wait`: none now, by choice, until then."""
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
+        """`candidates` (node indices, all eligible and idle, ascending: the order of their
+        node ids, the service's tie order) that will do for the task's kind of need, best
+        first. Each admission's `rs` is the completion probability the policy believed
+        (None admissions: none)."""
         ...
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
@@ -88,7 +114,10 @@ class Policy(Protocol):
 
 class Unobservant:
     """The hooks a policy that keeps no state of its own leaves empty: it observes nothing,
-    decides nothing per epoch, and revokes a lease at the detector's verdict."""
+    decides nothing per epoch, and revokes a lease at the detector's verdict. It has no
+    gate: its ranking alone decides."""
+
+    gate: HoldingGate | None = None
 
     def lease_hold_s(self, node: int, now: float) -> float:
         return 0.0
@@ -111,9 +140,8 @@ class RandomPolicy(Unobservant):
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | None:
-        return Choice(int(self._rng.integers(len(candidates))), None)
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
+        return Ranking(self._rng.permutation(candidates).tolist(), task.needs)
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
@@ -146,11 +174,11 @@ class UptimePolicy(Unobservant):
             share = np.where(now > first, up / (now - first), 0.0)
         return np.clip(np.nan_to_num(share, nan=0.0), 0.0, 1.0)
 
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | None:
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
         shares = self.shares(candidates, now)
-        best = int(np.argmax(shares * (0.8 + 0.2 * self._stake_weight[candidates])))
-        return Choice(best, float(shares[best]))
+        order = np.argsort(-(shares * (0.8 + 0.2 * self._stake_weight[candidates])),
+                           kind="stable")
+        return Ranking(candidates[order].tolist(), task.needs, Believed(shares[order]))
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
@@ -188,24 +216,27 @@ class OraclePolicy(Unobservant):
         partition = timeline.next_revoking_partition(now, alive[1])
         return alive[1] if partition is None else partition.start
 
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | None:
-        """The fastest honest candidate that finishes undisturbed (the first in the caller's
-        order among equally fast ones): walk them fastest first and stop at the first. Most
-        tasks find one among the fastest few, so those are sorted first."""
-        speeds = -self._speeds[candidates]  # ascending: fastest first
-        positions = np.arange(speeds.size)
-        last_of_head = min(ORACLE_HEAD, speeds.size) - 1
-        cut = np.partition(speeds, last_of_head)[last_of_head]
-        for group in (positions[speeds <= cut], positions[speeds > cut]):
-            for position in group[np.lexsort((group, speeds[group]))].tolist():
-                node = int(candidates[position])
-                if self._cheaters[node]:
-                    continue
-                finish = now + task.remaining_work_s / self._speeds[node]
-                if finish <= self.undisturbed_until(node, now):
-                    return Choice(position, 1.0)
-        return None
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
+        """The honest candidates that finish undisturbed, fastest first (the caller's order
+        among equally fast ones): those among the `ORACLE_HEAD` fastest, else the first such
+        one of the rest (most tasks find theirs among the fastest few, which are sorted
+        first)."""
+        nodes: list[int] = []
+        if candidates.size:
+            speeds = -self._speeds[candidates]  # ascending: fastest first
+            positions = np.arange(speeds.size)
+            last_of_head = min(ORACLE_HEAD, speeds.size) - 1
+            cut = np.partition(speeds, last_of_head)[last_of_head]
+            for rest, group in enumerate((positions[speeds <= cut], positions[speeds > cut])):
+                for node in candidates[group[np.lexsort((group, speeds[group]))]].tolist():
+                    finish = now + task.remaining_work_s / self._speeds[node]
+                    if not self._cheaters[node] and finish <= self.undisturbed_until(node, now):
+                        nodes.append(node)
+                        if rest:
+                            break  # past the head: the first will do
+                if nodes:
+                    break
+        return Ranking(nodes, task.needs, Believed(np.ones(len(nodes))))
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return math.inf

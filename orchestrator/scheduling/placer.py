@@ -1,5 +1,5 @@
-"""Batch placement: decide in memory, commit a batch per transaction, DB as arbiter. The
-service's one placement path (`services.placement.PlacementPass` runs it).
+"""Batch placement: decide in memory (`free_slots.FreeSlots`), commit a batch per transaction,
+DB as arbiter. The service's one placement path (`services.placement.PlacementPass` runs it).
 
 Keeping candidate nodes and their free slots in memory makes one decision cost a
 walk down a cached ranking rather than a query, and committing many placements in
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,25 +21,14 @@ from orchestrator.db.placement import (
     PlacementConflict,
     QueuePlace,
     Reservation,
-    WaitingTask,
     commit_reservations,
     load_slot_view,
     waiting_tasks,
 )
 from orchestrator.domain.matching import Candidate, ScoreFn, cheapest_first, rank
-from orchestrator.domain.types import NodeSpec, TaskNeeds
-from orchestrator.services.pls_placement import Admission, Placed, PlacementGate
-
-
-@dataclass(slots=True)
-class _Ranking:
-    """Eligible nodes for one kind of need, best first; `cursor` skips nodes found full.
-    Under PLS each comes with its admission (RS, collateral, raw RS)."""
-
-    node_ids: list[str]
-    needs: TaskNeeds
-    admissions: list[Admission] | None = None
-    cursor: int = 0
+from orchestrator.domain.types import NodeSpec
+from orchestrator.scheduling.free_slots import FreeSlots, Ranking
+from orchestrator.services.pls_placement import Placed, PlacementGate
 
 
 @dataclass
@@ -73,8 +61,7 @@ class Placer:
         self.lease_ttl_s = lease_ttl_s
         self.clock = clock
         self._nodes: dict[str, NodeSpec] = {}
-        self._free: dict[str, list[int]] = {}
-        self._rankings: dict[str, _Ranking] = {}
+        self._slots: FreeSlots[str] = FreeSlots({}, self._rank)
         self._cursor: QueuePlace | None = None  # the last task looked at; None: the head
 
     def reload(self) -> None:
@@ -85,51 +72,23 @@ class Placer:
             view = load_slot_view(session)
         gate = self.gate
         self._nodes = {n.node_id: gate.effective_spec(n, now) if gate else n for n in view.nodes}
-        self._free = {n.node_id: sorted(set(range(n.slots)) - view.held.get(n.node_id, set()),
-                                        reverse=True) for n in view.nodes}
-        self._rankings.clear()
+        self._slots = FreeSlots(
+            {n.node_id: sorted(set(range(n.slots)) - view.held.get(n.node_id, set()),
+                               reverse=True) for n in view.nodes},
+            self._rank, gate=gate, provider_of=lambda node_id: self._nodes[node_id].provider)
 
-    def _ranking(self, needs_json: dict[str, Any]) -> _Ranking:
-        key = json.dumps(needs_json, sort_keys=True)
-        ranking = self._rankings.get(key)
-        if ranking is None:
-            needs = needs_from_json(needs_json)
-            candidates = [Candidate(spec, len(self._free[spec.node_id]))
-                          for spec in self._nodes.values()]
-            if self.gate is None:
-                ranking = _Ranking([c.spec.node_id for c in rank(candidates, needs, self.score)],
-                                   needs)
-            else:
-                ranked = self.gate.rank(candidates, needs, self.clock())
-                ranking = _Ranking([node_id for node_id, _ in ranked], needs,
-                                   [admission for _, admission in ranked])
-            self._rankings[key] = ranking
-        return ranking
-
-    def _take_slot(self, task: WaitingTask
-                   ) -> tuple[str, int, Admission | None] | Literal["held"] | None:
-        """(node, slot, admission) taken for the task; None: no free slot will do; "held":
-        the gate holds the task back for a faster node (`PlacementGate.held_back`)."""
-        ranking = self._ranking(task.needs)
-        position = ranking.cursor
-        while position < len(ranking.node_ids):
-            node_id = ranking.node_ids[position]
-            free = self._free[node_id]
-            if not free:
-                if position == ranking.cursor:
-                    ranking.cursor += 1  # full for every later task of this kind too
-                position += 1
-                continue
-            if self.gate is None or ranking.admissions is None:
-                return node_id, free.pop(), None
-            admission = ranking.admissions[position]
-            now = self.clock()
-            if self.gate.covers(self._nodes[node_id].provider, admission.collateral, now):
-                if self.gate.held_back(ranking.needs, admission, task, now):
-                    return "held"
-                return node_id, free.pop(), admission
-            position += 1  # this batch used the provider's stake; the next node may fit
-        return None
+    def _rank(self, kind: Hashable, now: float) -> Ranking[str]:
+        """Every node of the slot view for a kind of need (its needs as JSON), best first:
+        the gate's ranking, or `matching.rank` by the score without one."""
+        assert isinstance(kind, str)
+        needs = needs_from_json(json.loads(kind))
+        free = self._slots.free
+        candidates = [Candidate(spec, len(free[spec.node_id])) for spec in self._nodes.values()]
+        if self.gate is None:
+            return Ranking([c.spec.node_id for c in rank(candidates, needs, self.score)], needs)
+        ranked = self.gate.rank(candidates, needs, now)
+        return Ranking([node_id for node_id, _ in ranked], needs,
+                       [admission for _, admission in ranked])
 
     def place_batch(self, *, batch_size: int = 500, max_retries: int = 20) -> BatchResult:
         """Place up to `batch_size` waiting tasks (the next ones after the cursor) in one
@@ -149,7 +108,8 @@ class Placer:
                     decisions: list[float] = []
                     for task in waiting:
                         started = time.perf_counter()
-                        choice = self._take_slot(task)
+                        choice = self._slots.take(
+                            task, json.dumps(task.needs, sort_keys=True), self.clock())
                         decisions.append(time.perf_counter() - started)
                         if choice == "held":
                             result.held_back += 1
@@ -157,6 +117,7 @@ class Placer:
                         if choice is None:
                             result.unplaceable += 1
                             continue
+                        assert not isinstance(choice, str)
                         node_id, slot, admission = choice
                         reservations.append(Reservation(task.task_id, task.job_id, node_id,
                                                         slot, task.status))

@@ -1,9 +1,9 @@
 """The placement pass: the one way waiting tasks get nodes, in the service as in `mesh bench
-schedule` and the churn simulator's PLS runs. Each waiting task, in the queue's order (least
-laxity first), goes to the node the PLS gate ranks best among every idle eligible node
-(`scheduling.placer.Placer`); the placement is a reservation the node picks up on its next
-pull (`work.pull_lease`), and one not started within the reservation's time to live is
-released by the sweep (`work.expire_leases`).
+schedule`. Each waiting task, in the queue's order (least laxity first), goes to the node the
+PLS gate ranks best among every idle eligible node (`scheduling.placer.Placer`, deciding by
+`scheduling.free_slots.FreeSlots`, the rule the churn simulator places by too); the placement
+is a reservation the node picks up on its next pull (`work.pull_lease`), and one not started
+within the reservation's time to live is released by the sweep (`work.expire_leases`).
 
 A pass runs every `placement_interval_s` on the periodic scheduler (a job submitted, a lease
 released, a node back), so a task waits at most that long for a pass once a node is free, and

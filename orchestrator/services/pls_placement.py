@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.db import outbox
 from orchestrator.db import pls as store
-from orchestrator.db.placement import PlacementConflict, WaitingTask
+from orchestrator.db.placement import PlacementConflict
 from orchestrator.domain.chain_actions import AssignCollateral, ChainAction, ReserveCollateral
 from orchestrator.domain.ids import unhex
 from orchestrator.domain.matching import Candidate, eligible
@@ -51,6 +51,20 @@ class Placed:
     admission: Admission
 
 
+class QueuedTask(Protocol):
+    """A waiting task as the faster-node wait reads it (`db.placement.WaitingTask`, or a
+    simulated task)."""
+
+    @property
+    def queued_at(self) -> float:
+        """Since when it waits for a node (its arrival, or its requeue)."""
+        ...
+
+    def deadline(self, needs: TaskNeeds) -> float:
+        """Its job's deadline."""
+        ...
+
+
 class PlacementGate(Protocol):
     """Predictive Latency Staking admission, applied by the placement pass (implemented by
     `PlsPlacement`, below: `services.pls.PlsService.placement`)."""
@@ -69,7 +83,7 @@ class PlacementGate(Protocol):
         within the provider's terms."""
         ...
 
-    def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
+    def held_back(self, needs: TaskNeeds, admission: Admission, task: QueuedTask,
                   now: float) -> bool:
         """The task should wait for a faster node than the admitted one."""
         ...
@@ -150,7 +164,7 @@ class PlsPlacement:
                  Admission(p.rs, p.collateral, p.raw_rs, p.speed, faster))
                 for p in placements]
 
-    def held_back(self, needs: TaskNeeds, admission: Admission, task: WaitingTask,
+    def held_back(self, needs: TaskNeeds, admission: Admission, task: QueuedTask,
                   now: float) -> bool:
         """The task would run late past its job's critical path on the admitted node and a
         faster one is busy: it waits, for at most the lateness that node would save and

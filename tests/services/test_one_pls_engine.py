@@ -1,14 +1,17 @@
 """One PLS engine: the same observations fed through the service (a real DB, the placement
 pass a pull runs, the collateral locks) and through the simulator's path (a bare `PlsEngine`,
-fed the way `PlsDriver` feeds it, placing as `Simulation` does: every waiting task in the
-queue's order, least laxity first, on the engine's best idle eligible node) give the same
+fed the way `PlsDriver` feeds it, placing by a stand-in for hosts of many slots, which
+`Simulation` does not model: every waiting task in the queue's order, least laxity first, on
+the engine's best idle eligible node, with no faster node to wait for) give the same
 scores, the same placements of the same queue (node, collateral, raw RS), the same slashes
 and tier changes, the same recalibration map and population prior; and a service restarted
 from the DB rebuilds the same scores, map and prior. The simulator's own `PlsDriver` feeds its
 engine the typed observations the service logs, through the same `PlsEngine.apply`: its world
 events meet the service's guards (duplicates, an end dated before its start), and a whole
 simulated run's observations, written to the service's log on the DB, give the service's
-engine the driver's state.
+engine the driver's state. And the simulator's own placement pass (`Simulation`, its PLS
+driver's ranking and gate, the service's `FreeSlots` rule) reserves what the service's
+`PlacementPass` reserves on the DB from the same engine state, busy nodes and queue.
 
 The script is drawn once from a seeded generator; each side keeps its own view of which node
 runs which task, so a decision that diverges shows up at once as a different node, and every
@@ -30,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from mesh.bench import churn
 from mesh.simulation.engine import Simulation
-from mesh.simulation.jobs import generate_jobs
+from mesh.simulation.jobs import Job, generate_jobs
 from mesh.simulation.models import NodeProfile
 from mesh.simulation.pls_driver import PlsDriver
 from mesh.simulation.world import World
@@ -42,11 +45,11 @@ from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
 from orchestrator.domain.pls_observations import Observation
 from orchestrator.domain.reliability import GpuSample, ProbeSample, TaskOutcome, UploadSample
-from orchestrator.domain.types import NodeSpec, TaskNeeds, Tier
+from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds, Tier
 from orchestrator.services.placement import PlacementPass
 from orchestrator.services.pls import PlsService, SweepFacts
 from orchestrator.telemetry.metrics import MeshMetrics
-from tests.builders import TOKEN, make_job
+from tests.builders import TOKEN, lease_to, make_job
 from tests.mesh.simulation.test_sim_engine import profile, spec
 from tests.services.pls_harness import FixedStake
 
@@ -559,3 +562,113 @@ def test_a_simulated_runs_observations_give_the_services_engine_the_drivers_stat
     assert_equal("speeds", [ours.speed(n) for n in node_ids], [theirs.speed(n) for n in node_ids])
     assert_equal("tiers", [ours.staking.tier(n) for n in node_ids],
                  [theirs.staking.tier(n) for n in node_ids])
+
+
+SimPlaced = dict[int, tuple[str, int, float | None]]  # task -> node, collateral, raw RS
+
+
+def sim_reservations(sim: Simulation, keys: dict[int, int]) -> SimPlaced:
+    """The simulator's reservations of the tasks in `keys` (task key -> the DB's task id)."""
+    placed: SimPlaced = {}
+    for reservation in sim.reservations:
+        if reservation is not None and reservation.task.key in keys:
+            admission = reservation.admission
+            assert admission is not None
+            placed[keys[reservation.task.key]] = (
+                sim.profiles[reservation.node].node_id, admission.collateral, admission.raw_rs)
+    return placed
+
+
+def queue_both(factory: sessionmaker[Session], sim: Simulation, rng: np.random.Generator,
+               jobs: int, now: float) -> dict[int, int]:
+    """`jobs` new jobs join both queues at `now`: the simulator's (`Simulation._job_arrived`,
+    as a job arrives in a churn run) and the service's DB with each task's needs as the
+    simulator made them; task key -> DB task id, in the same order on both sides."""
+    sim.now = now
+    keys: dict[int, int] = {}
+    for _ in range(jobs):
+        job = Job(job_id=10_000 + len(sim.tasks), kind="shot", arrival_s=now,
+                  deadline_s=now + float(rng.uniform(1.0, 10.0)) * 3600.0,
+                  priority=Priority.LOW if rng.random() < 0.2 else Priority.NORMAL,
+                  min_vram_gb=int(rng.choice([8, 12, 16])),
+                  task_work_s=(float(rng.choice([300.0, 600.0, 1800.0, 7200.0, 14400.0])),)
+                  * int(rng.integers(1, 4)))
+        first = len(sim.tasks)
+        sim._job_arrived(job)
+        needs = sim.tasks[first].needs
+        job_id = make_job(factory, len(job.task_work_s), needs=needs, now=now,
+                          deadline=job.deadline_s)
+        with factory() as session:
+            ids = [task.id for task in job_db.job_tasks(session, job_id=job_id)]
+        keys.update(zip(range(first, len(sim.tasks)), ids, strict=True))
+    return keys
+
+
+@pytest.mark.parametrize(("hours", "jobs"), [(9.0, 6), (20.0, 2)])
+def test_the_simulators_placement_pass_places_as_the_services(
+        factory: sessionmaker[Session], hours: float, jobs: int) -> None:
+    """The churn benchmark's world under `PlsDriver` for `hours` (`jobs` of them, so that
+    some nodes are busy and some idle at the end); its observations written to
+    the service's log (the service's engine then holds the driver's state, as above), its
+    idle nodes and busy ones (a lease each) in the service's DB, each provider's free stake
+    what the driver holds. Then the same new jobs join both queues, and the simulator's own
+    placement pass (`Simulation.placement_pass`: its policy's ranking and gate, the service's
+    rule) and the service's (`PlacementPass`: `Placer` over the DB, `PlsPlacement`) reserve
+    the same node for each task at the same collateral and raw RS; twice, the second pass
+    after more jobs arrive with the first pass's reservations still holding their nodes.
+    The exploration draws' generator is handed over with the state (it is no observation)."""
+    horizon_s = hours * 3600.0
+    streams = churn._streams(3)
+    trace, profiles = churn.build_inputs(None, None, 24, horizon_s, streams, "homes-short")
+    world = World(trace, {p.node_id: p for p in profiles}, horizon_s, streams["world"])
+    specs = churn._node_specs(profiles)
+    driver = RecordingDriver(profiles, specs, streams["pls-telemetry"], 3)
+    sim = Simulation(world, profiles, specs, generate_jobs(streams["jobs"], jobs, horizon_s),
+                     driver, streams["pls"], [driver], lone_grace_s=LeaseHold().lone_grace_s)
+    sim.run()
+    sim.pending.clear()  # the run's own backlog is not part of the comparison
+
+    free = {spec.provider: int(driver.stake[node] - driver.locked[node])
+            for node, spec in enumerate(sim.specs)}
+    service = PlsService(driver.engine.config, stake_reader=lambda: FixedStake(free),
+                         metrics=MeshMetrics())
+    for first in range(0, len(driver.fed), 500):
+        with factory.begin() as session:
+            service.log.observe(session, *driver.fed[first:first + 500])
+    ours = service.state.engine
+    ours.placement._rng.bit_generator.state = driver.engine.placement._rng.bit_generator.state
+    now = horizon_s + 60.0
+    in_view = sim.accepted & ~sim.blocked
+    busy = [node for node in range(len(profiles)) if in_view[node]
+            and (sim.running[node] is not None or sim.reservations[node] is not None)]
+    with factory.begin() as session:
+        for node in np.flatnonzero(in_view).tolist():
+            node_db.register_node(session, spec=sim.specs[node], now=now)
+    for node in busy:
+        lease_to(factory, profiles[node].node_id, now=now)
+    placement = PlacementPass(factory, gate=service.placement, reservation_ttl_s=30.0,
+                              lead_ttl_s=3.0, idle_gap_s=1.0, metrics=MeshMetrics(),
+                              clock=lambda: now)
+
+    rng = np.random.default_rng(int(hours))
+    placed_total = waiting = 0
+    keys: dict[int, int] = {}
+    earlier: SimPlaced = {}
+    for round_ in range(2):
+        keys |= queue_both(factory, sim, rng, 8, now)
+        sim.placement_pass()
+        result = placement.run()
+        assert result is not None
+        with factory() as session:
+            locks = {lock.task_id: (lock.node_id, lock.amount, lock.raw_rs)
+                     for lock in session.scalars(select(CollateralLock))}
+        theirs = {task: placed for task, placed in sim_reservations(sim, keys).items()
+                  if task not in earlier}
+        earlier |= theirs
+        assert_equal(f"placements of pass {round_}",
+                     {r.task_id: locks[r.task_id] for r in result.placed}, theirs)
+        placed_total += len(theirs)
+        waiting = len(sim.pending)
+        now += 300.0
+    # The passes had choices to make: several tasks placed, some left waiting for a node.
+    assert placed_total >= 2 and waiting >= 1, (placed_total, waiting)

@@ -17,21 +17,28 @@ from typer.testing import CliRunner
 from mesh.bench import churn
 from mesh.cli import app
 from mesh.simulation import world as world_module
-from mesh.simulation.engine import Attempt, Simulation, TaskState
+from mesh.simulation.engine import (
+    POLL_S,
+    RESERVATION_TTL_S,
+    Attempt,
+    PolicyResult,
+    Simulation,
+    TaskState,
+)
 from mesh.simulation.jobs import Job
 from mesh.simulation.models import TOKEN, NodeProfile
 from mesh.simulation.policies import (
     FIXED_CHECKPOINT_S,
     ORACLE_HEAD,
-    Choice,
     OraclePolicy,
     TaskView,
     Unobservant,
-    Wait,
 )
 from mesh.simulation.traces import Session, TraceError
-from mesh.simulation.world import World
+from mesh.simulation.world import Partition, World
 from orchestrator.domain.types import NodeSpec, Priority, TaskNeeds, Tier
+from orchestrator.scheduling.free_slots import Ranking
+from orchestrator.services.pls_placement import Admission, QueuedTask
 
 
 def profile(node_id: str, *, upload_mbps: float = 40.0) -> NodeProfile:
@@ -57,10 +64,9 @@ class Prefer(Unobservant):
         self.node = node
         self.hold_s = hold_s
 
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | None:
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
         nodes = candidates.tolist()
-        return Choice(nodes.index(self.node) if self.node in nodes else 0, None)
+        return Ranking([self.node] if self.node in nodes else nodes[:1], task.needs)
 
     def checkpoint_interval(self, node: int, task: TaskView, cost_s: float, now: float) -> float:
         return FIXED_CHECKPOINT_S
@@ -92,7 +98,9 @@ def test_departure_loses_only_the_work_since_the_last_checkpoint() -> None:
     result = sim.run()
 
     stall, lag = 2.0, 40.0 * 8.0 / 40.0  # snapshot; then 40 MB over 40 Mbit/s in background
-    started = 60.0
+    up = world.timelines["flaky"].up_at[0]
+    started = up + math.ceil((60.0 - up) / POLL_S) * POLL_S  # the agent's next pull
+    assert 60.0 < started <= 60.0 + POLL_S
     period = FIXED_CHECKPOINT_S + stall
     stalls = math.floor((3_000.0 - started) / period)
     durable = math.floor((3_000.0 - started - lag) / period)
@@ -114,28 +122,35 @@ class Spy(Prefer):
         super().__init__(node=-1)
         self.offered: list[set[int]] = []
 
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | None:
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
         self.offered.append(set(candidates.tolist()))
-        return super().choose(task, candidates, now)
+        return super().rank(task, candidates, now)
 
 
 class HoldBack(Prefer):
-    """Holds every task but `take` back until `until` (`Wait`), remembering when it was
-    offered which task."""
+    """A gate that holds every task but `take` back until `until`, remembering when it was
+    asked about which task."""
 
     def __init__(self, until: float, take: int = -1) -> None:
         super().__init__(node=-1)
         self.until = until
         self.take = take
         self.offers: list[tuple[float, int]] = []
+        self.gate = self
+        self.held_until = until
 
-    def choose(self, task: TaskView, candidates: NDArray[np.intp], now: float
-               ) -> Choice | Wait | None:
+    def rank(self, task: TaskView, candidates: NDArray[np.intp], now: float) -> Ranking[int]:
+        nodes = super().rank(task, candidates, now).nodes
+        return Ranking(nodes, task.needs, [Admission(1.0, 0)] * len(nodes))
+
+    def covers(self, provider: str, amount: int, now: float) -> bool:
+        return True
+
+    def held_back(self, needs: TaskNeeds, admission: Admission, task: QueuedTask,
+                  now: float) -> bool:
+        assert isinstance(task, TaskView)
         self.offers.append((now, task.task_key))
-        if now < self.until and task.task_key != self.take:
-            return Wait(self.until)
-        return super().choose(task, candidates, now)
+        return now < self.until and task.task_key != self.take
 
 
 @pytest.mark.usefixtures("quiet_world")
@@ -185,6 +200,42 @@ def test_every_idle_eligible_node_is_a_candidate() -> None:
     assert spy.offered[0] == set(range(150))  # all but the node short of VRAM
 
 
+def cut_off_at_the_pickup(end: float) -> tuple[Simulation, PolicyResult]:
+    """Two nodes up all day; the preferred one's link is cut from 59.5 s to `end`, too short
+    for the detector to call it, so the pass at the job's arrival (60 s) reserves it."""
+    profiles = [profile("cut"), profile("steady")]
+    trace = {p.node_id: [Session(0.0, math.inf)] for p in profiles}
+    world = World(trace, {p.node_id: p for p in profiles}, 86_400.0, np.random.default_rng(0))
+    timeline = world.timelines["cut"]
+    timeline.partitions = [Partition(59.5, end, None)]
+    timeline.index()
+    sim = Simulation(world, profiles, [spec(p) for p in profiles], [one_job(600.0)],
+                     Prefer(0), np.random.default_rng(0))
+    return sim, sim.run()
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_a_reservation_not_started_in_time_is_a_failed_start_and_goes_elsewhere() -> None:
+    """The service's timing: the cut-off node's agent cannot pull its reservation, which
+    lapses after the service's reservation time to live; that is a failed start, the node
+    gets no placement until heard from, and the next pass places the task on the other node,
+    whose agent picks it up on its next pull."""
+    sim, result = cut_off_at_the_pickup(60.0 + 2 * RESERVATION_TTL_S)
+    assert result.failed_starts == 1
+    (attempt,) = sim.attempts.values()
+    assert attempt.node == 1
+    assert 60.0 + RESERVATION_TTL_S < attempt.start <= 60.0 + RESERVATION_TTL_S + POLL_S
+    assert 0 in result.job_done_at
+
+
+@pytest.mark.usefixtures("quiet_world")
+def test_a_reservation_is_picked_up_once_the_link_is_back_within_its_time_to_live() -> None:
+    sim, result = cut_off_at_the_pickup(75.0)
+    assert result.failed_starts == 0
+    (attempt,) = sim.attempts.values()
+    assert (attempt.node, attempt.start) == (0, 75.0)
+
+
 @pytest.mark.usefixtures("quiet_world")
 def test_a_restart_too_short_to_heartbeat_is_one_silence_to_the_detector() -> None:
     """The process is back two seconds after it left and dies again half a second later,
@@ -215,13 +266,14 @@ def test_oracle_takes_the_fastest_honest_node_that_finishes_undisturbed() -> Non
     oracle = OraclePolicy([world.timelines[p.node_id] for p in profiles],
                           [p.effective_speed for p in profiles], [p.cheater for p in profiles])
     task = TaskView(0, TaskNeeds(min_vram_gb=8, expected_duration_s=3_600.0), 3_600.0, 0.0,
-                    86_400.0, np.ones(len(profiles), dtype=bool))
+                    86_400.0, np.ones(len(profiles), dtype=bool),
+                    np.ones(len(profiles), dtype=bool))
     cheat, twin0, twin1, slow = range(stayer + 1, stayer + 5)
 
     def chosen(offered: list[int]) -> int:
-        choice = oracle.choose(task, np.array(offered, dtype=np.intp), 60.0)
-        assert choice is not None
-        return offered[choice.position]
+        ranking = oracle.rank(task, np.array(offered, dtype=np.intp), 60.0)
+        assert ranking.nodes
+        return ranking.nodes[0]
 
     leaving = list(range(stayer))
     assert chosen([slow, twin1, *leaving, cheat, twin0, stayer]) == stayer  # tied, offered last
