@@ -94,6 +94,22 @@ class PlsIngest:
             observations.append(SessionStarted(node.id, now))
         self.log.observe(session, *observations)
 
+    def process_restarted(self, session: Session, *, node: Node, now: float) -> None:
+        """The node logged in with a new session key: its agent process was replaced. If the
+        failure detector never called the old one DEAD (it came back within the detector's
+        threshold), the open session is still the old process's: the old process left without
+        a drain, so that session ends abruptly now and the new process's starts, as a DEAD
+        verdict and a return would have recorded it. The session the new process's
+        registration opened (after a DEAD verdict) started at that registration, the node's
+        latest sign of life, and is left alone."""
+        if node.last_heartbeat_at is None:
+            return
+        if store.close_session(session, node_id=node.id, at=now, abrupt=True,
+                               started_before=node.last_heartbeat_at):
+            store.open_session(session, node_id=node.id, at=now)
+            self.log.observe(session, Departed((node.id,), now),
+                             SessionEnded(node.id, now, True), SessionStarted(node.id, now))
+
     def session_bound(self, session: Session, *, node: Node, session_key: str) -> None:
         """The node's wallet-signed login named its process's ephemeral session key."""
         node_db.bind_session_key(session, node=node, session_key=session_key)
