@@ -176,11 +176,13 @@ def record_gpu(session: Session, *, node_id: str, pls: PlsService,
     session.commit()
 
 
-def issue_probe(session: Session, *, node_id: str, pls: PlsService, now: float) -> bytes:
-    """A fresh probe nonce; the round trip is timed from `now`."""
-    nonce = pls.ingest.issue_probe(session, node_id=node_id, now=now)
+def issue_probe(session: Session, *, node_id: str, pls: PlsService,
+                clock: Callable[[], float]) -> tuple[bytes, float]:
+    """A fresh probe nonce and the time its round trip is timed from
+    (`PlsIngest.issue_probe`)."""
+    issued = pls.ingest.issue_probe(session, node_id=node_id, clock=clock)
     session.commit()
-    return nonce
+    return issued
 
 
 def echo_probe(session: Session, *, node_id: str, pls: PlsService, nonce: str,
