@@ -47,13 +47,11 @@ the same event (no DEAD verdict during the task):
   (failed verification, or a task dropped while the node stayed online).
 * **Latency stability.** Jitter (`link_jitter_ms`: the RTTs' robust spread) now, its trend from the
   1 h window to the 5 min window projected T ahead, and probe loss; 1 while
-  within tolerance, decaying beyond it. The probe times the node's link as the orchestrator
-  sees it, so delay that every node shows at once (the orchestrator's own load or uplink, the
-  host a local grid shares) is not the node's: each round trip is read against the grid's
-  median round trip of its `grid_bucket_s` (`GridLatency`, once at least
-  `grid_baseline_nodes` nodes were probed in it). A spread is believed from
-  `min_jitter_samples` round trips on: the median deviation of fewer is one slow reply, not
-  a link's jitter.
+  within tolerance, decaying beyond it. The orchestrator times each probe from the moment
+  its nonce leaves to the echo's arrival (`services.pls_ingest`, `api.arrival`), so its own
+  queue under load is not the node's link. A spread is believed from `min_jitter_samples`
+  round trips on: the median deviation of two is half their difference, set by one slow
+  reply.
 * **Thermal headroom.** A GPU near its slowdown temperature risks a crash (a
   factor below 1), and a thermally throttled GPU runs slower, so the task stays
   exposed to departure longer: the survival horizon T is stretched by
@@ -73,7 +71,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -210,8 +208,6 @@ class RsConfig:
     long_window_s: float = 86_400.0  # summaries committed per epoch
     min_trend_samples: int = 5  # per window before a jitter trend is believed
     min_jitter_samples: int = 3  # the fewest round trips whose MAD one slow reply does not set
-    grid_bucket_s: float = 5.0  # round trips in one such slot share the grid's delay
-    grid_baseline_nodes: int = 3  # probed nodes a bucket needs for its median to be the grid's
     trend_horizon_cap_s: float = 3600.0  # never extrapolate jitter further than this
     jitter_ok_ms: float = 20.0  # jitter a render task does not notice
     jitter_scale_ms: float = 100.0  # e-folding of the penalty above jitter_ok_ms
@@ -238,10 +234,6 @@ class RsConfig:
     pass_prior_strength: float = 20.0
 
     def __post_init__(self) -> None:
-        if not (self.grid_bucket_s > 0 and self.grid_baseline_nodes >= 1
-                and self.min_jitter_samples >= 2):
-            raise ValueError("grid_bucket_s must be > 0, grid_baseline_nodes >= 1 and "
-                             "min_jitter_samples >= 2")
         if not 0.0 <= self.departure_weight <= 1.0:
             raise ValueError("departure_weight must lie in [0, 1]")
         if not (self.departure_window_s > 0 and self.departure_prior_exposure_s > 0
@@ -304,55 +296,11 @@ class _Window:
     def mean(self) -> float:
         return self.total / self.count if self.count else math.nan
 
-    def spread(self, baseline: Callable[[float], float] | None = None) -> float:
-        """`link_jitter_ms` of the values, each less `baseline(at)` when given."""
-        if baseline is None:
-            return link_jitter_ms(v for _, v in self.samples)
-        return link_jitter_ms(v - baseline(at) for at, v in self.samples)
+    def spread(self) -> float:
+        return link_jitter_ms(v for _, v in self.samples)
 
     def maximum(self) -> float:
         return max((v for _, v in self.samples), default=math.nan)
-
-
-class GridLatency:
-    """The round-trip delay every node shows at once: per `bucket_s` of probe send times, the
-    median round trip over the nodes probed then. A bucket's median counts once
-    `min_nodes` distinct nodes were probed in it (fewer could be one slow node's own delay);
-    until then, and for a time no bucket holds, the baseline is 0 (raw round trips). Buckets
-    two behind the newest are frozen to their median; those past `keep_s` are dropped."""
-
-    __slots__ = ("_frozen", "_open", "bucket_s", "keep_s", "min_nodes")
-
-    def __init__(self, bucket_s: float, min_nodes: int, keep_s: float) -> None:
-        self.bucket_s, self.min_nodes, self.keep_s = bucket_s, min_nodes, keep_s
-        self._open: dict[int, dict[int, list[float]]] = {}  # bucket -> node row -> RTTs
-        self._frozen: dict[int, float] = {}  # bucket -> median, or NaN: too few nodes
-
-    def add(self, row: int, at: float, rtt_ms: float) -> None:
-        bucket = math.floor(at / self.bucket_s)
-        if bucket in self._frozen:
-            return  # a probe logged late: the bucket's baseline was already read
-        self._open.setdefault(bucket, {}).setdefault(row, []).append(rtt_ms)
-        newest = max(self._open)
-        for old in [b for b in self._open if b < newest - 1]:
-            self._frozen[old] = self._median(self._open.pop(old))
-        horizon = newest - math.ceil(self.keep_s / self.bucket_s)
-        for old in [b for b in self._frozen if b < horizon]:
-            del self._frozen[old]
-
-    def _median(self, by_node: dict[int, list[float]]) -> float:
-        if len(by_node) < self.min_nodes:
-            return math.nan
-        return statistics.median(v for rtts in by_node.values() for v in rtts)
-
-    def baseline(self, at: float) -> float:
-        """The grid's round trip (ms) at `at`; 0 where it is not known."""
-        bucket = math.floor(at / self.bucket_s)
-        median = self._frozen.get(bucket)
-        if median is None:
-            by_node = self._open.get(bucket)
-            median = math.nan if by_node is None else self._median(by_node)
-        return 0.0 if math.isnan(median) else median
 
 
 @dataclass(slots=True)
@@ -401,9 +349,6 @@ class ReliabilityBook:
         self._ids: list[str] = []
         self._history: list[_History] = []
         self._telemetry: dict[int, _Telemetry] = {}
-        self.grid_latency = GridLatency(self.config.grid_bucket_s,
-                                        self.config.grid_baseline_nodes,
-                                        self.config.long_window_s)
         self._recalibrator: Recalibrator | None = None
         capacity = 1024
         self._departures = np.zeros(capacity)  # d: abrupt departures
@@ -584,22 +529,20 @@ class ReliabilityBook:
         for window in (w.loss_short, w.loss_long):
             window.push(sample.at, 1.0 if lost else 0.0)
         if sample.rtt_ms is not None:
-            self.grid_latency.add(row, sample.at, sample.rtt_ms)
             for window in (w.rtt_short, w.rtt_medium, w.rtt_long):
                 window.push(sample.at, sample.rtt_ms)
         self._refresh_latency(row, w)
 
-    def jitter(self, window: _Window) -> float:
-        """The node's own jitter over `window`: the spread of its round trips read against
-        the grid's (`GridLatency`); 0 below `min_jitter_samples` round trips."""
+    def _jitter(self, window: _Window) -> float:
+        """The spread of the node's round trips over `window`; 0 below `min_jitter_samples`."""
         if window.count < self.config.min_jitter_samples:
             return 0.0
-        return window.spread(self.grid_latency.baseline)
+        return window.spread()
 
     def _refresh_latency(self, row: int, w: _Telemetry) -> None:
         cfg = self.config
-        short_jitter = self.jitter(w.rtt_short)
-        medium_jitter = self.jitter(w.rtt_medium)
+        short_jitter = self._jitter(w.rtt_short)
+        medium_jitter = self._jitter(w.rtt_medium)
         self._jitter_now[row] = short_jitter
         trend_known = (w.rtt_short.count >= cfg.min_trend_samples
                        and w.rtt_medium.count >= cfg.min_trend_samples)
