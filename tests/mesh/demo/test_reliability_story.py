@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -23,12 +24,19 @@ pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 TINY = {"samples": 8, "chunk_samples": 4, "resolution": [32, 24]}
 T_S = 60.0  # the demo's RS horizon (`mesh.demo.board.TASK_DURATION_S`)
 FLOOR = PlsConfig().min_rs  # the service's default floor: this grid sets none of its own
+SERVE_S = 30.0  # six probes a node (one per 10 heartbeats of 0.5 s) before the scores are read
 
 
 @pytest.fixture
 def cpu_load() -> Iterator[None]:
-    """Two busy loops, one per core of the host, for as long as the test runs."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    """Two busy loops, one per core of the host, for as long as the test runs: every core is
+    busy, as a provider's host is with its renders. Niced as the agent nices its renders
+    (`agent.sandbox.Limits.niceness`): the load takes the CPU's idle time, not the services'
+    turn (at nice 0 on a 2-core host shared with anvil, the orchestrator and four agents, the
+    scheduler alone delays probe replies by tens of ms, which the stability factor reads as
+    link jitter)."""
+    loops = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while True: pass"])
+             for _ in range(2)]
     try:
         yield
     finally:
@@ -71,6 +79,7 @@ def test_steadyNodesAboveTheFloorUnderLoad_aKilledAndRestartedNodeAndACheaterBel
              timeout_s=240)
     wait_for("the job to settle", lambda: grid.job(job)["status"] in ("settling", "settled")
              or None, timeout_s=120)
+    time.sleep(SERVE_S)  # every node serves on under the load: its probes are read
     # SIGKILL, and a new process at once: back before the detector could call it DEAD
     churn.kill()
     churn.start()
