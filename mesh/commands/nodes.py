@@ -46,10 +46,10 @@ def _show(found: list[dict[str, Any]]) -> None:
         return
     now = time.time()
     print_table([{"node": n["node_id"], "provider": short_address(n["provider"]),
-                  "region": n["region"], "gpu": f"{n['gpu_model']} {n['vram_gb']} GB",
-                  "slots": n["slots"], "tier": n["tier"],
+                  "region": n["region"],
+                  "gpu": f"{n['gpu_model']} {n['vram_gb']}G x{n['slots']}", "tier": n["tier"],
                   "RS": "-" if n["rs"] is None else f"{n['rs']:.3f}",
-                  "health": "draining" if n["draining"] else n["health"],
-                  "beat": "-" if n["last_heartbeat_at"] is None
-                  else f"{now - n['last_heartbeat_at']:.0f} s ago"} for n in found],
-                title="nodes (beat: the last heartbeat)")
+                  "health": ("draining" if n["draining"] else n["health"]) + (
+                      "" if n["last_heartbeat_at"] is None
+                      else f" {now - n['last_heartbeat_at']:.0f}s")} for n in found],
+                title="nodes (gpu: model, memory x slots; health: state, last heartbeat's age)")

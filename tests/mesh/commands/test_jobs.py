@@ -189,8 +189,11 @@ def test_nodes_listsWhatProvidersRegistered(served: Mesh, service: OrchestratorP
     (node,) = [n for n in json.loads(listed.stdout) if n["node_id"] == node_id]
     assert (node["provider"], node["region"], node["slots"], node["health"]) == (
         provider.address, "eu", 2, "alive")
+    served.env["COLUMNS"] = "80"
     human = served("nodes")
-    assert node_id in human.stdout and "RTX4090 24 GB" in human.stdout
+    assert node_id in human.stdout and "RTX4090 24G x2" in human.stdout
+    assert max(map(len, human.stdout.splitlines())) <= 80, human.stdout
+    assert "standard" in human.stdout  # the tier by name, as on the dashboard
     assert "no orchestrator answers" in one_line_error(
         served("nodes", "--orchestrator", "http://127.0.0.1:9"), command="nodes")
 
