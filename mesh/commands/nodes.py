@@ -16,7 +16,6 @@ from mesh.commands.common import (
     print_table,
     service,
     short_address,
-    tier_word,
     user_errors,
 )
 
@@ -37,7 +36,7 @@ def nodes(provider: Annotated[str | None, typer.Option(
         params = {"provider": checksum(provider)} if provider else {}
         found = call_service("list nodes", lambda: expect(httpx.get(
             f"{base.url}/v1/nodes", params=params, timeout=10.0)))
-    emit([{**n, "tier": tier_word(n["tier"])} for n in found], as_json, _show)
+    emit(found, as_json, _show)
 
 
 def _show(found: list[dict[str, Any]]) -> None:
