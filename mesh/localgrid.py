@@ -159,7 +159,9 @@ class Grid:
         """What the `mesh` commands need to reach this grid, where they look: `mesh.env`
         (MESH_* settings, for `set -a; . mesh.env`) and a wallet dir holding the customer's
         (dev account 4) and the arbiter's (dev account 3) keystores, both locked with the
-        password in `wallets/password`. Returns the env file's path."""
+        password in `wallets/password`; MESH_WALLET names the arbiter's, the wallet dispute
+        and arbiter commands sign with by default (docs/arbiters.md). Returns the env file's
+        path."""
         wallets = self.root / "wallets"
         wallets.mkdir(exist_ok=True)
         password = wallets / "password"
@@ -172,7 +174,7 @@ class Grid:
                     "MESH_CHAIN_ID": str(self.chain.deployment.chain_id),
                     "MESH_DATA_DIR": str(self.data_dir.resolve()),
                     "MESH_ORCHESTRATOR_URL": self.url, "MESH_ORCHESTRATOR_ID": ORCHESTRATOR_ID,
-                    "MESH_WALLET_DIR": str(wallets.resolve())}
+                    "MESH_WALLET_DIR": str(wallets.resolve()), "MESH_WALLET": "arbiter"}
         path = self.root / "mesh.env"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from sqlalchemy.orm import Session
 
+from orchestrator.api.arrival import ArrivalTime
 from orchestrator.api.deps import AppContext, EscrowReader
 from orchestrator.api.errors import install_error_handlers
 from orchestrator.api.limits import BodyLimit, PerKeyRate
@@ -357,6 +358,7 @@ def create_app(settings: Settings | None = None, *, escrow_reader: EscrowReader 
                                       MAX_SHOWN_PROGRESS_BYTES),
                                      (f"{API_PREFIX}/tasks/[^/]+/complete", MAX_RENDER_BYTES),
                                      (f"{API_PREFIX}/checks/[^/]+/result", MAX_RENDER_BYTES)])
+    app.add_middleware(ArrivalTime, clock=ctx.now)  # outermost: stamped before anything waits
     install_openapi(app)
     return app
 

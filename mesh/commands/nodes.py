@@ -16,7 +16,6 @@ from mesh.commands.common import (
     print_table,
     service,
     short_address,
-    tier_word,
     user_errors,
 )
 
@@ -37,7 +36,7 @@ def nodes(provider: Annotated[str | None, typer.Option(
         params = {"provider": checksum(provider)} if provider else {}
         found = call_service("list nodes", lambda: expect(httpx.get(
             f"{base.url}/v1/nodes", params=params, timeout=10.0)))
-    emit([{**n, "tier": tier_word(n["tier"])} for n in found], as_json, _show)
+    emit(found, as_json, _show)
 
 
 def _show(found: list[dict[str, Any]]) -> None:
@@ -46,10 +45,10 @@ def _show(found: list[dict[str, Any]]) -> None:
         return
     now = time.time()
     print_table([{"node": n["node_id"], "provider": short_address(n["provider"]),
-                  "region": n["region"], "gpu": f"{n['gpu_model']} {n['vram_gb']} GB",
-                  "slots": n["slots"], "tier": n["tier"],
+                  "region": n["region"],
+                  "gpu": f"{n['gpu_model']} {n['vram_gb']}G x{n['slots']}", "tier": n["tier"],
                   "RS": "-" if n["rs"] is None else f"{n['rs']:.3f}",
-                  "health": "draining" if n["draining"] else n["health"],
-                  "beat": "-" if n["last_heartbeat_at"] is None
-                  else f"{now - n['last_heartbeat_at']:.0f} s ago"} for n in found],
-                title="nodes (beat: the last heartbeat)")
+                  "health": ("draining" if n["draining"] else n["health"]) + (
+                      "" if n["last_heartbeat_at"] is None
+                      else f" {now - n['last_heartbeat_at']:.0f}s")} for n in found],
+                title="nodes (gpu: model, memory x slots; health: state, last heartbeat's age)")

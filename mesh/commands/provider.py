@@ -211,8 +211,8 @@ def _show_status(result: dict[str, Any]) -> None:
                       "withdrawable from": when(lk["withdrawable_at"])}
                      for lk in result["unbonding_locks"]], title="unbonding")
     if result["nodes"]:
-        print_table([{**{k: n[k] for k in ("node_id", "health", "rs", "region", "gpu_model",
-                                           "slots")}, "tier": tier_word(n["tier"])}
+        print_table([{k: n[k] for k in ("node_id", "health", "rs", "region", "gpu_model",
+                                        "slots", "tier")}
                      for n in result["nodes"]], title="nodes")
     elif result["nodes"] is None:
         typer.echo(f"nodes: unknown ({result['nodes_error']})")

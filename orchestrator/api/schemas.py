@@ -91,6 +91,9 @@ class NodeRegistration(Strict):
     slots: int = Field(ge=1, le=64)
 
 
+TierWord = Literal["background", "standard", "high"]  # `Tier` by name
+
+
 class NodeOut(BaseModel):
     node_id: str
     provider: str
@@ -107,7 +110,7 @@ class NodeListingOut(BaseModel):
     region: str
     price_per_gpu_hour: int
     slots: int
-    tier: int  # the tier the node may take work at now
+    tier: TierWord  # the tier the node may take work at now, by name (as the CLI, the dashboard)
     health: str
     draining: bool
     last_heartbeat_at: float | None

@@ -44,12 +44,15 @@ def open_session(session: Session, *, node_id: str, at: float) -> bool:
     return True
 
 
-def close_session(session: Session, *, node_id: str, at: float, abrupt: bool) -> bool:
-    """End the node's open session; False when it had none."""
-    result = session.execute(update(NodeSession)
-                             .where(NodeSession.node_id == node_id,
-                                    NodeSession.ended_at.is_(None))
-                             .values(ended_at=at, abrupt=abrupt))
+def close_session(session: Session, *, node_id: str, at: float, abrupt: bool,
+                  started_before: float | None = None) -> bool:
+    """End the node's open session (only if it started before `started_before`, when given);
+    False when it had none."""
+    query = update(NodeSession).where(NodeSession.node_id == node_id,
+                                      NodeSession.ended_at.is_(None))
+    if started_before is not None:
+        query = query.where(NodeSession.started_at < started_before)
+    result = session.execute(query.values(ended_at=at, abrupt=abrupt))
     return bool(getattr(result, "rowcount", 0))
 
 

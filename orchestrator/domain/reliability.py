@@ -47,7 +47,11 @@ the same event (no DEAD verdict during the task):
   (failed verification, or a task dropped while the node stayed online).
 * **Latency stability.** Jitter (`link_jitter_ms`: the RTTs' robust spread) now, its trend from the
   1 h window to the 5 min window projected T ahead, and probe loss; 1 while
-  within tolerance, decaying beyond it.
+  within tolerance, decaying beyond it. The orchestrator times each probe from the moment
+  its nonce leaves to the echo's arrival (`services.pls_ingest`, `api.arrival`), so its own
+  queue under load is not the node's link. A spread is believed from `min_jitter_samples`
+  round trips on: the median deviation of two is half their difference, set by one slow
+  reply.
 * **Thermal headroom.** A GPU near its slowdown temperature risks a crash (a
   factor below 1), and a thermally throttled GPU runs slower, so the task stays
   exposed to departure longer: the survival horizon T is stretched by
@@ -203,6 +207,7 @@ class RsConfig:
     medium_window_s: float = 3600.0  # baseline the jitter trend is measured against
     long_window_s: float = 86_400.0  # summaries committed per epoch
     min_trend_samples: int = 5  # per window before a jitter trend is believed
+    min_jitter_samples: int = 3  # the fewest round trips whose MAD one slow reply does not set
     trend_horizon_cap_s: float = 3600.0  # never extrapolate jitter further than this
     jitter_ok_ms: float = 20.0  # jitter a render task does not notice
     jitter_scale_ms: float = 100.0  # e-folding of the penalty above jitter_ok_ms
@@ -528,10 +533,16 @@ class ReliabilityBook:
                 window.push(sample.at, sample.rtt_ms)
         self._refresh_latency(row, w)
 
+    def _jitter(self, window: _Window) -> float:
+        """The spread of the node's round trips over `window`; 0 below `min_jitter_samples`."""
+        if window.count < self.config.min_jitter_samples:
+            return 0.0
+        return window.spread()
+
     def _refresh_latency(self, row: int, w: _Telemetry) -> None:
         cfg = self.config
-        short_jitter = w.rtt_short.spread()
-        medium_jitter = w.rtt_medium.spread()
+        short_jitter = self._jitter(w.rtt_short)
+        medium_jitter = self._jitter(w.rtt_medium)
         self._jitter_now[row] = short_jitter
         trend_known = (w.rtt_short.count >= cfg.min_trend_samples
                        and w.rtt_medium.count >= cfg.min_trend_samples)

@@ -81,14 +81,17 @@ def login(session: Session, *, node_id: str, address: str, session_key: str | No
           now: float) -> None:
     """Check the signer owns the node and bind the login's session key (when one is sent):
     only that key can later show progress made through a network cut. A key other than the
-    bound one is a new agent process (the key never leaves its process): it takes back the
-    node's started leases (`work.take_back_leases`)."""
+    bound one is a new agent process (the key never leaves its process): the old one's
+    session ends if no DEAD verdict ended it (`PlsIngest.process_restarted`), and the new one
+    takes back the node's started leases (`work.take_back_leases`)."""
     node = owned_node(session, node_id=node_id, address=address)
     if session_key is None:
         return
     before = node.session_key
     pls.ingest.session_bound(session, node=node, session_key=session_key)
     released = 0
+    if before is not None and node.session_key != before:
+        pls.ingest.process_restarted(session, node=node, now=now)
     if node.session_key != before:
         released = len(work.take_back_leases(session, node=node, now=now,
                                              reservation_ttl_s=reservation_ttl_s).released)
@@ -172,11 +175,13 @@ def record_gpu(session: Session, *, node_id: str, pls: PlsService,
     session.commit()
 
 
-def issue_probe(session: Session, *, node_id: str, pls: PlsService, now: float) -> bytes:
-    """A fresh probe nonce; the round trip is timed from `now`."""
-    nonce = pls.ingest.issue_probe(session, node_id=node_id, now=now)
+def issue_probe(session: Session, *, node_id: str, pls: PlsService,
+                clock: Callable[[], float]) -> tuple[bytes, float]:
+    """A fresh probe nonce and the time its round trip is timed from
+    (`PlsIngest.issue_probe`)."""
+    issued = pls.ingest.issue_probe(session, node_id=node_id, clock=clock)
     session.commit()
-    return nonce
+    return issued
 
 
 def echo_probe(session: Session, *, node_id: str, pls: PlsService, nonce: str,

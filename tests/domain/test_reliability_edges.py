@@ -470,6 +470,22 @@ def test_one_nodes_jitter_is_its_own() -> None:
     assert book.components("steady", 300.0, HOUR).stability == 1.0
 
 
+@pytest.mark.parametrize("rtts", [[1220.0, 279.0], [279.0, 1220.0]])
+def test_two_round_trips_are_one_slow_reply_not_a_jittery_link(rtts: list[float]) -> None:
+    """The median deviation of two round trips is half their difference: one slow reply
+    (a busy moment) would read as jitter. From min_jitter_samples (3) on it counts: 1220,
+    279 and 20 ms lie 941, 0 and 259 ms from their median."""
+    book = ReliabilityBook(PRIOR)
+    book.session_started("n", 0.0)
+    for i, rtt in enumerate(rtts):
+        book.record_probe("n", ProbeSample(5.0 * i, rtt))
+    assert book.components("n", 10.0, 60.0).stability == 1.0
+    book.record_probe("n", ProbeSample(10.0, 20.0))
+    assert book.components("n", 15.0, 60.0).stability == pytest.approx(
+        math.exp(-(robust_spread([*rtts, 20.0]) - 20.0) / 100.0))
+    assert robust_spread([*rtts, 20.0]) == pytest.approx(1.4826 * 259.0)
+
+
 def test_a_lost_probe_stops_counting_once_it_leaves_the_short_window() -> None:
     book = ReliabilityBook(PRIOR)
     book.session_started("n", 0.0)

@@ -125,7 +125,7 @@ class ServiceSide:
 
     def probe(self, node_id: str, sent: float, rtt_s: float | None) -> None:
         with self.factory.begin() as session:
-            nonce = self.pls.ingest.issue_probe(session, node_id=node_id, now=sent)
+            nonce, _ = self.pls.ingest.issue_probe(session, node_id=node_id, clock=lambda: sent)
             if rtt_s is not None:
                 self.pls.ingest.echo_probe(session, node_id=node_id, nonce=nonce, now=sent + rtt_s)
 

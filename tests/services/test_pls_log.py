@@ -68,7 +68,8 @@ def feed(factory: sessionmaker[Session], replicas: list[PlsService], single: Pls
             rtt_s = 0.01 + 0.002 * ((i * 7 + step * 3) % 11)
             gpu = [sample(now - 1.0, 70.0 + i + step % 5)]
             with factory.begin() as session:
-                nonce = replica.ingest.issue_probe(session, node_id=node_id, now=now)
+                nonce, _ = replica.ingest.issue_probe(session, node_id=node_id,
+                                                      clock=lambda sent=now: sent)
                 replica.ingest.echo_probe(session, node_id=node_id, nonce=nonce, now=now + rtt_s)
                 replica.ingest.record_gpu(session, node_id=node_id, samples=gpu, now=now)
                 replica.ingest.record_upload(session, node_id=node_id, mbps=50.0 + i, now=now)
@@ -129,8 +130,8 @@ def test_a_probe_is_echoed_through_either_replica_and_counted_lost_once(
     first, second = registered_replica(factory)[0], service()
     sent = START + 1.0
     with factory.begin() as session:
-        echoed = first.ingest.issue_probe(session, node_id="n-0", now=sent)
-        first.ingest.issue_probe(session, node_id="n-0", now=sent)  # never echoed
+        echoed, _ = first.ingest.issue_probe(session, node_id="n-0", clock=lambda: sent)
+        first.ingest.issue_probe(session, node_id="n-0", clock=lambda: sent)  # never echoed
     with factory.begin() as session:
         second.replay.follow(session, now=sent)
         rtt = second.ingest.echo_probe(session, node_id="n-0", nonce=echoed, now=sent + 0.025)
@@ -140,7 +141,7 @@ def test_a_probe_is_echoed_through_either_replica_and_counted_lost_once(
     later = sent + PlsConfig().probe_timeout_s + 1.0
     for replica in (first, second):  # each issues a fresh probe and expires what is overdue
         with factory.begin() as session:
-            replica.ingest.issue_probe(session, node_id="n-0", now=later)
+            replica.ingest.issue_probe(session, node_id="n-0", clock=lambda: later)
     for replica in (first, second):
         with factory.begin() as session:
             replica.replay.follow(session, now=later)

@@ -1,18 +1,21 @@
 """A node whose agent restarts (a crash, a reboot, an upgrade) and logs in again with a new
 session key within the lone grace takes its held tasks back: the new process pulls the same
 lease and resumes from the last checkpoint, and nobody is slashed. A task the node as it
-registered now cannot run is released for placement at once, also unslashed."""
+registered now cannot run is released for placement at once, also unslashed. Either way the
+old process's session ends abruptly once, whether or not the detector saw it go."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.db import leases as lease_db
+from orchestrator.db import pls as store
 from orchestrator.db.models import CollateralLock, Lease, SlashRecord
 from orchestrator.domain.continuity import session_address
 from orchestrator.domain.lifecycle import LeaseState
@@ -189,3 +192,49 @@ def test_a_restart_after_the_lone_grace_takes_nothing_back(
     assert lapsed.release_reason == "lease lapsed"
     decide_after_delay(client, factory, clock)
     assert slash_actions(factory) == []
+
+
+def sessions_of(factory: sessionmaker[Session], node_id: str) -> list[tuple[float, float | None,
+                                                                             bool | None]]:
+    """(started, ended, abrupt) of each of the node's sessions in the DB, oldest first."""
+    with factory() as session:
+        return [(s.started_at, s.ended_at, s.abrupt) for s in store.all_sessions(session)
+                if s.node_id == node_id]
+
+
+def test_a_restart_the_detector_never_saw_ends_the_old_process_session_abruptly(
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
+        factory: sessionmaker[Session]) -> None:
+    """SIGKILL then a new process within the detector's threshold (no DEAD verdict): the new
+    key proves the old process gone, so its session ends abruptly at the login and the new
+    one starts there, in the DB and in the engine, as a DEAD verdict and a return would have
+    recorded it (the simulator records a restart the same way)."""
+    node = agent("gpu-1")
+    assert login(node, session_address(os.urandom(32))) == 200
+    assert beat_rounds(client, clock, [node], 20) == []  # up 100 s
+    restart(node)
+    restarted_at = clock()
+    assert sessions_of(factory, "gpu-1") == [(pytest.approx(restarted_at - 100), restarted_at,
+                                              True), (restarted_at, None, None)]
+    book = pls_of(client).state.engine.book
+    assert book.histories()[book.index_of("gpu-1")] == ([pytest.approx(100.0)], [True])
+    assert book.uptime("gpu-1", restarted_at) == 0.0
+    assert beat_rounds(client, clock, [node], 4) == []  # the new process beats on: one session
+    assert len(sessions_of(factory, "gpu-1")) == 2
+
+
+def test_a_restart_after_a_dead_verdict_is_one_departure_not_two(
+        agent: Callable[..., LiveNode], client: TestClient, clock: VirtualClock,
+        factory: sessionmaker[Session]) -> None:
+    """The sweep ended the old process's session at its DEAD verdict; the new process's
+    registration opened the next one, which its login leaves open."""
+    node, peer = agent("gpu-1"), agent("gpu-2", region="eu")
+    assert login(node, session_address(os.urandom(32))) == 200
+    beat_rounds(client, clock, [node, peer], 20)
+    assert "gpu-1" in beat_rounds(client, clock, [peer], 15)
+    restart(node)
+    restarted_at = clock()
+    (_, _, abrupt), (started, ended, _) = sessions_of(factory, "gpu-1")
+    assert abrupt is True and (started, ended) == (restarted_at, None)
+    book = pls_of(client).state.engine.book
+    assert book.histories()[book.index_of("gpu-1")][1] == [True]

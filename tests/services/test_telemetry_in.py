@@ -6,17 +6,26 @@ same book from the DB."""
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.config import Settings
+from orchestrator.db import nodes as node_db
 from orchestrator.db.models import NodeSession, TelemetrySample
+from orchestrator.domain.pls_engine import PlsConfig
 from orchestrator.domain.score_commitment import telemetry_digest
+from orchestrator.domain.types import NodeSpec
+from orchestrator.services.pls import PlsService
+from orchestrator.telemetry.metrics import MeshMetrics
 from tests.builders import lease_to
-from tests.clients import LiveNode, VirtualClock
-from tests.services.pls_harness import gpu_sample
+from tests.clients import LiveNode, VirtualClock, join, make_wallet
+from tests.services.pls_harness import FixedStake, gpu_sample
 from tests.services.test_placement_gates import pls_of
 from tests.services.test_slashing_service import beat_rounds
 
@@ -143,3 +152,68 @@ def test_a_large_blob_upload_is_timed_as_the_nodes_upload_throughput(
     restarted = make_app()  # the sample is replayed into the restarted engine
     replayed = pls_of(restarted).state.book.summary("gpu-up", clock())
     assert replayed.upload_kbps == summary.upload_kbps
+
+
+def test_a_probe_is_timed_from_when_it_leaves_not_through_the_orchestrators_wait_for_its_db(
+        factory: sessionmaker[Session]) -> None:
+    """Another writer holds the database for 0.8 s while a probe is issued (a loaded
+    orchestrator measured up to 2.8 s of a 2.9 s round trip there): the probe is timed from
+    after that wait, so a node echoing at once shows a round trip far below it, not the
+    orchestrator's queue."""
+    pls = PlsService(PlsConfig(), stake_reader=FixedStake, metrics=MeshMetrics())
+    with factory.begin() as session:
+        node = node_db.register_node(session, spec=NodeSpec(
+            node_id="gpu-1", provider="0x" + "11" * 20, gpu_model="RTX4090", vram_gb=24,
+            compute_capability=8.9, region="eu", price_per_gpu_hour=10**18, slots=1),
+            now=time.time())
+        pls.ingest.node_registered(session, node=node, now=time.time())
+    holding = threading.Event()
+
+    def hold_the_write_lock() -> None:
+        with factory.begin() as other:
+            if other.bind.dialect.name == "sqlite":
+                other.execute(text("DELETE FROM pending_probes"))  # takes SQLite's write lock
+            else:
+                other.execute(text("LOCK TABLE pending_probes IN EXCLUSIVE MODE"))
+            holding.set()
+            time.sleep(0.8)
+
+    writer = threading.Thread(target=hold_the_write_lock)
+    writer.start()
+    holding.wait(10)
+    asked = time.time()
+    with factory.begin() as session:
+        nonce, sent = pls.ingest.issue_probe(session, node_id="gpu-1", clock=time.time)
+    writer.join()
+    assert sent - asked >= 0.5  # stamped after the wait
+    with factory.begin() as session:
+        rtt_ms = pls.ingest.echo_probe(session, node_id="gpu-1", nonce=nonce, now=time.time())
+    assert rtt_ms < 400.0
+
+
+class BusyClock(VirtualClock):
+    """A busy orchestrator's time: once `tick` is set, every read comes `tick` s after the
+    one before (the request waited that long between any two steps)."""
+
+    tick = 0.0
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def test_an_echo_is_dated_when_it_arrives_not_when_a_busy_orchestrator_handles_it(
+        make_app: Callable[..., TestClient], settings: Settings) -> None:
+    """Each read of the clock comes 0.5 s after the one before: the probe is stamped as it
+    leaves, the echo at its arrival (the first read a request makes), so the round trip is
+    the one tick between them, whatever the service's own steps took after the echo came
+    in (its worker thread, its dependencies, its database)."""
+    clock = BusyClock()
+    app = make_app(clock=clock)
+    node = join(make_wallet(app, clock, chain_id=settings.chain_id,
+                            orchestrator_id=settings.orchestrator_id), "gpu-1")
+    clock.tick = 0.5
+    nonce = node.post("/v1/nodes/gpu-1/probe").json()["nonce"]
+    echo = node.post("/v1/nodes/gpu-1/probe/echo", {"nonce": nonce})
+    assert echo.status_code == 200, echo.text
+    assert echo.json()["rtt_ms"] == pytest.approx(500.0)

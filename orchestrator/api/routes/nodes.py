@@ -35,7 +35,7 @@ from orchestrator.db.models import Node
 from orchestrator.domain.errors import Forbidden, Missing, Refused, Unavailable, Unfunded
 from orchestrator.domain.ids import unhex
 from orchestrator.domain.slashing import ProgressVerdict
-from orchestrator.domain.types import NodeSpec
+from orchestrator.domain.types import NodeSpec, Tier
 from orchestrator.services import nodes
 from orchestrator.services.nodes import owned_node as owned_node  # routes/verification.py
 from orchestrator.services.pls_continuity import ShownChunk
@@ -56,7 +56,7 @@ def list_nodes(session: SessionDep, ctx: CtxDep,
     return [NodeListingOut(node_id=n.spec.node_id, provider=n.spec.provider,
                            gpu_model=n.spec.gpu_model, vram_gb=n.spec.vram_gb,
                            region=n.spec.region, price_per_gpu_hour=n.spec.price_per_gpu_hour,
-                           slots=n.spec.slots, tier=n.tier, health=n.health,
+                           slots=n.spec.slots, tier=Tier(n.tier).name.lower(), health=n.health,
                            draining=n.draining, last_heartbeat_at=n.last_heartbeat_at, rs=n.rs)
             for n in nodes.listing(session, pls=ctx.pls, now=ctx.now(), provider=None
                                    if provider is None else to_checksum_address(provider))]

@@ -8,6 +8,7 @@ from typing import Annotated
 from eth_utils import to_checksum_address
 from fastapi import APIRouter, Depends, Query, Request
 
+from orchestrator.api.arrival import arrived_at
 from orchestrator.api.auth import SignedRequest
 from orchestrator.api.deps import (
     CtxDep,
@@ -73,18 +74,18 @@ def report_gpu(node_id: NodeIdPath, body: GpuSamplesIn, claims: NodeDep, session
              responses=errors(Missing, Forbidden),
              summary="Start a ping-pong probe: echo the nonce back at once (RTT is timed here)")
 def start_probe(node_id: NodeIdPath, claims: NodeDep, session: SessionDep, ctx: CtxDep) -> ProbeOut:
-    now = ctx.now()
-    nonce = nodes.issue_probe(session, node_id=claims.node_id, pls=ctx.pls, now=now)
-    return ProbeOut(nonce=hex0x(nonce), sent_at=now)
+    nonce, sent = nodes.issue_probe(session, node_id=claims.node_id, pls=ctx.pls, clock=ctx.now)
+    return ProbeOut(nonce=hex0x(nonce), sent_at=sent)
 
 
 @router.post("/nodes/{node_id}/probe/echo", response_model=ProbeEchoOut,
              responses=errors(Missing, Forbidden),
              summary="Echo a probe nonce; unanswered probes count as lost")
 def echo_probe(node_id: NodeIdPath, body: ProbeEchoIn, claims: NodeDep, session: SessionDep,
-               ctx: CtxDep) -> ProbeEchoOut:
+               ctx: CtxDep, request: Request) -> ProbeEchoOut:
     return ProbeEchoOut(rtt_ms=nodes.echo_probe(session, node_id=claims.node_id, pls=ctx.pls,
-                                                nonce=body.nonce, now=ctx.now()))
+                                                nonce=body.nonce,
+                                                now=arrived_at(request, ctx.now())))
 
 
 @router.post("/nodes/{node_id}/popw/challenge", response_model=ChallengeOut,

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from eth_utils import keccak
 from sqlalchemy import select
@@ -185,13 +186,19 @@ def test_nodes_listsWhatProvidersRegistered(served: Mesh, service: OrchestratorP
         "node_id": node_id, "gpu_model": "RTX4090", "vram_gb": 24, "compute_capability": 8.9,
         "region": "eu", "price_per_gpu_hour": 100, "slots": 2}))
     wallet.close()
+    api = expect(httpx.get(f"{service.base_url}/v1/nodes", timeout=10.0,
+                           params={"provider": provider.address}))
+    assert {n["node_id"]: n["tier"] for n in api}[node_id] == "standard"  # a word, not 1
     listed = served("nodes", "--provider", provider.address, "--json")
     assert listed.exit_code == 0, listed.output
     (node,) = [n for n in json.loads(listed.stdout) if n["node_id"] == node_id]
-    assert (node["provider"], node["region"], node["slots"], node["health"]) == (
-        provider.address, "eu", 2, "alive")
+    assert (node["provider"], node["region"], node["slots"], node["health"], node["tier"]) == (
+        provider.address, "eu", 2, "alive", "standard")
+    served.env["COLUMNS"] = "80"
     human = served("nodes")
-    assert node_id in human.stdout and "RTX4090 24 GB" in human.stdout
+    assert node_id in human.stdout and "RTX4090 24G x2" in human.stdout
+    assert max(map(len, human.stdout.splitlines())) <= 80, human.stdout
+    assert "standard" in human.stdout  # the tier by name, as on the dashboard
     assert "no orchestrator answers" in one_line_error(
         served("nodes", "--orchestrator", "http://127.0.0.1:9"), command="nodes")
 

@@ -204,9 +204,10 @@ def test_up_leavesAGridServing_refusesASecondGridThere_thenSigtermStopsItAll(
         user = {k: v for k, v in (line.split("=", 1) for line in
                                   Path(env_file.group(1)).read_text().splitlines())}
         password = str(Path(user["MESH_WALLET_DIR"]) / "password")
-        for who, command in (("customer", ["job", "list"]), ("arbiter", ["arbiter", "list"])):
+        for command in (["job", "list", "--wallet", "customer"],
+                        ["arbiter", "list"]):  # the arbiter's wallet is MESH_WALLET's
             done = subprocess.run(  # only what mesh up left: no option naming the grid
-                [sys.executable, "-m", "mesh.cli", *command, "--wallet", who,
+                [sys.executable, "-m", "mesh.cli", *command,
                  "--password-file", password, "--json"], capture_output=True, text=True,
                 env={"PATH": os.environ["PATH"], **user}, cwd=tmp_path, timeout=120)
             assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
