@@ -69,6 +69,7 @@ def test_each_button_refuses_in_one_report_line(addon_zip: Path, scene: Path, tm
     keystore.create(wallet, PASSWORD, scrypt_n=2**10)
     refused = session({
         "zip": str(addon_zip), "blend": str(scene), "save_as": str(tmp_path / "shot.blend"),
+        "render": {"filepath": "//frames/"},
         "prefs": {"python": sys.executable, "orchestrator_url": DOWN, "rpc_url": DOWN,
                   "data_dir": str(tmp_path / "data")},
         "presses": [
@@ -98,7 +99,8 @@ def test_each_button_refuses_in_one_report_line(addon_zip: Path, scene: Path, tm
         down, down, f"Error: the add-on's Python {tmp_path / 'no-python'} does not run: No "
         "such file or directory"]
     assert all(press["job_id"] in ("", "0x" + "ab" * 32) for press in refused["presses"])
-    assert refused["output"] == []  # nothing rendered or downloaded
+    assert refused["output_folder"] == str(tmp_path / "frames")
+    assert refused["output"] == []  # nothing downloaded
 
 
 @pytest.mark.anvil
