@@ -67,13 +67,15 @@ def main(plan: dict[str, Any]) -> dict[str, Any]:
             setattr(prefs, name, value)
         for name, value in step.get("job", {}).items():
             setattr(scene.mesh_grid, name, value)
+        started = time.monotonic()
         report = press(step["operator"], **step.get("properties", {}))
         if report is None:
             wait(addon, scene.name, plan.get("timeout_s", 300))
         addon.refresh()
         answers["presses"].append({"operator": step["operator"], "report": report,
                                    "state": addon.state(scene.name),
-                                   "job_id": scene.mesh_grid.job_id})
+                                   "job_id": scene.mesh_grid.job_id,
+                                   "seconds": round(time.monotonic() - started, 2)})
     out = Path(bpy.path.abspath(scene.render.filepath))
     answers["output"] = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     answers["output_folder"] = str(out)

@@ -134,6 +134,8 @@ def test_quote_submit_follow_and_download_from_blender(
     quoted, submitted, downloaded = answers["presses"]
     assert [press["report"] for press in answers["presses"]] == [None, None, None]
     quote = quoted["state"]["quote"]
+    print(f"quoted: done in {quote['completion_s']} s; the add-on's submit to the job "
+          f"finished: {submitted['seconds']} s, download {downloaded['seconds']} s")
     assert quote["tasks"] == 1 and quote["nodes"] >= 1 and 0.0 < quote["p_deadline"] <= 1.0
     job = submitted["state"]
     assert job["error"] is None and job["status"] in ("completed", "settling", "settled")
