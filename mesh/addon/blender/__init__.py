@@ -166,16 +166,13 @@ def _one_line(error: BaseException) -> str:
 
 
 def _guarded(run: Callable[[], set[str]], operator: Any) -> set[str]:
-    """`run`, with any refusal reported as one error line (never a traceback)."""
-    from mesh.commands.common import UserError
-
+    """`run`, with whatever stops it (a `Refused`, the client's `UserError`, any other
+    error) reported as one error line, never a traceback."""
     try:
         return run()
-    except (Refused, UserError) as error:
-        operator.report({"ERROR"}, " ".join(str(error).split()))
-    except Exception as error:  # whatever else fails is one line in the report too
+    except Exception as error:
         operator.report({"ERROR"}, _one_line(error))
-    return {"CANCELLED"}
+        return {"CANCELLED"}
 
 
 # ------------------------------------------------------------------ background work
