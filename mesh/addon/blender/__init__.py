@@ -307,7 +307,16 @@ class MESH_GRID_OT_submit(bpy.types.Operator):
     password: _password_prop()  # type: ignore[valid-type]
 
     def invoke(self, context: Any, event: Any) -> set[str]:
-        return set(context.window_manager.invoke_props_dialog(self))
+        """The job's quote first, then the dialog that shows it and asks for the password."""
+        def run() -> set[str]:
+            environment()
+            from mesh.commands.jobs import quote_scene
+
+            scene = context.scene
+            _update(scene.name, quote=quote_scene(_blend(), _order(scene), _grid().orchestrator))
+            return set(context.window_manager.invoke_props_dialog(self))
+
+        return _guarded(run, self)
 
     def draw(self, context: Any) -> None:
         quoted = state(context.scene.name).get("quote")
