@@ -471,16 +471,18 @@ def submit(
 
 
 def pack_dry_run(blend: Path, client: Wallet | None, *, allow_missing: bool = False,
-                 quiet: bool = False, python: str | None = None) -> dict[str, Any]:
+                 quiet: bool = False, data_dir: Path | None = None, python: str | None = None
+                 ) -> dict[str, Any]:
     """What a submit of `blend` would send: every file with its path in the pack, size and
     sha256, the total, the files missing, the seconds packing took, and with `client` which
-    files the orchestrator already has from its wallet (and the bytes left to send)."""
+    files the orchestrator already has from its wallet (and the bytes left to send).
+    `data_dir` (where a remapped copy is kept) and `python` as for `submit_scene`."""
     from mesh.pack import lacking
 
     if not blend.is_file():
         raise UserError(f"{blend} is not a file: give the .blend to pack")
     started = time.perf_counter()
-    packed = _pack(blend, _read_scene(blend, quiet=quiet, python=python),
+    packed = _pack(blend, _read_scene(blend, quiet=quiet, data_dir=data_dir, python=python),
                    allow_missing=allow_missing, command="job pack")
     elapsed = time.perf_counter() - started
     held: set[str] | None = None

@@ -284,12 +284,12 @@ class MESH_GRID_OT_pack(bpy.types.Operator):
             python = environment()
             from mesh.commands.jobs import pack_dry_run
 
-            scene, blend = context.scene.name, _blend()
+            scene, blend, data_dir = context.scene.name, _blend(), _grid().data_dir
             allow = context.scene.mesh_grid.allow_missing
 
             def work() -> None:
-                _update(scene, pack=pack_dry_run(blend, None, allow_missing=allow,
-                                                 quiet=True, python=python))
+                _update(scene, pack=pack_dry_run(blend, None, allow_missing=allow, quiet=True,
+                                                 data_dir=data_dir, python=python))
 
             _start(scene, "packing", work)
             return {"FINISHED"}

@@ -128,11 +128,15 @@ def test_quote_submit_follow_and_download_from_blender(
         "presses": [
             {"operator": "mesh_grid.quote",
              "job": {"frames": "1", "budget": 2.0, "samples": SAMPLES}},
+            {"operator": "mesh_grid.pack"},
             {"operator": "mesh_grid.submit", "properties": {"password": PASSWORD}},
             {"operator": "mesh_grid.download", "properties": {"password": PASSWORD}},
         ]}, tmp_path, {k: on_chain.env[k] for k in ("MESH_WALLET_DIR", "MESH_CHAIN_ID")})
-    quoted, submitted, downloaded = answers["presses"]
-    assert [press["report"] for press in answers["presses"]] == [None, None, None]
+    quoted, packed, submitted, downloaded = answers["presses"]
+    assert [press["report"] for press in answers["presses"]] == [None] * 4
+    dry_run = packed["state"]["pack"]
+    assert [f["path"] for f in dry_run["files"]] == ["shot.blend"]
+    assert dry_run["total_bytes"] == shot.stat().st_size and dry_run["missing"] == []
     quote = quoted["state"]["quote"]
     print(f"quoted: done in {quote['completion_s']} s; the add-on's submit to the job "
           f"finished: {submitted['seconds']} s, download {downloaded['seconds']} s")
