@@ -251,11 +251,6 @@ class JobOrder:
         """The budget in token units; `UserError` unless a positive amount."""
         return tokens(self.budget)
 
-    def check(self) -> None:
-        """`UserError` for frames, a resolution or a budget that cannot be read."""
-        self.workload("0" * 64)
-        tokens(self.budget)
-
     def workload(self, blend_sha256: str) -> dict[str, Any]:
         return _workload(self.frames, self.tiles, self.samples, self.chunk_samples,
                          self.image_format, self.resolution, blend_sha256)
@@ -327,7 +322,8 @@ def submit_scene(blend: Path, order: JobOrder, open_account: Callable[[], LocalA
     the customer's key once the scene is packed and the chain answers. The answer, and the
     client signed by it (the caller closes it). `python`: the interpreter with bpy
     that reads the scene (default: this one). `UserError` before anything is sent or paid
-    for a bad order, an unreadable scene or missing files."""
+    for a bad order, no terminal to ask on (without `yes`), an unreadable scene or missing
+    files."""
     from mesh.pack import upload
     from orchestrator.api.schemas import JobSpec
 
@@ -336,6 +332,10 @@ def submit_scene(blend: Path, order: JobOrder, open_account: Callable[[], LocalA
     workload = order.workload("0" * 64)
     first, last = workload["frames"]["start"], workload["frames"]["end"]
     amount = order.amount
+    if not yes and not sys.stdin.isatty():
+        raise UserError("it asks before escrowing and there is no terminal to answer on: "
+                        "pass --yes to escrow without asking (`mesh job quote` shows the "
+                        "quote first); nothing was uploaded or escrowed")
     scene = _read_scene(blend, quiet=quiet, data_dir=grid.data_dir, python=python)
     pack = _pack(blend, scene, allow_missing=allow_missing, command="job submit")
     if first < scene.frame_start or last > scene.frame_end:
@@ -443,13 +443,6 @@ def submit(
                      providers, region, min_vram_gb, max_price, priority, deadline_h,
                      task_minutes)
     with user_errors("job submit", as_json=as_json):
-        if not blend.is_file():
-            raise UserError(f"{blend} is not a file: give the .blend to render")
-        order.check()
-        if not yes and not sys.stdin.isatty():
-            raise UserError("it asks before escrowing and there is no terminal to answer on: "
-                            "pass --yes to escrow without asking (`mesh job quote` shows the "
-                            "quote first); nothing was uploaded or escrowed")
         result, client = submit_scene(
             blend, order, lambda: open_wallet(wallet, password_file, directory),
             Grid(orchestrator, orchestrator_id, rpc_url, data_dir),
