@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from mesh.commands import (
+    addon,
     agent,
     bench,
     common,
@@ -35,6 +36,7 @@ app.add_typer(tokens.app, name="tokens")
 app.add_typer(agent.app, name="agent")
 app.add_typer(orchestrator.app, name="orchestrator")
 app.add_typer(bench.app, name="bench")
+app.add_typer(addon.app, name="addon")
 app.add_typer(disputes.dispute_app, name="dispute")
 app.add_typer(disputes.arbiter_app, name="arbiter")
 

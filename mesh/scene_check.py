@@ -64,14 +64,16 @@ class SceneInfo:
 
 
 def read_scene(path: Path, *, remap_dir: Path | None = None,
-               timeout_s: float = CHECK_TIMEOUT_S) -> SceneInfo:
+               timeout_s: float = CHECK_TIMEOUT_S, python: str | None = None) -> SceneInfo:
     """What the pinned Blender reads from the scene at `path`; `SceneUnreadable` when it
     cannot open it. With `remap_dir`, a scene that names files outside its folder is saved
     in that folder with those paths leading into its pack (`SceneInfo.remapped`), named by
     the scene's place and sha256. Blender's saves of one scene differ in a few bytes, so the
     copy made first for a scene is kept and used again: the same scene submitted twice
-    packs the same .blend, and is not sent twice."""
-    command = [sys.executable, "-m", "mesh.scene_check", str(path.resolve())]
+    packs the same .blend, and is not sent twice. `python`: the interpreter that has bpy and
+    `mesh` (default: this one; inside Blender's own Python, the one of the add-on's
+    environment)."""
+    command = [python or sys.executable, "-m", "mesh.scene_check", str(path.resolve())]
     kept = fresh = None
     if remap_dir is not None:
         from protocol.client import sha256_file

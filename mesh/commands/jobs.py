@@ -11,6 +11,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -116,13 +117,15 @@ def _job_id(value: str) -> bytes:
         raise UserError(f"{value!r} is not a job id (0x + 64 hex digits)") from None
 
 
-def _read_scene(blend: Path, quiet: bool, data_dir: Path | None = None) -> SceneInfo:
+def _read_scene(blend: Path, quiet: bool, data_dir: Path | None = None,
+                python: str | None = None) -> SceneInfo:
     """The scene as the pinned Blender opens it, with its copy remapped into its pack when it
     names files outside its folder (kept under the data dir's `scenes/`); one line, before
     anything is sent or paid, when it cannot."""
     with progress(f"opening {blend.name} in Blender", quiet=quiet):
         try:
-            return read_scene(blend, remap_dir=settings(data_dir=data_dir).data_dir / "scenes")
+            return read_scene(blend, remap_dir=settings(data_dir=data_dir).data_dir / "scenes",
+                              python=python)
         except SceneUnreadable as unreadable:
             raise UserError(f"{blend} is not a scene Blender can open ({unreadable}); nothing "
                             "was uploaded or escrowed") from None
@@ -221,6 +224,61 @@ def _quote(http: Any, spec: dict[str, Any], amount: int) -> dict[str, Any]:
     return {**found, "budget": amount, "deadline": spec["deadline"]}
 
 
+@dataclass(frozen=True, slots=True)
+class JobOrder:
+    """What a customer asks of a render job besides its scene, as `mesh job` options or the
+    Blender add-on's panel give it (text as a user types it: `frames` "7" or "1-24", `budget`
+    and `max_price` in tokens, `resolution` "WIDTHxHEIGHT", `providers` and `region`
+    comma-separated)."""
+
+    frames: str
+    budget: str
+    samples: int | None = None
+    chunk_samples: int | None = None
+    tiles: int = 1
+    resolution: str | None = None
+    image_format: str = "png"
+    providers: str | None = None
+    region: str | None = None
+    min_vram_gb: int = 0
+    max_price: str | None = None
+    priority: str = "normal"
+    deadline_h: float = 24.0
+    task_minutes: float = 1.0
+
+    @property
+    def amount(self) -> int:
+        """The budget in token units; `UserError` unless a positive amount."""
+        return tokens(self.budget)
+
+    def workload(self, blend_sha256: str) -> dict[str, Any]:
+        return _workload(self.frames, self.tiles, self.samples, self.chunk_samples,
+                         self.image_format, self.resolution, blend_sha256)
+
+    def needs(self) -> dict[str, Any]:
+        return _needs(self.providers, self.region, self.min_vram_gb, self.max_price,
+                      self.priority, self.task_minutes)
+
+
+def quote_scene(blend: Path, order: JobOrder, orchestrator: str | None) -> dict[str, Any]:
+    """The orchestrator's quote (at `orchestrator`, default: the settings') of `order` for
+    the scene at `blend`, with its budget and deadline; nothing is uploaded or signed.
+    `UserError` for a missing file, a bad order or an orchestrator that does not answer."""
+    import httpx
+
+    from orchestrator.api.schemas import JobSpec
+    from protocol.client import sha256_file
+
+    if not blend.is_file():
+        raise UserError(f"{blend} is not a file: give the .blend to render")
+    amount = order.amount
+    spec = JobSpec.model_validate({
+        "workload": order.workload(sha256_file(blend)), "needs": order.needs(),
+        "deadline": int(time.time() + order.deadline_h * 3600)}).model_dump(mode="json")
+    with httpx.Client(base_url=service(orchestrator, None).url, timeout=30.0) as http:
+        return _quote(http, spec, amount)
+
+
 @app.command("quote")
 def quote(
     blend: Blend, frames: Frames, budget: Budget, samples: Samples = None,
@@ -234,23 +292,115 @@ def quote(
     at the asking prices of the nodes that would take it, when it would be done, the chance
     it is done by its deadline (the orchestrator's reliability predictions) and the
     collateral providers would lock. Nothing is uploaded or signed."""
-    import httpx
-
-    from orchestrator.api.schemas import JobSpec
-    from protocol.client import sha256_file
-
+    order = JobOrder(frames, budget, samples, chunk_samples, tiles, resolution, image_format,
+                     providers, region, min_vram_gb, max_price, priority, deadline_h,
+                     task_minutes)
     with user_errors("job quote", as_json=as_json):
-        if not blend.is_file():
-            raise UserError(f"{blend} is not a file: give the .blend to render")
-        amount = tokens(budget)
-        spec = JobSpec.model_validate({
-            "workload": _workload(frames, tiles, samples, chunk_samples, image_format,
-                                  resolution, sha256_file(blend)),
-            "needs": _needs(providers, region, min_vram_gb, max_price, priority, task_minutes),
-            "deadline": int(time.time() + deadline_h * 3600)}).model_dump(mode="json")
-        with httpx.Client(base_url=service(orchestrator, None).url, timeout=30.0) as http:
-            found = _quote(http, spec, amount)
+        found = quote_scene(blend, order, orchestrator)
     emit(found, as_json, _show_quote)
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """Where a submit goes: the orchestrator (URL and id), the chain (RPC URL) and the data
+    dir holding its deployment.json and the scenes' remapped copies; None: the settings'."""
+
+    orchestrator: str | None = None
+    orchestrator_id: str | None = None
+    rpc_url: str | None = None
+    data_dir: Path | None = None
+
+
+def submit_scene(blend: Path, order: JobOrder, open_account: Callable[[], LocalAccount],
+                 grid: Grid, *,
+                 directory: Path | None = None, allow_missing: bool = False,
+                 yes: bool = False, quiet: bool = False, python: str | None = None
+                 ) -> tuple[dict[str, Any], Wallet]:
+    """Pack the scene, upload what the orchestrator lacks, show the quote and ask (`yes`: go
+    on without asking), escrow the budget on chain and submit the signed spec, recorded in
+    the wallet dir's journal so a rerun finishes an interrupted submit. `open_account` gives
+    the customer's key once the scene is packed and the chain answers. The answer, and the
+    client signed by it (the caller closes it). `python`: the interpreter with bpy
+    that reads the scene (default: this one). `UserError` before anything is sent or paid
+    for a bad order, no terminal to ask on (without `yes`), an unreadable scene or missing
+    files."""
+    from mesh.pack import upload
+    from orchestrator.api.schemas import JobSpec
+
+    if not blend.is_file():
+        raise UserError(f"{blend} is not a file: give the .blend to render")
+    workload = order.workload("0" * 64)
+    first, last = workload["frames"]["start"], workload["frames"]["end"]
+    amount = order.amount
+    if not yes and not sys.stdin.isatty():
+        raise UserError("it asks before escrowing and there is no terminal to answer on: "
+                        "pass --yes to escrow without asking (`mesh job quote` shows the "
+                        "quote first); nothing was uploaded or escrowed")
+    scene = _read_scene(blend, quiet=quiet, data_dir=grid.data_dir, python=python)
+    pack = _pack(blend, scene, allow_missing=allow_missing, command="job submit")
+    if first < scene.frame_start or last > scene.frame_end:
+        typer.secho(f"warning: frames {first}-{last} reach outside the scene's range "
+                    f"{scene.frame_start}-{scene.frame_end}", err=True,
+                    fg=typer.colors.YELLOW)
+    needs = order.needs()
+    chain = connect_chain(grid.rpc_url, grid.data_dir)
+    account = open_account()
+    if pack.manifest is not None:
+        workload["assets"] = pack.manifest
+    JobSpec.model_validate({"workload": workload, "needs": needs,  # before any upload
+                            "deadline": int(time.time() + order.deadline_h * 3600)})
+    base = service(grid.orchestrator, grid.orchestrator_id, chain.deployment.chain_id)
+    client = base.wallet(account)
+    try:
+        sent = call_service("store the scene's files", lambda: upload(
+            client, pack, show_progress=not quiet))
+        workload["blend_sha256"] = pack.blend.sha256
+        journal = Submissions(wallet_dir(directory) / "jobs", account.address)
+        request = request_key(workload=workload, needs=needs, amount=amount,
+                              deadline_h=order.deadline_h, orchestrator=base.orchestrator_id,
+                              chain_id=chain.deployment.chain_id)
+        record = journal.unfinished(request)
+        if record is None:
+            record = _new_submission(journal, chain, account.address, request, workload,
+                                     needs, amount, order.deadline_h)
+        else:  # on stderr, under --json too
+            typer.echo(f"resuming job {record.job_id}: an earlier submit of this command "
+                       "stopped before the orchestrator took it", err=True)
+        spec = JobSpec.model_validate(record.spec)
+        job_hex, deadline = record.job_id, spec.deadline
+        quoted: dict[str, Any] | None = None
+        if chain.escrowed_job(bytes.fromhex(job_hex[2:])) is None:
+            ensure_tokens(chain, account.address, amount, "this budget")
+            quoted = _quote(client.http, record.spec, amount)
+            if not quiet:
+                _show_quote(quoted, err=True)
+            ask(f"job {job_hex} escrows {show_tokens(amount)} tokens from your wallet",
+                "Escrow them?", yes=yes, declined="nothing escrowed: the job was not "
+                "submitted (its files stay uploaded; the same command quotes it again)")
+            with progress(f"escrowing {order.budget} tokens for job {job_hex}", quiet=quiet):
+                receipt = chain.account(account).create_job(
+                    bytes.fromhex(job_hex[2:]), amount, deadline, spec.canonical_hash())
+            record = record.after(Step.ESCROWED, escrow_tx=receipt.tx_hash)
+        else:  # an earlier run's escrow: never a second one
+            record = record.after(Step.ESCROWED)
+        journal.save(record)
+        job = _submit_once(client, {"job_id": job_hex, "spec": record.spec},
+                           record.idempotency_key, recovery=(
+            f"job {job_hex} stays escrowed: run the same command again to submit it, or get "
+            f"the escrow back with `mesh job cancel {job_hex}` after "
+            f"{when(deadline + chain.grace_period())}"))
+    except BaseException:
+        client.close()
+        raise
+    journal.save(record.after(Step.SUBMITTED))
+    if job.get("warning"):  # on stderr, under --json too
+        typer.secho(f"warning: {job['warning']}", err=True, fg=typer.colors.YELLOW)
+    return {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
+            "budget": amount, "deadline": deadline, "escrow_tx": record.escrow_tx,
+            "blend_sha256": workload["blend_sha256"], "scene": scene.as_json(),
+            "warning": job.get("warning"), "quote": quoted,
+            "pack": {"files": len(pack.files), "bytes": pack.total_bytes,
+                     "sent_files": len(sent.sent), "sent_bytes": sent.sent_bytes}}, client
 
 
 @app.command("submit")
@@ -289,93 +439,59 @@ def submit(
     """Pack the scene, upload what the orchestrator lacks, show the job's quote and ask
     (--yes: go on without asking), escrow the budget on chain and submit the signed job
     spec."""
-
-    from mesh.pack import upload
-    from orchestrator.api.schemas import JobSpec
-
+    order = JobOrder(frames, budget, samples, chunk_samples, tiles, resolution, image_format,
+                     providers, region, min_vram_gb, max_price, priority, deadline_h,
+                     task_minutes)
     with user_errors("job submit", as_json=as_json):
-        if not blend.is_file():
-            raise UserError(f"{blend} is not a file: give the .blend to render")
-        workload = _workload(frames, tiles, samples, chunk_samples, image_format, resolution,
-                             "0" * 64)
-        first, last = workload["frames"]["start"], workload["frames"]["end"]
-        amount = tokens(budget)
-        if not yes and not sys.stdin.isatty():
-            raise UserError("it asks before escrowing and there is no terminal to answer on: "
-                            "pass --yes to escrow without asking (`mesh job quote` shows the "
-                            "quote first); nothing was uploaded or escrowed")
-        scene = _read_scene(blend, quiet=as_json, data_dir=data_dir)
-        pack = _pack(blend, scene, allow_missing=allow_missing, command="job submit")
-        if first < scene.frame_start or last > scene.frame_end:
-            typer.secho(f"warning: frames {first}-{last} reach outside the scene's range "
-                        f"{scene.frame_start}-{scene.frame_end}", err=True,
-                        fg=typer.colors.YELLOW)
-        needs = _needs(providers, region, min_vram_gb, max_price, priority, task_minutes)
-        chain = connect_chain(rpc_url, data_dir)
-        account = open_wallet(wallet, password_file, directory)
-        if pack.manifest is not None:
-            workload["assets"] = pack.manifest
-        JobSpec.model_validate({"workload": workload, "needs": needs,  # before any upload
-                                "deadline": int(time.time() + deadline_h * 3600)})
-        base = service(orchestrator, orchestrator_id, chain.deployment.chain_id)
-        client = base.wallet(account)
-        sent = call_service("store the scene's files", lambda: upload(
-            client, pack, show_progress=not as_json))
-        workload["blend_sha256"] = pack.blend.sha256
-        journal = Submissions(wallet_dir(directory) / "jobs", account.address)
-        request = request_key(workload=workload, needs=needs, amount=amount,
-                              deadline_h=deadline_h, orchestrator=base.orchestrator_id,
-                              chain_id=chain.deployment.chain_id)
-        record = journal.unfinished(request)
-        if record is None:
-            record = _new_submission(journal, chain, account.address, request, workload, needs,
-                                     amount, deadline_h)
-        else:  # on stderr, under --json too
-            typer.echo(f"resuming job {record.job_id}: an earlier submit of this command "
-                       "stopped before the orchestrator took it", err=True)
-        spec = JobSpec.model_validate(record.spec)
-        job_hex, deadline = record.job_id, spec.deadline
-        quoted: dict[str, Any] | None = None
-        if chain.escrowed_job(bytes.fromhex(job_hex[2:])) is None:
-            ensure_tokens(chain, account.address, amount, "this budget")
-            quoted = _quote(client.http, record.spec, amount)
-            if not as_json:
-                _show_quote(quoted, err=True)
-            ask(f"job {job_hex} escrows {show_tokens(amount)} tokens from your wallet",
-                "Escrow them?", yes=yes, declined="nothing escrowed: the job was not submitted "
-                "(its files stay uploaded; the same command quotes it again)")
-            with progress(f"escrowing {budget} tokens for job {job_hex}", quiet=as_json):
-                receipt = chain.account(account).create_job(
-                    bytes.fromhex(job_hex[2:]), amount, deadline, spec.canonical_hash())
-            record = record.after(Step.ESCROWED, escrow_tx=receipt.tx_hash)
-        else:  # an earlier run's escrow: never a second one
-            record = record.after(Step.ESCROWED)
-        journal.save(record)
-        job = _submit_once(client, {"job_id": job_hex, "spec": record.spec},
-                           record.idempotency_key, recovery=(
-            f"job {job_hex} stays escrowed: run the same command again to submit it, or get "
-            f"the escrow back with `mesh job cancel {job_hex}` after "
-            f"{when(deadline + chain.grace_period())}"))
-        journal.save(record.after(Step.SUBMITTED))
-        result = {"job_id": job_hex, "status": job["status"], "tasks": job["tasks"],
-                  "budget": amount, "deadline": deadline, "escrow_tx": record.escrow_tx,
-                  "blend_sha256": workload["blend_sha256"], "scene": scene.as_json(),
-                  "warning": job.get("warning"), "quote": quoted,
-                  "pack": {"files": len(pack.files), "bytes": pack.total_bytes,
-                           "sent_files": len(sent.sent), "sent_bytes": sent.sent_bytes}}
-        if job.get("warning"):  # on stderr, under --json too
-            typer.secho(f"warning: {job['warning']}", err=True, fg=typer.colors.YELLOW)
-        if wait:
-            result["status"] = _follow(lambda: _job(client, job_hex), job_hex,
-                                       quiet=as_json)["status"]
-            if out is not None and result["status"] in FINISHED:
-                result["downloaded"] = len(_download(client, job_hex, out, as_json).files)
-        client.close()
+        result, client = submit_scene(
+            blend, order, lambda: open_wallet(wallet, password_file, directory),
+            Grid(orchestrator, orchestrator_id, rpc_url, data_dir),
+            directory=directory, allow_missing=allow_missing, yes=yes, quiet=as_json)
+        try:
+            job_hex = result["job_id"]
+            if wait:
+                result["status"] = _follow(lambda: _job(client, job_hex), job_hex,
+                                           quiet=as_json)["status"]
+                if out is not None and result["status"] in FINISHED:
+                    result["downloaded"] = len(_download(client, job_hex, out, as_json).files)
+        finally:
+            client.close()
     emit(result, as_json, lambda r: typer.echo(
         f"job {r['job_id']}: {r['status']}, {sum(r['tasks'].values())} tasks, "
-        f"{show_tokens(amount)} tokens escrowed "
+        f"{show_tokens(r['budget'])} tokens escrowed "
         f"{'in ' + r['escrow_tx'] if r['escrow_tx'] else 'by the earlier run'}; follow it with "
         f"`mesh job status {r['job_id']} --watch`"))
+
+
+def pack_dry_run(blend: Path, client: Wallet | None, *, allow_missing: bool = False,
+                 quiet: bool = False, data_dir: Path | None = None, python: str | None = None
+                 ) -> dict[str, Any]:
+    """What a submit of `blend` would send: every file with its path in the pack, size and
+    sha256, the total, the files missing, the seconds packing took, and with `client` which
+    files the orchestrator already has from its wallet (and the bytes left to send).
+    `data_dir` (where a remapped copy is kept) and `python` as for `submit_scene`."""
+    from mesh.pack import lacking
+
+    if not blend.is_file():
+        raise UserError(f"{blend} is not a file: give the .blend to pack")
+    started = time.perf_counter()
+    packed = _pack(blend, _read_scene(blend, quiet=quiet, data_dir=data_dir, python=python),
+                   allow_missing=allow_missing, command="job pack")
+    elapsed = time.perf_counter() - started
+    held: set[str] | None = None
+    if client is not None:
+        hashes = [file.sha256 for file in packed.files]
+        held = set(hashes) - call_service("say which files it has",
+                                          lambda: lacking(client, hashes))
+    files: list[dict[str, Any]] = [
+        {"path": file.name, "source": str(file.source), "size": file.size,
+         "sha256": file.sha256, "on_orchestrator": None if held is None else file.sha256 in held}
+        for file in packed.files]
+    to_send = {file.sha256: file.size for file in packed.files
+               if held is not None and file.sha256 not in held}
+    return {"blend": str(blend), "files": files, "total_bytes": packed.total_bytes,
+            "to_send_bytes": None if held is None else sum(to_send.values()),
+            "missing": [str(path) for path in packed.missing], "pack_s": round(elapsed, 3)}
 
 
 @app.command("pack")
@@ -395,34 +511,17 @@ def pack(
 ) -> None:
     """What `submit` would send (a dry run): every file the scene reads, with its path in the
     pack, size and sha256, the total, and with --wallet which of them the orchestrator has."""
-    from mesh.pack import lacking
-
     with user_errors("job pack"):
         if not blend.is_file():
             raise UserError(f"{blend} is not a file: give the .blend to pack")
-        started = time.perf_counter()
-        packed = _pack(blend, _read_scene(blend, quiet=as_json), allow_missing=allow_missing,
-                       command="job pack")
-        elapsed = time.perf_counter() - started
-        held: set[str] | None = None
-        if wallet is not None:
-            client = service(orchestrator, orchestrator_id, chain_id).wallet(
-                open_wallet(wallet, password_file, directory))
-            try:
-                hashes = [file.sha256 for file in packed.files]
-                held = set(hashes) - call_service(
-                    "say which files it has", lambda: lacking(client, hashes))
-            finally:
+        client = None if wallet is None else service(orchestrator, orchestrator_id,
+                                                      chain_id).wallet(
+            open_wallet(wallet, password_file, directory))
+        try:
+            result = pack_dry_run(blend, client, allow_missing=allow_missing, quiet=as_json)
+        finally:
+            if client is not None:
                 client.close()
-    files: list[dict[str, Any]] = [
-        {"path": file.name, "source": str(file.source), "size": file.size,
-         "sha256": file.sha256, "on_orchestrator": None if held is None else file.sha256 in held}
-        for file in packed.files]
-    to_send = {file.sha256: file.size for file in packed.files
-               if held is not None and file.sha256 not in held}
-    result = {"blend": str(blend), "files": files, "total_bytes": packed.total_bytes,
-              "to_send_bytes": None if held is None else sum(to_send.values()),
-              "missing": [str(path) for path in packed.missing], "pack_s": round(elapsed, 3)}
     emit(result, as_json, _show_pack)
 
 
