@@ -79,8 +79,8 @@ def test_a_reorged_settlement_unsettles_the_job_and_only_a_final_event_settles_i
         assert settlement.unsettle_reorged(session, job_ids=[JOB], now=110.0) == []  # settling
         assert settlement.mark_settled(session, job_id=JOB, escrow=EscrowStatus.SETTLED,
                                        now=120.0, reason="receipt", final=False) == 20.0
-        assert settlement.unsettle_reorged(session, job_ids=[JOB, "0x" + "00" * 32],
-                                           now=130.0) == [JOB]
+        assert settlement.unsettle_reorged(session, job_ids=["0x" + "00" * 32, JOB],
+                                           now=130.0) == [JOB]  # past a job not ours
     assert status(factory) == "settling"
     with factory.begin() as session:
         assert settlement.mark_settled(session, job_id=JOB, escrow=EscrowStatus.SETTLED,
@@ -163,8 +163,13 @@ def test_a_verified_job_pays_each_provider_its_tasks_share(
     with factory() as session:
         assert {t.status for t in job_db.job_tasks(session, job_id=JOB)} == {"verified"}
         history = status_db.status_history(session, entity="job", entity_id=JOB)
-        assert [(h.to_status, h.at) for h in history][-2:] == [("completed", 50.0),
-                                                                 ("settling", 50.0)]
+        assert [(h.to_status, h.at, h.reason) for h in history][-2:] == [
+            ("completed", 50.0, "verification passed"), ("settling", 50.0, "settlement queued")]
+        task_history = status_db.status_history(session, entity="task",
+                                                entity_id=str(job_db.job_tasks(
+                                                    session, job_id=JOB)[0].id))
+        assert (task_history[-1].to_status, task_history[-1].reason) == ("verified",
+                                                                        "job accepted")
 
 
 def test_a_stopped_job_pays_only_tasks_whose_latest_result_passed_and_keeps_its_status(
@@ -302,3 +307,5 @@ def test_the_sync_confirms_what_the_chain_settled_and_flags_what_it_closed_other
         assert {name: job.status for name, job in statuses.items() if job} == {
             "settled": "settled", "funded": "settling", "unseen": "settling",
             "reclaimed": "settling"}
+        history = status_db.status_history(session, entity="job", entity_id=jobs["settled"])
+        assert history[-1].reason == "settlement confirmed on chain"
