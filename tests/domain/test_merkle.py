@@ -38,6 +38,7 @@ def test_an_assignment_of_a_job_id_of_another_length_is_refused_naming_it(length
 
 def test_a_placement_id_is_the_task_and_attempt_and_never_the_job_locks_zero() -> None:
     assert placement_id(7, 0) == 7 << 32
+    assert placement_id(1, 0) == 1 << 32  # the first task's first attempt
     assert placement_id(7, 3) != placement_id(7, 2) != placement_id(8, 2)
     for task_id, attempt in ((0, 0), (1, -1), (1, 2**32)):
         with pytest.raises(ValueError, match="no placement id"):

@@ -12,7 +12,7 @@ from orchestrator.domain.continuity import ChunkMark, session_address, sign_prog
 from orchestrator.domain.matching import Candidate
 from orchestrator.domain.pls import LeaseHold
 from orchestrator.domain.pls_engine import NO_EVIDENCE, LoneHold, PlsConfig, PlsEngine, Reading
-from orchestrator.domain.pls_observations import StartFailed
+from orchestrator.domain.pls_observations import LoneHeld, StartFailed
 from orchestrator.domain.popw import PopwVerdict
 from orchestrator.domain.reliability import (
     GpuSample,
@@ -609,3 +609,12 @@ def test_placements_lock_the_collateral_of_the_configured_policy() -> None:
     assert placement.collateral == pytest.approx(10 * TOKEN * (0.5 + 3 * placement.p_fail),
                                                  abs=10**15)
     assert placement.collateral >= 5 * TOKEN
+
+
+def test_a_lone_held_observation_holds_that_nodes_lease() -> None:
+    engine = held("a", "b")
+
+    engine.apply(LoneHeld("b", 5, TOKEN, 0.5, 200.0, None, None))
+
+    assert engine.lone_held("b") and not engine.lone_held("a")
+    assert [(n, h.task_id) for n, h in engine.lone_holds_due(200.0 + GRACE)] == [("b", "5")]

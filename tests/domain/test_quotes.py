@@ -42,3 +42,9 @@ def test_no_offer_no_forecast() -> None:
     assert forecast([], tasks=3, horizon_s=1_000.0) is None
     with pytest.raises(ValueError, match="at least one task"):
         forecast([STEADY], tasks=0, horizon_s=1.0)
+
+
+def test_a_deadline_already_past_has_no_chance() -> None:
+    for horizon_s in (0.0, -60.0):
+        late = forecast([STEADY], tasks=1, horizon_s=horizon_s)
+        assert late is not None and late.p_deadline == 0.0
