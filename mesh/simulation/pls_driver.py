@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import overload
 
 import numpy as np
 from eth_utils import to_checksum_address
@@ -31,7 +30,7 @@ from numpy.typing import NDArray
 from mesh.simulation.engine import Attempt, PlacementObserver, Reservation, Simulation
 from mesh.simulation.jobs import VALUE_PER_REF_GPU_HOUR
 from mesh.simulation.models import GPU_CLASSES, THROTTLE_SLOWDOWN, TOKEN, NodeProfile
-from mesh.simulation.policies import Grid, HoldingGate, TaskView
+from mesh.simulation.policies import Grid, HoldingGate, LazyAdmissions, TaskView
 from orchestrator.domain.pls import RankedRows
 from orchestrator.domain.pls_engine import PlsConfig, PlsEngine
 from orchestrator.domain.pls_observations import (
@@ -84,9 +83,8 @@ def handshake_tier(profile: NodeProfile, config: PopwConfig) -> Tier:
     return Tier.STANDARD
 
 
-class Admissions(Sequence[Admission]):
-    """The admissions of a ranking, made when the placement rule looks at one (it seldom
-    walks past the first few of thousands)."""
+class Admissions(LazyAdmissions):
+    """The PLS engine's admissions of a ranking (RS, exact collateral, raw RS, speeds)."""
 
     def __init__(self, engine: PlsEngine, needs: TaskNeeds, ranked: RankedRows,
                  speeds: NDArray[np.float64], faster_speed: float) -> None:
@@ -99,15 +97,7 @@ class Admissions(Sequence[Admission]):
     def __len__(self) -> int:
         return int(self._ranked.rows.size)
 
-    @overload
-    def __getitem__(self, index: int) -> Admission: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Admission]: ...
-
-    def __getitem__(self, index: int | slice) -> Admission | Sequence[Admission]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def admission(self, index: int) -> Admission:
         ranked = self._ranked
         rs, p_fail = float(ranked.rs[index]), float(ranked.p_fail[index])
         return Admission(rs, self._engine.collateral(self._needs, p_fail),

@@ -12,6 +12,7 @@ wait (the policy's `gate`). A baseline has no gate: its ranking alone decides.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, overload
@@ -51,15 +52,15 @@ class HoldingGate(SlotGate, Protocol):
     held_until: float
 
 
-class Believed(Sequence[Admission]):
-    """A baseline's admissions: only the completion probability it implied for each node of
-    its ranking (for calibration), no collateral; made when the rule looks at one."""
+class LazyAdmissions(Sequence[Admission]):
+    """The admissions of a ranking, each made when the placement rule looks at it (it seldom
+    walks past the first few of thousands): `admission(i)` makes the i-th."""
 
-    def __init__(self, probabilities: NDArray[np.float64]) -> None:
-        self._probabilities = probabilities
+    @abstractmethod
+    def __len__(self) -> int: ...
 
-    def __len__(self) -> int:
-        return int(self._probabilities.size)
+    @abstractmethod
+    def admission(self, index: int) -> Admission: ...
 
     @overload
     def __getitem__(self, index: int) -> Admission: ...
@@ -69,7 +70,21 @@ class Believed(Sequence[Admission]):
 
     def __getitem__(self, index: int | slice) -> Admission | Sequence[Admission]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+            return [self.admission(i) for i in range(*index.indices(len(self)))]
+        return self.admission(index)
+
+
+class Believed(LazyAdmissions):
+    """A baseline's admissions: only the completion probability it implied for each node of
+    its ranking (for calibration), no collateral."""
+
+    def __init__(self, probabilities: NDArray[np.float64]) -> None:
+        self._probabilities = probabilities
+
+    def __len__(self) -> int:
+        return int(self._probabilities.size)
+
+    def admission(self, index: int) -> Admission:
         return Admission(float(self._probabilities[index]), 0)
 
 

@@ -110,12 +110,19 @@ def show(node: LiveNode, key: bytes, task_id: int, chunks: list[tuple[str, float
     return response.status_code, response.json()
 
 
+@pytest.mark.parametrize("placed_again", [False, True], ids=["idle", "placed_again"])
 def test_chunks_rendered_through_the_cut_withdraw_the_slash_once_and_for_good(
         agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
         factory: sessionmaker[Session], clock: VirtualClock,
-        make_app: Callable[..., TestClient]) -> None:
+        make_app: Callable[..., TestClient], placed_again: bool) -> None:
+    """`placed_again`: back from the cut, the node is handed the same task again (a new
+    lease) before its proof arrives; the proof still answers the abandonment its silence
+    left."""
     node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
                                                               clock)
+    if placed_again:
+        lease = node.post("/v1/nodes/gpu-cut/lease")
+        assert lease.status_code == 200 and int(lease.json()["task_id"]) == task_id, lease.text
     fresh = node.upload(b"chunk 4+4 of frame 1, rendered offline")
 
     status, body = show(node, key, task_id, [(known, departed - 5, 0), (fresh, departed + 3, 4)],
@@ -138,25 +145,6 @@ def test_chunks_rendered_through_the_cut_withdraw_the_slash_once_and_for_good(
     restarted = pls_of(make_app()).state.engine.staking  # the withdrawal is replayed from the DB
     restarted.task_abandoned("gpu-cut", str(task_id), TOKEN, clock(), b"\x01" * 32)
     assert restarted.decide(clock() + 10**5, {}).slashes == ()  # settled: once per task
-
-
-def test_the_task_placed_again_on_the_node_that_left_it_leaves_its_proof_judged(
-        agent: Callable[..., LiveNode], client: TestClient, stake: FixedStake,
-        factory: sessionmaker[Session], clock: VirtualClock) -> None:
-    """Back from the cut, the node is handed the same task again (a new lease) before its
-    proof arrives: the proof still answers the abandonment its silence left."""
-    node, key, task_id, known, departed = cut_holding_a_frame(agent, client, stake, factory,
-                                                              clock)
-    again = node.post("/v1/nodes/gpu-cut/lease")
-    assert again.status_code == 200 and int(again.json()["task_id"]) == task_id, again.text
-    fresh = node.upload(b"chunk 4+4 of frame 1, rendered offline")
-
-    status, body = show(node, key, task_id, [(known, departed - 5, 0), (fresh, departed + 3, 4)],
-                        clock())
-
-    assert status == 200 and body == {"verdict": "withdrawn", "chunks_credited": 1}
-    decide_after_delay(client, factory, clock)
-    assert slash_actions(factory) == []
 
 
 def test_a_new_process_cannot_show_the_old_ones_progress(
