@@ -1,9 +1,9 @@
 """`mesh dispute` and `mesh arbiter` as processes, end to end: the service under uvicorn,
 agents that render a tiny real frame of a packed scene, the contracts on anvil. The customer
 disputes the settlement with its own keystore, the arbiter reads the bundle (proofs checked
-on chain), re-renders the tile from the job's scene and pack, and rules; the service's own indexer reflects each step with no block
-mined by hand (a local dev chain is final at once), and the job follows. Errors are one
-line, never a traceback."""
+on chain), re-renders the tile from the job's scene and pack, and rules; the service's own
+indexer reflects each step with no block mined by hand (a local dev chain is final at once),
+and the job follows. Errors are one line, never a traceback."""
 
 from __future__ import annotations
 
