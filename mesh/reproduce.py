@@ -23,6 +23,8 @@ from orchestrator.domain.pixel_comparison import (
 )
 from protocol.images import image_pixels
 
+LIMITS = Limits(memory_bytes=4 << 30, wall_s=3600)  # a re-render's sandbox, its pack's size
+
 
 class ReproduceError(RuntimeError):
     """The recipe cannot be re-rendered here (not a render, or the render failed)."""
@@ -70,7 +72,7 @@ def reproduce(recipe: dict[str, Any], *, scene: Path, result: Path, workdir: Pat
     compare it with `result` (the stored file the provider delivered)."""
     task = task_of(recipe, scene, threads, assets)
     started = time.perf_counter()
-    with Sandbox(limits=limits or Limits(memory_bytes=4 << 30, wall_s=3600),
+    with Sandbox(limits=limits or LIMITS,
                  read_only=[scene, WORKER.parent], parent_dir=workdir) as box:
         rendered = render(task, box)
         if rendered.run.outcome is not Outcome.OK or rendered.frame is None:

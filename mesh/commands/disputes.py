@@ -557,7 +557,8 @@ def arbiter_reproduce(
     job's inputs (its scene and the pack its signed spec names, each file hash-checked and laid
     out as the agent lays it out) and compare its pixels with the result the provider
     delivered."""
-    from mesh.reproduce import reproduce
+    from agent.workloads.blender import fetch_pack
+    from mesh.reproduce import LIMITS, reproduce
 
     def work() -> dict[str, Any]:
         with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
@@ -582,8 +583,8 @@ def arbiter_reproduce(
                               workdir / "scene.blend")
             pack = workdir / "pack"
             pack.mkdir(exist_ok=True)
-            fetched = {name: _download(party, job["job_id"], sha256, pack / sha256)
-                       for name, sha256 in sorted(assets.items())}
+            fetched = fetch_pack(assets, lambda sha256: _download(
+                party, job["job_id"], sha256, pack / sha256), LIMITS.pack_bytes)
             result = _download(party, job["job_id"], picked["result_sha256"],
                                workdir / f"result-{picked['task_id']}")
         typer.echo(f"rendering frame {recipe['frame']} tile {recipe['tile']}/{recipe['tiles']}"
