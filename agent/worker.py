@@ -28,7 +28,7 @@ import httpx
 from agent.config import AgentConfig
 from agent.connection import Connection, sha256_bytes
 from agent.delivery import Delivery
-from agent.sandbox import Outcome, Sandbox, UnsafeInput, UnsafeOutput, task_python
+from agent.sandbox import Outcome, Sandbox, UnsafeOutput, task_python
 from agent.spool import OfflineChunk, Spool
 from agent.workloads import blender
 from protocol.client import ApiCallError, sha256_file
@@ -266,18 +266,11 @@ class Worker:
             log.warning("check %s: %s", check_id, exc)
 
     def fetch_pack(self, payload: dict[str, Any]) -> dict[str, Path]:
-        """The scene's pack the payload names (`assets`: pack path -> sha256), each file
-        downloaded into the cache and hash-checked (`Connection.fetch`); UnsafeInput, before
-        more is downloaded, once they pass `Limits.pack_bytes` together."""
-        fetched: dict[str, Path] = {}
-        total = 0
-        for name, sha256 in sorted((payload.get("assets") or {}).items()):
-            fetched[name] = self.connection.fetch(str(sha256))
-            total += fetched[name].stat().st_size
-            if total > self.config.limits.pack_bytes:
-                raise UnsafeInput(f"the pack passes {self.config.limits.pack_bytes} bytes at "
-                                  f"{name!r}")
-        return fetched
+        """The scene's pack the payload names (`assets`), each file downloaded into the cache
+        and hash-checked (`Connection.fetch`), at most `Limits.pack_bytes` together
+        (`blender.fetch_pack`)."""
+        return blender.fetch_pack(payload.get("assets") or {}, self.connection.fetch,
+                                  self.config.limits.pack_bytes)
 
     def resume_chunks(self, manifest_sha: str | None, task: blender.FrameTask
                       ) -> list[blender.Chunk]:

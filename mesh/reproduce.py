@@ -8,6 +8,7 @@ same code path that produced the result; the comparison is verification's (`comp
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from orchestrator.domain.pixel_comparison import (
     tolerance_for,
 )
 from protocol.images import image_pixels
+
+LIMITS = Limits(memory_bytes=4 << 30, wall_s=3600)  # a re-render's sandbox, its pack's size
 
 
 class ReproduceError(RuntimeError):
@@ -45,23 +48,31 @@ class Reproduction:
                 "render_s": round(self.render_s, 3)}
 
 
-def task_of(recipe: dict[str, Any], scene: Path, threads: int) -> FrameTask:
-    """The FrameTask a bundle's recipe describes, on the local copy of its scene."""
+def task_of(recipe: dict[str, Any], scene: Path, threads: int,
+            assets: Mapping[str, Path] | None = None) -> FrameTask:
+    """The FrameTask a bundle's recipe describes, on the local copy of its scene and of its
+    pack (`assets`: each pack path the recipe names -> its hash-checked local file)."""
     resolution = recipe.get("resolution")
     payload = {"frame": recipe["frame"], "tile": recipe["tile"], "tiles": recipe["tiles"],
                "samples": recipe.get("samples"), "chunk_samples": recipe.get("chunk_samples"),
                "format": recipe.get("format", "png"),
                "resolution": None if resolution is None else list(resolution)}
-    return FrameTask.from_payload(payload, scene, threads)
+    named, given = dict(recipe.get("assets") or {}), dict(assets or {})
+    if set(named) != set(given):
+        raise ReproduceError(f"the recipe's pack names {len(named)} files, "
+                             f"{len(given)} are given")
+    return FrameTask.from_payload(payload, scene, threads, given)
 
 
 def reproduce(recipe: dict[str, Any], *, scene: Path, result: Path, workdir: Path,
-              threads: int = 2, limits: Limits | None = None) -> Reproduction:
-    """Render the recipe's tile in a fresh sandbox under `workdir` and compare it with
-    `result` (the stored file the provider delivered)."""
-    task = task_of(recipe, scene, threads)
+              threads: int = 2, limits: Limits | None = None,
+              assets: Mapping[str, Path] | None = None) -> Reproduction:
+    """Render the recipe's tile in a fresh sandbox under `workdir`, its pack (`assets`, see
+    `task_of`) laid out beside the scene as the agent lays it out (`Sandbox.give`), and
+    compare it with `result` (the stored file the provider delivered)."""
+    task = task_of(recipe, scene, threads, assets)
     started = time.perf_counter()
-    with Sandbox(limits=limits or Limits(memory_bytes=4 << 30, wall_s=3600),
+    with Sandbox(limits=limits or LIMITS,
                  read_only=[scene, WORKER.parent], parent_dir=workdir) as box:
         rendered = render(task, box)
         if rendered.run.outcome is not Outcome.OK or rendered.frame is None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.sandbox import Outcome, Run, Sandbox, UnsafeOutput, task_python
+from agent.sandbox import Outcome, Run, Sandbox, UnsafeInput, UnsafeOutput, task_python
 from agent.workloads import blender_worker
 from orchestrator.domain.checkpointing import plan_chunks
 from orchestrator.domain.verification import window_rows
@@ -61,6 +61,23 @@ class FrameTask:
     @property
     def chunks(self) -> list[tuple[int, int]]:
         return plan_chunks(self.samples, self.chunk_samples)
+
+
+def fetch_pack(assets: Mapping[str, str], fetch: Callable[[str], Path], limit: int
+               ) -> dict[str, Path]:
+    """A scene's pack (`assets`: pack path -> sha256, its job's signed manifest) as local
+    files, for `FrameTask.assets`: each fetched in path order by `fetch` (sha256 -> the file,
+    downloaded and hash-checked), UnsafeInput before more is fetched once they pass `limit`
+    bytes together. What an agent does before a render or a check, and an arbiter before a
+    re-render (`mesh arbiter reproduce`)."""
+    fetched: dict[str, Path] = {}
+    total = 0
+    for name, sha256 in sorted(assets.items()):
+        fetched[name] = fetch(str(sha256))
+        total += fetched[name].stat().st_size
+        if total > limit:
+            raise UnsafeInput(f"the pack passes {limit} bytes at {name!r}")
+    return fetched
 
 
 tile_row_range = window_rows

@@ -553,9 +553,12 @@ def arbiter_reproduce(
     orchestrator: OrchestratorUrl = None, rpc_url: RpcUrl = None, data_dir: DataDir = None,
     orchestrator_id: OrchestratorId = None, as_json: JsonFlag = False,
 ) -> None:
-    """Re-render a disputed tile here (Cycles on CPU, the agent's renderer) and compare its
-    pixels with the result the provider delivered."""
-    from mesh.reproduce import reproduce
+    """Re-render a disputed tile here (Cycles on CPU, the agent's renderer) from exactly the
+    job's inputs (its scene and the pack its signed spec names, each file hash-checked and laid
+    out as the agent lays it out) and compare its pixels with the result the provider
+    delivered."""
+    from agent.workloads.blender import fetch_pack
+    from mesh.reproduce import LIMITS, reproduce
 
     def work() -> dict[str, Any]:
         with _party(Access(wallet, password_file, wallet_dir, orchestrator, rpc_url,
@@ -573,14 +576,21 @@ def arbiter_reproduce(
             (picked,) = chosen
             recipe = picked["recipe"]
             workdir.mkdir(parents=True, exist_ok=True)
-            typer.echo(f"downloading scene and result of task {picked['task_id']}…", err=True)
+            assets = recipe.get("assets") or {}
+            typer.echo(f"downloading scene, {len(assets)} pack files and result of task "
+                       f"{picked['task_id']}…", err=True)
             scene = _download(party, job["job_id"], recipe["scene_sha256"],
                               workdir / "scene.blend")
+            pack = workdir / "pack"
+            pack.mkdir(exist_ok=True)
+            fetched = fetch_pack(assets, lambda sha256: _download(
+                party, job["job_id"], sha256, pack / sha256), LIMITS.pack_bytes)
             result = _download(party, job["job_id"], picked["result_sha256"],
                                workdir / f"result-{picked['task_id']}")
         typer.echo(f"rendering frame {recipe['frame']} tile {recipe['tile']}/{recipe['tiles']}"
                    f" at {recipe['samples']} samples…", err=True)
-        found = reproduce(recipe, scene=scene, result=result, workdir=workdir, threads=threads)
+        found = reproduce(recipe, scene=scene, result=result, workdir=workdir, threads=threads,
+                          assets=fetched)
         return {"dispute_id": dispute_id, "task_id": picked["task_id"], "recipe": recipe,
                 **found.as_json()}
 

@@ -34,6 +34,7 @@ from orchestrator.domain.chain_events import ChainEvent
 from orchestrator.domain.chain_views import DisputeKind, EscrowStatus, SlashRecord
 from orchestrator.domain.errors import Forbidden, Missing, Refused
 from orchestrator.domain.ids import JobId, hex0x
+from orchestrator.domain.jobs import handed_payload
 from orchestrator.domain.lifecycle import DisputeState, JobStatus
 from orchestrator.domain.merkle import MerkleTree, assignment_leaf
 from orchestrator.domain.types import SlashReason, Tier, show_tokens
@@ -263,10 +264,12 @@ def job_evidence(session: Session, *, job_id: str, reader: str,
 def check_evidence_blob(session: Session, *, job_id: str, sha256: str, reader: str,
                         chain: Callable[[], DisputeChain], pls: PlsService) -> None:
     """Refuse unless `reader` may read the job's bundle and `sha256` is in it: a checkpoint or
-    result, or a task's scene (what `mesh arbiter reproduce` re-renders and compares)."""
+    result, or a task's scene or a file of its pack (what `mesh arbiter reproduce` re-renders
+    and compares)."""
     bundle = job_evidence(session, job_id=job_id, reader=reader, chain=chain, pls=pls)
+    recipes = [t["recipe"] for t in bundle["tasks"] if t["recipe"] is not None]
     named = {a["sha256"] for a in bundle["artifacts"]} | {
-        t["recipe"]["scene_sha256"] for t in bundle["tasks"] if t["recipe"] is not None}
+        sha for r in recipes for sha in (r["scene_sha256"], *r["assets"].values())}
     if sha256 not in named:
         raise Missing("blob_not_in_evidence", "no checkpoint, result or scene of this job has "
                                               "that sha256")
@@ -291,7 +294,8 @@ def _job_bundle(session: Session, job: Job, pls: PlsService) -> dict[str, Any]:
         record = _verification_record(session, task_id=task.id)
         tasks.append({"task_id": task.id, "index": task.index, "status": task.status,
                       "node_id": task.node_id, "result_sha256": task.result_sha256,
-                      "recipe": recipe(task.payload, None if commitment is None
+                      "recipe": recipe(handed_payload(task.payload, job.spec),
+                                       None if commitment is None
                                        else commitment.env),
                       "verification": record})
     providers = sorted({p for p in provider_of.values()})
@@ -354,12 +358,16 @@ def _verification_record(session: Session, *, task_id: int) -> list[dict[str, An
 
 
 def recipe(payload: dict[str, Any], env: dict[str, Any] | None) -> dict[str, Any] | None:
-    """How to reproduce a render task's result: the scene (by hash; its Cycles seed is a scene
-    setting, so the hash fixes it), the Blender build and CPU kernel it was rendered with, the
+    """How to reproduce a render task's result from the payload its node was handed
+    (`jobs.handed_payload`): the scene (by hash; its Cycles seed is a scene setting, so the
+    hash fixes it) and its pack (`assets`, the signed spec's manifest: pack path -> sha256,
+    empty for a one-file scene), the Blender build and CPU kernel it was rendered with, the
     frame, the tile and the sample plan. None for other workloads."""
     if payload.get("kind") != "blender":
         return None
-    return {"scene_sha256": payload["blend_sha256"], "frame": int(payload["frame"]),
+    return {"scene_sha256": payload["blend_sha256"],
+            "assets": {str(k): str(v) for k, v in (payload.get("assets") or {}).items()},
+            "frame": int(payload["frame"]),
             "tile": int(payload.get("tile", 0)), "tiles": int(payload.get("tiles", 1)),
             "samples": payload.get("samples"), "chunk_samples": payload.get("chunk_samples"),
             "resolution": payload.get("resolution"), "format": payload.get("format", "png"),

@@ -52,3 +52,12 @@ def test_a_scene_that_does_not_render_is_one_clear_error(tmp_path: Path) -> None
     broken.write_bytes(b"not a blend file")
     with pytest.raises(ReproduceError, match="the render failed"):
         reproduce(RECIPE, scene=broken, result=broken, workdir=tmp_path, threads=1)
+
+
+def test_a_pack_other_than_the_recipes_is_refused(scene: Path, tmp_path: Path) -> None:
+    """The re-render reads exactly the files the recipe's pack names, or does not run."""
+    named = {**RECIPE, "assets": {"tex/rel.png": "ab" * 32}}
+    with pytest.raises(ReproduceError, match="the recipe's pack names 1 files, 0 are given"):
+        reproduce(named, scene=scene, result=scene, workdir=tmp_path, threads=1)
+    with pytest.raises(ReproduceError, match="names 0 files, 1 are given"):
+        task_of(RECIPE, scene, 1, {"tex/rel.png": scene})

@@ -89,6 +89,10 @@ class Settled:
     hashes: list[str]  # checkpoint and result sha256 of the job
 
 
+TEXTURE = b"a texture the scene reads"
+PACK = {"tex/rel.png": hashlib.sha256(TEXTURE).hexdigest()}  # the signed spec's manifest
+
+
 def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient,
                 clock: VirtualClock) -> Settled:
     """A two-frame job our provider rendered (one checkpoint and one result per frame),
@@ -112,7 +116,8 @@ def settled_job(factory: sessionmaker[Session], mesh: MeshChain, app: TestClient
                      "tiles": 1, "format": "png", "samples": 8, "chunk_samples": 4,
                      "resolution": [32, 24]} for f in (1, 2)]
         job = job_db.create_job(session, NewJob(
-            job_id=hex_id, customer=CUSTOMER.address, spec={}, spec_hash="0x" + "05" * 32,
+            job_id=hex_id, customer=CUSTOMER.address,
+            spec={"workload": {"kind": "blender", "assets": PACK}}, spec_hash="0x" + "05" * 32,
             amount=AMOUNT, deadline=now + 1e6, needs=TaskNeeds(), payloads=tuple(payloads)),
             now=now, status=JobStatus.RUNNING)
         session.flush()
@@ -446,6 +451,7 @@ def test_the_evidence_bundle_proves_every_artifact_and_score_against_the_chain(
     assert merkle.verify([bytes.fromhex(p[2:]) for p in score["proof"]], on_chain, leaf)
     recipe = bundle["tasks"][0]["recipe"]
     assert (recipe["scene_sha256"], recipe["frame"], recipe["samples"]) == ("b" * 64, 1, 8)
+    assert recipe["assets"] == PACK  # a re-render reads exactly the job's pack
     # a tampered artifact does not verify
     assert not merkle.verify([bytes.fromhex(p[2:]) for p in bundle["artifacts"][0]["proof"]],
                              root, bytes(32))
@@ -456,11 +462,13 @@ def test_the_evidence_bundle_proves_every_artifact_and_score_against_the_chain(
     store = app.app.state.ctx.blobs  # type: ignore[attr-defined]
     foreign = b"another customer's frame"
     for data, sha in ((foreign, hashlib.sha256(foreign).hexdigest()),
-                      (b"unused", job.hashes[0])):
+                      (b"unused", job.hashes[0]), (TEXTURE, PACK["tex/rel.png"])):
         store.path_of(sha).parent.mkdir(parents=True, exist_ok=True)
         store.path_of(sha).write_bytes(data)
     named = wallet(app, clock, 3).send("GET", f"{path}/{job.hashes[0]}")
     assert named.status_code == 200 and named.content == b"unused"
+    packed = wallet(app, clock, 3).send("GET", f"{path}/{PACK['tex/rel.png']}")
+    assert packed.status_code == 200 and packed.content == TEXTURE
     other = wallet(app, clock, 3).send("GET", f"{path}/{hashlib.sha256(foreign).hexdigest()}")
     assert other.status_code == 404 and other.json()["error"]["code"] == "blob_not_in_evidence"
     assert wallet(app, clock, 7).send("GET", f"{path}/{job.hashes[0]}").status_code == 403

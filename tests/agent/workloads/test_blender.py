@@ -8,16 +8,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from agent.sandbox import Limits, Outcome, Sandbox
+from agent.sandbox import Limits, Outcome, Sandbox, UnsafeInput
 from agent.workloads.blender import (
     WORKER,
     Chunk,
     FrameTask,
     Rendered,
+    fetch_pack,
     plan_chunks,
     render,
     tile_row_range,
 )
+from protocol.client import sha256_file
 from protocol.images import exr_pixels
 
 TINY = (32, 24)
@@ -107,3 +109,27 @@ def test_render_overItsMemoryLimit_failsWithThatReason(scene: Path, tmp_path: Pa
 
     assert rendered.run.outcome is Outcome.MEMORY, rendered.run.stderr_tail
     assert rendered.frame is None or rendered.run.outcome is not Outcome.OK
+
+
+def test_fetch_pack_takes_each_file_by_hash_in_path_order_and_stops_past_the_limit(
+        tmp_path: Path) -> None:
+    files = {}
+    for name, size in (("a.png", 10), ("b/c.png", 12), ("d.png", 14)):
+        path = tmp_path / name.replace("/", "-")
+        path.write_bytes(name.encode().ljust(size, b"."))
+        files[name] = path
+    by_hash = {sha256_file(path): path for path in files.values()}
+    manifest = {name: sha256_file(path) for name, path in files.items()}
+    asked: list[str] = []
+
+    def fetch(sha256: str) -> Path:
+        asked.append(sha256)
+        return by_hash[sha256]
+
+    assert fetch_pack(manifest, fetch, 36) == files
+    assert asked == [manifest[name] for name in sorted(files)]
+    asked.clear()
+    with pytest.raises(UnsafeInput, match=r"the pack passes 21 bytes at 'b/c\.png'"):
+        fetch_pack(manifest, fetch, 21)
+    assert asked == [manifest["a.png"], manifest["b/c.png"]]  # d.png never fetched
+    assert fetch_pack({}, fetch, 0) == {}

@@ -2,8 +2,8 @@
 extension manifest and installs through Blender's own extension API in the pinned headless
 bpy; its buttons refuse in one report line (no wallet, no budget, no orchestrator), and
 against a local grid (a real orchestrator on anvil, real agents) it quotes, submits, follows
-the job frame by frame and downloads the frame into the scene's output folder, with the
-pixels of a local render."""
+the job frame by frame and downloads the frame of a packed production-style scene into the
+scene's output folder, with the pixels of the artist's local render."""
 
 from __future__ import annotations
 
@@ -23,9 +23,12 @@ from mesh.localgrid import ORCHESTRATOR_ID, Grid
 from orchestrator.chain.anvil import dev_account
 from protocol import keystore
 from protocol.images import image_pixels
+from protocol.packs import outside_name
 from tests.mesh.addon.blender_session import MARK
 from tests.mesh.commands.conftest import PASSWORD, Mesh
-from tests.mesh.commands.test_job_render_pack import SAMPLES, SIZE, render_in_place
+from tests.mesh.commands.test_job_render_pack import SAMPLES, SIZE, alone, render_in_place
+from tests.mesh.packed_scene import FILES
+from tests.mesh.test_pack import build_scene
 
 DOWN = "http://127.0.0.1:9"  # nothing answers there
 
@@ -105,8 +108,13 @@ def test_each_button_refuses_in_one_report_line(addon_zip: Path, scene: Path, tm
 
 @pytest.mark.anvil
 @pytest.mark.slow
-def test_quote_submit_follow_and_download_from_blender(
-        addon_zip: Path, grid: Grid, on_chain: Mesh, scene: Path, tmp_path: Path) -> None:
+def test_quote_submit_follow_and_download_a_packed_scene_from_blender(
+        addon_zip: Path, grid: Grid, on_chain: Mesh, tmp_path: Path) -> None:
+    """A production-style scene (`tests.mesh.packed_scene`: textures by relative and absolute
+    path, outside its folder, UDIM, a sequence, a linked library with its own texture): the
+    add-on packs it all, and the frame it downloads has the pixels of the artist's render of
+    the scene in place, not those of the .blend alone."""
+    scene = build_scene(tmp_path / "artist", tmp_path / "elsewhere")
     grid.start()
     agents = [grid.agent(f"renders-{i}") for i in range(2)]  # a second re-checks the frame
     for agent in agents:
@@ -116,8 +124,7 @@ def test_quote_submit_follow_and_download_from_blender(
     key.write_text(bytes(dev_account(4).key).hex())
     assert on_chain.signed("wallet", "import", "customer", "--key-file", str(key)).exit_code == 0
     wallet = Path(on_chain.env["MESH_WALLET_DIR"]) / "customer.json"
-    shot = tmp_path / "artist" / "shot.blend"
-    shot.parent.mkdir()
+    shot = scene.with_name("shot.blend")  # beside it: its relative paths stay as they are
     answers = session({
         "zip": str(addon_zip), "blend": str(scene), "save_as": str(shot),
         "render": {"resolution_x": SIZE[0], "resolution_y": SIZE[1],
@@ -135,20 +142,26 @@ def test_quote_submit_follow_and_download_from_blender(
     quoted, packed, submitted, downloaded = answers["presses"]
     assert [press["report"] for press in answers["presses"]] == [None] * 4
     dry_run = packed["state"]["pack"]
-    assert [f["path"] for f in dry_run["files"]] == ["shot.blend"]
-    assert dry_run["total_bytes"] == shot.stat().st_size and dry_run["missing"] == []
+    absolute = outside_name((tmp_path / "elsewhere/abs.png").resolve().as_posix())
+    assert sorted(f["path"] for f in dry_run["files"]) == sorted(
+        ["shot.blend", *FILES, absolute])
+    assert dry_run["missing"] == []
     quote = quoted["state"]["quote"]
-    print(f"quoted: done in {quote['completion_s']} s; the add-on's submit to the job "
-          f"finished: {submitted['seconds']} s, download {downloaded['seconds']} s")
+    sent = submitted["state"]["submitted"]["pack"]
+    print(f"\nadd-on pack: {len(dry_run['files'])} files, {dry_run['total_bytes']} bytes in "
+          f"{dry_run['pack_s']} s; sent {sent}; quoted: done in {quote['completion_s']} s; "
+          f"the add-on's submit to the job finished: {submitted['seconds']} s, download "
+          f"{downloaded['seconds']} s")
     assert quote["tasks"] == 1 and quote["nodes"] >= 1 and 0.0 < quote["p_deadline"] <= 1.0
     job = submitted["state"]
     assert job["error"] is None and job["status"] in ("completed", "settling", "settled")
     assert job["frames"] == {"1": "done"}
     assert submitted["job_id"] == job["job_id"] == job["submitted"]["job_id"]  # the timer's
-    assert job["submitted"]["pack"]["sent_files"] == 1  # the .blend
+    assert sent["sent_files"] == len({f["sha256"] for f in dry_run["files"]})  # all: new
     frames = shot.parent / "frames"
     assert answers["output_folder"] == str(frames)
     assert downloaded["state"]["downloaded"] == [str(frames / "frame-0001.png")]
     assert "frame-0001.png" in answers["output"]
-    assert np.array_equal(image_pixels(frames / "frame-0001.png"),
-                          render_in_place(shot, tmp_path / "local"))
+    on_grid = image_pixels(frames / "frame-0001.png")
+    assert np.array_equal(on_grid, render_in_place(shot, tmp_path / "local"))
+    assert not np.array_equal(on_grid, alone(shot, tmp_path))  # the pack shows in the frame

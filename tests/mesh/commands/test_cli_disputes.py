@@ -1,9 +1,9 @@
-"""`mesh dispute` and `mesh arbiter` as processes, end to end: the service under uvicorn, an
-agent that renders a tiny real frame, the contracts on anvil. The customer disputes the
-settlement with its own keystore, the arbiter reads the bundle (proofs checked on chain),
-re-renders the tile, and rules; the service's own indexer reflects each step with no block
-mined by hand (a local dev chain is final at once), and the job follows. Errors are one
-line, never a traceback."""
+"""`mesh dispute` and `mesh arbiter` as processes, end to end: the service under uvicorn,
+agents that render a tiny real frame of a packed scene, the contracts on anvil. The customer
+disputes the settlement with its own keystore, the arbiter reads the bundle (proofs checked
+on chain), re-renders the tile from the job's scene and pack, and rules; the service's own
+indexer reflects each step with no block mined by hand (a local dev chain is final at once),
+and the job follows. Errors are one line, never a traceback."""
 
 from __future__ import annotations
 
@@ -19,11 +19,14 @@ import pytest
 from eth_account.signers.local import LocalAccount
 
 from mesh.localgrid import ORCHESTRATOR_ID, Grid, wait_for
+from mesh.pack import Pack, pack_scene, upload
+from mesh.scene_check import read_scene
 from orchestrator.chain.anvil import Anvil, dev_account
 from orchestrator.db import jobs as job_db
 from orchestrator.db.models import DisputeRow
 from orchestrator.db.session import make_engine, make_session_factory
 from protocol import keystore
+from tests.mesh.test_pack import build_scene
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow]
 
@@ -80,13 +83,31 @@ def reflected(grid: Grid, job_id: str, dispute_id: int, state: tuple[str, str]) 
              lambda: db_state(grid, job_id, dispute_id) == state, timeout_s=60)
 
 
+def submit_packed(grid: Grid, blend: Path, tmp: Path, **workload: Any) -> tuple[str, Pack]:
+    """Pack `blend` and upload what the orchestrator lacks as `mesh job submit` does, then
+    submit a render job of it whose spec names the pack; the job id and the pack."""
+    assert grid.customer is not None
+    pack = pack_scene(blend, read_scene(blend, remap_dir=tmp / "scenes"))
+    started = time.perf_counter()
+    sent = upload(grid.customer, pack, show_progress=False)
+    print(f"\npack: {len(pack.files)} files, {pack.total_bytes} bytes; sent "
+          f"{sent.sent_bytes} bytes in {time.perf_counter() - started:.2f} s")
+    assert pack.manifest is not None
+    return grid.submit_workload({"kind": "blender", "blend_sha256": pack.blend.sha256,
+                                 "assets": pack.manifest, **workload}), pack
+
+
 def test_a_customer_disputes_and_the_arbiter_reproduces_the_tile_and_rules(
-        grid: Grid, anvil: Anvil, scene: Path, tmp_path: Path) -> None:
+        grid: Grid, anvil: Anvil, tmp_path: Path) -> None:
+    """The scene is a packed production-style one (textures by relative, absolute and
+    outside paths, UDIM, a sequence, a linked library): the arbiter's re-render reads exactly
+    the job's pack, so it matches the provider's tile (without it, the tile would differ)."""
+    blend = build_scene(tmp_path / "artist", tmp_path / "elsewhere")
     grid.start(MESH_VERIFICATION_POLICY="fixed-1%")  # mostly trusted; a drawn window has a checker
     agents = [grid.agent(name).start() for name in ("renderer", "checker")]
     grid.wait_logged_in(agents)
-    job_id = grid.submit(scene, frames={"start": 2, "end": 2}, samples=8, chunk_samples=4,
-                         resolution=[32, 24])
+    job_id, pack = submit_packed(grid, blend, tmp_path, frames={"start": 2, "end": 2},
+                                 samples=8, chunk_samples=4, resolution=[32, 24])
     wait_for("the job settled on chain", lambda: grid.job(job_id)["status"] == "settled",
              timeout_s=240)
     customer = key_file(tmp_path, "customer", dev_account(4))
@@ -127,11 +148,14 @@ def test_a_customer_disputes_and_the_arbiter_reproduces_the_tile_and_rules(
     assert shown["evidence"]["verification_on_chain"]["verified"]
     (task,) = shown["evidence"]["tasks"]
     assert task["recipe"]["blender"] and task["recipe"]["samples"] == 8
+    assert task["recipe"]["assets"] == pack.manifest  # the signed spec's, exactly
 
     reproduced = answer(mesh(grid, anvil, arbiter, "arbiter", "reproduce", str(dispute_id),
                              "--workdir", str(tmp_path / "reproduce"), "--threads", "1",
                              "--json"))
     assert reproduced["match"] and reproduced["tolerance"] == "exact", reproduced
+    assert sorted(p.name for p in (tmp_path / "reproduce/pack").iterdir()) == sorted(
+        set((pack.manifest or {}).values()))  # each file of the pack fetched, hash-checked
 
     refused = mesh(grid, anvil, stranger, "arbiter", "rule", str(dispute_id), "--grant")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
