@@ -44,9 +44,10 @@ MAY_CHANGE_ON_REFUSAL = frozenset({"used_nonces"})
 GENERATED_AUTH_CHECKS = (openapi_checks.ignored_auth, openapi_checks.negative_data_rejection)
 # Operations whose requests have rules across fields that JSON Schema cannot state: a job's
 # frame range in order, tasks = frames x tiles within the limit, chunk_samples with samples;
-# a blob's content hashing to the sha256 in its path. A schema-valid request may still be
-# refused there, so "positive data accepted" does not apply.
-CROSS_FIELD_RULES = frozenset({("POST", "/v1/jobs"), ("PUT", "/v1/blobs/{sha256}")})
+# a blob's content hashing to the sha256 in its path; a quote's job spec, as a job's. A
+# schema-valid request may still be refused there, so "positive data accepted" does not apply.
+CROSS_FIELD_RULES = frozenset({("POST", "/v1/jobs"), ("POST", "/v1/quotes"),
+                               ("PUT", "/v1/blobs/{sha256}")})
 
 
 def database_digest(factory: sessionmaker[Session]) -> str:
