@@ -20,6 +20,7 @@ from orchestrator.db.models import Lease, Task
 from orchestrator.db.placement import (
     PlacementConflict,
     Reservation,
+    changed_for,
     commit_reservations,
     load_slot_view,
     waiting_tasks,
@@ -29,6 +30,7 @@ from orchestrator.domain.matching import ScoreFn
 from orchestrator.domain.types import NodeHealth, TaskNeeds
 from orchestrator.scheduling.placer import Placer
 from orchestrator.services import work
+from tests import builders
 
 NodeMaker = Callable[..., list[str]]
 JobMaker = Callable[..., str]
@@ -397,3 +399,31 @@ def test_a_slot_taken_twice_in_one_batch_is_a_conflict_naming_the_database_error
     with factory() as session, pytest.raises(
             PlacementConflict, match=r"UNIQUE constraint failed|duplicate key value"):
         commit_reservations(session, reservations=twice, now=1.0, ttl_s=60.0)
+
+
+def test_what_changes_an_idle_nodes_answer_is_its_own_lease_or_a_task_made_ready_since(
+        factory: sessionmaker[Session]) -> None:
+    idle, busy = builders.make_nodes(factory, 2, now=0.0)
+    task_id = builders.lease_to(factory, busy, now=0.0)  # its job's one task, reserved for `busy`
+
+    def changed(since: float) -> bool:
+        with factory() as session:
+            return changed_for(session, node_id=idle, since=since)
+
+    assert changed(0.0) and not changed(10.0)  # registered at 0; nothing since
+    with factory.begin() as session:  # another node's lease released at 20
+        lease = session.scalars(select(Lease).where(Lease.task_id == task_id)).one()
+        lease.released_at, lease.release_reason = 20.0, "node dead"
+    assert not changed(15.0)
+    with factory.begin() as session:  # its task ready again at 30
+        task = session.get(Task, task_id)
+        assert task is not None
+        task.status, task.updated_at = TaskStatus.RETRY.value, 30.0
+    assert changed(25.0) and not changed(35.0)
+    own = builders.lease_to(factory, idle, now=40.0)
+    with factory.begin() as session:  # a lease of its own released at 50: a slot came free
+        lease = session.scalars(select(Lease).where(Lease.task_id == own)).one()
+        lease.released_at, lease.release_reason = 50.0, "completed"
+    assert changed(45.0) and not changed(55.0)
+    with factory() as session:
+        assert changed_for(session, node_id="never-registered", since=1e9)
