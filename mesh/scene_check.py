@@ -10,8 +10,8 @@ child, never the command.
 
 The same child lists every file the scene reads besides itself, through Blender's own
 dependency walk (`bpy.utils.blend_paths` over the file and its linked libraries, recursively),
-with UDIM tiles and image sequences expanded to their files; packed files and Blender's own
-bundled assets are left out. `mesh.pack` packs them, those outside the .blend's folder under
+with UDIM tiles and image, volume-cache and movie-clip sequences expanded to their files;
+packed files and Blender's own bundled assets are left out. `mesh.pack` packs them, those outside the .blend's folder under
 `protocol.packs.OUTSIDE` by their absolute path; so that Blender on a provider finds them there,
 the child saves a copy of the .blend whose own paths to them (absolute, or `//../`) lead to
 `//OUTSIDE/...` instead, and that copy is the scene packed and signed: the .blend and manifest
@@ -160,6 +160,12 @@ def _dependencies(bpy: Any) -> list[str]:
         found.discard(path)
         found.update([tile_path(path, tile.number) for tile in image.tiles]
                      if image.source == "TILED" else sequence_files(path))
+    sequences = [*(v for v in bpy.data.volumes if v.is_sequence and v.packed_file is None),
+                 *(c for c in bpy.data.movieclips if c.source == "SEQUENCE")]
+    for sequence in sequences:  # a volume cache or a clip one file per frame, as images
+        path = bpy.path.abspath(sequence.filepath, library=sequence.library)
+        found.discard(path)
+        found.update(sequence_files(path))
     return sorted({os.path.normpath(path) for path in found
                    if path and not os.path.realpath(path).startswith(bundled)})
 

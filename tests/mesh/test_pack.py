@@ -17,6 +17,7 @@ import pytest
 from mesh.pack import PackError, pack_name, pack_scene
 from mesh.scene_check import read_scene
 from protocol.packs import OUTSIDE
+from tests.mesh.media_scene import FILES as MEDIA_FILES
 from tests.mesh.packed_scene import FILES
 
 
@@ -99,3 +100,18 @@ def test_a_scene_reading_files_outside_its_folder_packs_a_copy_that_finds_them_i
 
     again = pack_scene(blend, read_scene(blend, remap_dir=tmp_path / "scenes"))
     assert again.blend == pack.blend
+
+
+def test_fonts_sounds_and_cache_sequences_are_traced_too(tmp_path: Path) -> None:
+    import matplotlib
+
+    font = Path(matplotlib.__file__).parent / "mpl-data/fonts/ttf/DejaVuSans.ttf"
+    subprocess.run([sys.executable, "-m", "tests.mesh.media_scene", str(tmp_path), str(font)],
+                   check=True, capture_output=True, timeout=120)
+    blend = tmp_path / "media.blend"
+
+    pack = pack_scene(blend, read_scene(blend))
+
+    assert pack.missing == ()
+    assert pack.manifest == {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+                             for name in MEDIA_FILES}
