@@ -12,8 +12,9 @@ The same child lists every file the scene reads besides itself, through Blender'
 dependency walk (`bpy.utils.blend_paths` over the file and its linked libraries, recursively),
 with UDIM tiles and image, volume-cache and movie-clip sequences expanded to their files;
 packed files and Blender's own bundled assets are left out. `mesh.pack` packs them, those
-outside the .blend's folder under `protocol.packs.OUTSIDE` by their absolute path; so that Blender on a provider finds them there,
-the child saves a copy of the .blend whose own paths to them (absolute, or `//../`) lead to
+outside the .blend's folder under `protocol.packs.OUTSIDE` by their absolute path; so that
+Blender on a provider finds them there, the child saves a copy of the .blend whose own paths
+to them (absolute, or `//../`) lead to
 `//OUTSIDE/...` instead, and that copy is the scene packed and signed: the .blend and manifest
 in the spec are exactly what renders, with no remapping at render time. Paths a linked library
 holds are the library's own and stay (`SceneInfo.unmapped`). (The Blender Asset Tracer 1.23
